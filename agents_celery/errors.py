@@ -1,0 +1,160 @@
+"""The exceptions agents-celery raises. One root, so ``except AgentsCeleryError`` catches them all.
+
+::
+
+    AgentsCeleryError
+    ├── ConfigurationError            bad settings, a bad Redis URL, an agents module that does not load
+    ├── RedisUnavailableError         Redis does not answer (the API answers 503)
+    ├── ValidationError               bad input from a caller; nothing was written (HTTP 400/422)
+    │   ├── EventValidationError      an event that is not a valid AG-UI event
+    │   ├── ToolArgumentsError        tool arguments that fail the tool's schema
+    │   └── DecisionError             a continue decision that names no pending call, or is malformed
+    ├── NotFoundError                 (HTTP 404)
+    │   ├── UnknownAgentError         no worker published that agent
+    │   └── RunNotFoundError          no run with that id ever existed (or it is addressed under another agent)
+    ├── RunExpiredError               the run existed, its retention passed (HTTP 410)
+    ├── StateError                    the run is not in a state that allows this (HTTP 409)
+    │   ├── RunNotPausedError         continue on a run that is not paused
+    │   ├── RunFinishedError          stop/continue/append on a run that already ended
+    │   ├── SessionBusyError          another run of the same session is still active
+    │   └── RunBusyError              another caller holds the run right now (e.g. a concurrent continue)
+    ├── FencedError                   a write carried a lease token that is no longer current
+    ├── SchemaVersionError            stored state with an unknown schema version
+    ├── ModelError                    the model call failed (``retryable`` says whether to try again)
+    ├── StopStep                      raised by a hook to stop the current step; the run fails with the reason
+    └── AbandonedRunError             a step failed more attempts than allowed; the run fails visibly
+"""
+
+from __future__ import annotations
+
+
+class AgentsCeleryError(Exception):
+    """Root of every exception raised by agents-celery."""
+
+    #: Short machine-readable code, used as ``code`` in HTTP error bodies.
+    code: str = "error"
+
+
+class ConfigurationError(AgentsCeleryError):
+    """Settings, URLs or an agents module are wrong; raised at start-up."""
+
+    code = "configuration_error"
+
+
+class RedisUnavailableError(AgentsCeleryError):
+    """Redis did not answer."""
+
+    code = "redis_unavailable"
+
+
+class ValidationError(AgentsCeleryError):
+    """Bad input from a caller. Nothing was written."""
+
+    code = "validation_error"
+
+
+class EventValidationError(ValidationError):
+    """An event failed validation before it was written."""
+
+    code = "invalid_event"
+
+
+class ToolArgumentsError(ValidationError):
+    """Tool arguments do not match the tool's parameters."""
+
+    code = "invalid_tool_arguments"
+
+
+class DecisionError(ValidationError):
+    """A continue request whose decisions do not match the pending tool calls."""
+
+    code = "invalid_decision"
+
+
+class NotFoundError(AgentsCeleryError):
+    """Something that was asked for does not exist."""
+
+    code = "not_found"
+
+
+class UnknownAgentError(NotFoundError):
+    """No agent of that name is registered or published by a worker."""
+
+    code = "unknown_agent"
+
+
+class RunNotFoundError(NotFoundError):
+    """No run with that id exists, and none ever did within the tombstone window."""
+
+    code = "run_not_found"
+
+
+class RunExpiredError(AgentsCeleryError):
+    """The run existed but its retention has passed; its events and state are gone."""
+
+    code = "run_expired"
+
+
+class StateError(AgentsCeleryError):
+    """The run is not in a state that allows the operation."""
+
+    code = "wrong_state"
+
+
+class RunNotPausedError(StateError):
+    """Continue was asked of a run that is not paused."""
+
+    code = "run_not_paused"
+
+
+class RunFinishedError(StateError):
+    """The run already ended (completed, failed or cancelled)."""
+
+    code = "run_finished"
+
+
+class SessionBusyError(StateError):
+    """Another run of the same session is still queued, running or paused."""
+
+    code = "session_busy"
+
+
+class RunBusyError(StateError):
+    """Another caller or worker holds the run's lease right now."""
+
+    code = "run_busy"
+
+
+class FencedError(AgentsCeleryError):
+    """A write carried a lease token that is no longer the run's current one; nothing was written."""
+
+    code = "fenced"
+
+
+class SchemaVersionError(AgentsCeleryError):
+    """Stored run state has a schema version this code does not know."""
+
+    code = "schema_version"
+
+
+class ModelError(AgentsCeleryError):
+    """The model call failed. ``retryable`` tells the engine whether backing off and retrying may help."""
+
+    code = "model_error"
+
+    def __init__(self, message: str, *, retryable: bool = False, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.status_code = status_code
+
+
+class StopStep(AgentsCeleryError):
+    """Raised by a hook to stop the current step on purpose; the run fails with this message."""
+
+    code = "stopped_by_hook"
+
+
+class AbandonedRunError(AgentsCeleryError):
+    """A step was attempted more times than ``max_step_attempts`` allows; the run is failed, not retried."""
+
+    code = "abandoned"

@@ -1,0 +1,160 @@
+"""Canonical run events, in the AG-UI 1.0 vocabulary.
+
+An event is made with :func:`make_event` (validated against ``ag-ui-protocol``'s model for its type, so
+a malformed event is refused before anything is written) and read back as an :class:`Event` carrying its
+``offset`` and the run's ``run_id``, ``session_id`` and ``agent_id``. Stored JSON holds the AG-UI fields in
+snake_case plus ``type`` and ``timestamp`` (ms); renderers turn it into a wire dialect.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import ag_ui.core as agui
+import pydantic
+
+from .errors import EventValidationError
+
+
+class EventType(StrEnum):
+    """The event types a run emits (a subset of AG-UI 1.0's)."""
+
+    RUN_STARTED = "RUN_STARTED"
+    RUN_FINISHED = "RUN_FINISHED"
+    RUN_ERROR = "RUN_ERROR"
+    STEP_STARTED = "STEP_STARTED"
+    STEP_FINISHED = "STEP_FINISHED"
+    TEXT_MESSAGE_START = "TEXT_MESSAGE_START"
+    TEXT_MESSAGE_CONTENT = "TEXT_MESSAGE_CONTENT"
+    TEXT_MESSAGE_END = "TEXT_MESSAGE_END"
+    TOOL_CALL_START = "TOOL_CALL_START"
+    TOOL_CALL_ARGS = "TOOL_CALL_ARGS"
+    TOOL_CALL_END = "TOOL_CALL_END"
+    TOOL_CALL_RESULT = "TOOL_CALL_RESULT"
+    CUSTOM = "CUSTOM"
+
+
+_MODELS: dict[EventType, type[pydantic.BaseModel]] = {
+    EventType.RUN_STARTED: agui.RunStartedEvent,
+    EventType.RUN_FINISHED: agui.RunFinishedEvent,
+    EventType.RUN_ERROR: agui.RunErrorEvent,
+    EventType.STEP_STARTED: agui.StepStartedEvent,
+    EventType.STEP_FINISHED: agui.StepFinishedEvent,
+    EventType.TEXT_MESSAGE_START: agui.TextMessageStartEvent,
+    EventType.TEXT_MESSAGE_CONTENT: agui.TextMessageContentEvent,
+    EventType.TEXT_MESSAGE_END: agui.TextMessageEndEvent,
+    EventType.TOOL_CALL_START: agui.ToolCallStartEvent,
+    EventType.TOOL_CALL_ARGS: agui.ToolCallArgsEvent,
+    EventType.TOOL_CALL_END: agui.ToolCallEndEvent,
+    EventType.TOOL_CALL_RESULT: agui.ToolCallResultEvent,
+    EventType.CUSTOM: agui.CustomEvent,
+}
+
+# Deltas come fast; their shape is simple enough to check by hand instead of through pydantic.
+_DELTA_KEYS = {
+    EventType.TEXT_MESSAGE_CONTENT: "message_id",
+    EventType.TOOL_CALL_ARGS: "tool_call_id",
+}
+
+
+def now_ms() -> int:
+    """Wall-clock time in milliseconds, as every event's ``timestamp``."""
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """A validated event not yet written: its type and its stored JSON."""
+
+    type: EventType
+    json: str
+
+
+def make_event(type: EventType | str, /, **fields: Any) -> NewEvent:
+    """Validate an event of ``type`` with ``fields`` (AG-UI fields, snake_case) and serialise it.
+
+    Raises:
+        EventValidationError: the type is unknown or a field is missing or of the wrong type.
+    """
+    try:
+        kind = EventType(type)
+    except ValueError:
+        raise EventValidationError(f"unknown event type {type!r}; expected one of {[t.value for t in EventType]}")
+    fields.setdefault("timestamp", now_ms())
+    key = _DELTA_KEYS.get(kind)
+    if key is not None and set(fields) == {key, "delta", "timestamp"}:
+        return _delta_event(kind, key, fields)
+    try:
+        model = _MODELS[kind](type=kind.value, **fields)
+    except (pydantic.ValidationError, TypeError) as exc:
+        raise EventValidationError(f"invalid {kind.value} event: {_first_error(exc)}") from None
+    data = model.model_dump(mode="json", exclude_none=True)
+    return NewEvent(kind, json.dumps(data, separators=(",", ":")))
+
+
+def _delta_event(kind: EventType, key: str, fields: dict[str, Any]) -> NewEvent:
+    ident, delta, ts = fields[key], fields["delta"], fields["timestamp"]
+    if not isinstance(ident, str) or not ident:
+        raise EventValidationError(f"invalid {kind.value} event: {key} must be a non-empty string")
+    if not isinstance(delta, str) or not delta:
+        raise EventValidationError(f"invalid {kind.value} event: delta must be a non-empty string")
+    if not isinstance(ts, int):
+        raise EventValidationError(f"invalid {kind.value} event: timestamp must be an integer (ms)")
+    data = {"type": kind.value, "timestamp": ts, key: ident, "delta": delta}
+    return NewEvent(kind, json.dumps(data, separators=(",", ":")))
+
+
+def _first_error(exc: Exception) -> str:
+    if isinstance(exc, pydantic.ValidationError):
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        return f"{where}: {err['msg']}" if where else str(err["msg"])
+    return str(exc)
+
+
+@dataclass(slots=True)
+class Event:
+    """One stored event of a run, as read back from the log."""
+
+    offset: int
+    type: EventType
+    run_id: str
+    session_id: str
+    agent_id: str
+    timestamp: int
+    #: The AG-UI fields of the event (snake_case), ``type`` and ``timestamp`` excluded.
+    data: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_stored(cls, offset: int, raw: str | bytes, run_id: str, session_id: str, agent_id: str) -> Event:
+        data = json.loads(raw)
+        kind = EventType(data.pop("type"))
+        ts = int(data.pop("timestamp", 0))
+        return cls(offset, kind, run_id, session_id, agent_id, ts, data)
+
+    @property
+    def is_terminal(self) -> bool:
+        """True for RUN_ERROR and for RUN_FINISHED other than an interrupt (a pause)."""
+        return self.type is EventType.RUN_ERROR or (self.type is EventType.RUN_FINISHED and not self.is_pause)
+
+    @property
+    def is_pause(self) -> bool:
+        """True for RUN_FINISHED with outcome ``interrupt`` (the run waits for a human)."""
+        outcome = self.data.get("outcome") or {}
+        return self.type is EventType.RUN_FINISHED and outcome.get("type") == "interrupt"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The event as one flat JSON-able dict: envelope fields plus the AG-UI fields."""
+        return {
+            "offset": self.offset,
+            "type": self.type.value,
+            "run_id": self.run_id,
+            "session_id": self.session_id,
+            "agent_id": self.agent_id,
+            "timestamp": self.timestamp,
+            **self.data,
+        }

@@ -1,0 +1,100 @@
+"""Every Redis key agents-celery uses, written once.
+
+All keys start with a configurable prefix (``AGENTS_CELERY_KEY_PREFIX``, default ``ac``). Every key of
+one run carries the run id as a hash tag (``{run_id}``), so each Lua script touches a single slot and the
+schema runs unchanged on Redis Cluster. Session keys carry the session id as their hash tag.
+
+Per run (``<p>:run:{<run_id>}...``):
+
+- ``<p>:run:{<rid>}`` *hash* — the run record. Fields: ``state`` (RunState JSON), ``step`` (number of
+  committed steps), ``next`` (next event offset), ``log`` (``live`` | ``paused`` | ``ended``),
+  ``attempt`` (attempts of the current step), ``attempt_offset`` (first offset of the current attempt),
+  ``session_id``, ``agent_id``. No TTL while the run is live or paused; ``retention`` once it ended.
+- ``<p>:run:{<rid>}:events`` *stream* — the event log. Entry id ``<offset>-1`` (so the id *is* the
+  offset), one field ``event`` holding the event JSON. Never trimmed; same TTL as the run record.
+- ``<p>:run:{<rid>}:lease`` *string* — token of the attempt that owns the run now. ``PX lease_ttl``,
+  renewed by the heartbeat. Every write to the run is refused unless it carries this token.
+- ``<p>:run:{<rid>}:effects`` *hash* — effect ledger, ``tool_call_id`` -> JSON ``{status, token,
+  result, error}``; ``status`` is ``started`` or ``done``. Same TTL as the run record.
+- ``<p>:run:{<rid>}:stop`` *string* — a stop request (its reason). May exist before the run does;
+  ``PX retention``.
+- ``<p>:run:{<rid>}:gone`` *string* — tombstone written when the run ends, ``PX retention + tombstone``;
+  tells an expired run (410) from one that never existed (404).
+
+Per session (``<p>:session:{<sid>}...``):
+
+- ``<p>:session:{<sid>}:active`` *string* — id of the session's queued/running/paused run.
+- ``<p>:session:{<sid>}:history`` *list* — the session's conversation (OpenAI message JSON), appended when
+  a run completes. ``PX session_ttl``, refreshed on each append.
+- ``<p>:session:{<sid>}:synced`` *set* — run ids already appended to the history (makes it idempotent).
+
+Global:
+
+- ``<p>:agents`` *hash* — agent name -> manifest JSON published by workers at start-up. No TTL.
+- ``<p>:live`` *sorted set* — run id -> deadline (ms). The sweeper re-enqueues runs past their deadline
+  whose lease is free. Members leave when the run pauses or ends.
+- ``<p>:sweeper`` *string* — lock so one sweeper runs per interval across workers. ``PX interval``.
+- ``<p>:idem:<key>`` *string* — run id created for an ``Idempotency-Key``. ``PX retention``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RunKeys:
+    """The keys of one run."""
+
+    run: str
+    events: str
+    lease: str
+    effects: str
+    stop: str
+    gone: str
+
+
+@dataclass(frozen=True)
+class SessionKeys:
+    """The keys of one session."""
+
+    active: str
+    history: str
+    synced: str
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Builds key names under one prefix."""
+
+    prefix: str = "ac"
+
+    def run(self, run_id: str) -> RunKeys:
+        base = f"{self.prefix}:run:{{{run_id}}}"
+        return RunKeys(
+            run=base,
+            events=f"{base}:events",
+            lease=f"{base}:lease",
+            effects=f"{base}:effects",
+            stop=f"{base}:stop",
+            gone=f"{base}:gone",
+        )
+
+    def session(self, session_id: str) -> SessionKeys:
+        base = f"{self.prefix}:session:{{{session_id}}}"
+        return SessionKeys(active=f"{base}:active", history=f"{base}:history", synced=f"{base}:synced")
+
+    @property
+    def agents(self) -> str:
+        return f"{self.prefix}:agents"
+
+    @property
+    def live(self) -> str:
+        return f"{self.prefix}:live"
+
+    @property
+    def sweeper(self) -> str:
+        return f"{self.prefix}:sweeper"
+
+    def idempotency(self, key: str) -> str:
+        return f"{self.prefix}:idem:{key}"

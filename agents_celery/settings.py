@@ -1,0 +1,109 @@
+"""Settings read from the environment (``AGENTS_CELERY_*`` and ``CELERY_BROKER_URL``).
+
+Every value has a default that works on one machine. A bad value fails at start-up with a
+:class:`~agents_celery.errors.ConfigurationError` naming the variable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlparse
+
+import pydantic
+from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from .errors import ConfigurationError
+
+_REDIS_SCHEMES = {"redis", "rediss", "unix", "redis+socket", "redis+sentinel", "sentinel"}
+
+
+class Settings(BaseSettings):
+    """Configuration of a runtime, a worker or an API process."""
+
+    model_config = SettingsConfigDict(env_prefix="AGENTS_CELERY_", extra="ignore", frozen=True)
+
+    redis_url: str = "redis://localhost:6379/0"
+    #: Celery broker; defaults to ``redis_url``. RabbitMQ works too: run state and events stay in Redis.
+    broker_url: str | None = Field(default=None, validation_alias=AliasChoices("CELERY_BROKER_URL", "broker_url"))
+    #: Module (``pkg.module``) whose module-level ``Agent`` objects are served.
+    agents: str | None = None
+    #: When set, every API route needs ``Authorization: Bearer <key>``.
+    api_key: str | None = None
+    #: Prefix of every Redis key; lets several deployments (or test sessions) share one Redis.
+    key_prefix: str = "ac"
+    #: Celery queue the step tasks go to.
+    queue: str = "agents"
+    #: How long a finished run's events and state are kept.
+    retention_seconds: float = Field(default=86_400.0, gt=0)
+    #: How long after retention a read still says "expired" (410) rather than "unknown" (404).
+    tombstone_seconds: float = Field(default=7 * 86_400.0, ge=0)
+    #: Lease of a step attempt; a worker that stops heartbeating loses the run after this long.
+    lease_ttl_seconds: float = Field(default=5.0, gt=0)
+    #: How often a working step renews its lease (must be well under the lease TTL).
+    heartbeat_seconds: float = Field(default=1.0, gt=0)
+    #: How often a running step checks for a stop request while a model streams or a tool runs.
+    stop_poll_seconds: float = Field(default=0.2, gt=0)
+    #: How often the sweeper looks for runs whose lease expired or whose next step was never enqueued.
+    sweep_interval_seconds: float = Field(default=1.0, gt=0)
+    #: How long a committed step may wait for its next task to start before the sweeper re-enqueues it.
+    enqueue_grace_seconds: float = Field(default=5.0, gt=0)
+    #: Attempts of one step (crashes, lost leases) before the run fails with AbandonedRunError.
+    max_step_attempts: int = Field(default=3, ge=1)
+    #: Retries of a failing model call (timeouts, 429, 5xx) inside one step, with exponential backoff.
+    model_retries: int = Field(default=3, ge=0)
+    model_backoff_seconds: float = Field(default=0.5, ge=0)
+    #: Model turns one run may take before it fails (guards against tool loops).
+    max_turns: int = Field(default=25, ge=1)
+    #: How long a session's conversation history is kept after its last run.
+    session_ttl_seconds: float = Field(default=30 * 86_400.0, gt=0)
+    #: Soft-shutdown window on SIGTERM: a step finishes or hands back within this time.
+    soft_shutdown_seconds: float = Field(default=30.0, ge=0)
+
+    @field_validator("redis_url")
+    @classmethod
+    def _check_redis_url(cls, value: str) -> str:
+        scheme = urlparse(value).scheme
+        if scheme not in _REDIS_SCHEMES:
+            raise ValueError(f"expected a redis:// rediss:// or unix:// URL, got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _check_heartbeat(self) -> Settings:
+        if self.heartbeat_seconds * 2 > self.lease_ttl_seconds:
+            raise ValueError(
+                f"heartbeat_seconds ({self.heartbeat_seconds}) must be at most half of "
+                f"lease_ttl_seconds ({self.lease_ttl_seconds})"
+            )
+        return self
+
+    @property
+    def celery_broker_url(self) -> str:
+        """The broker URL, falling back to the Redis URL."""
+        return self.broker_url or self.redis_url
+
+    @property
+    def retention_ms(self) -> int:
+        return int(self.retention_seconds * 1000)
+
+    @property
+    def tombstone_ms(self) -> int:
+        return int(self.tombstone_seconds * 1000)
+
+    @property
+    def lease_ttl_ms(self) -> int:
+        return int(self.lease_ttl_seconds * 1000)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read settings from the environment, applying ``overrides``; raise ConfigurationError on a bad value."""
+    clean = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return Settings(**clean)
+    except pydantic.ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            field = ".".join(str(p) for p in err["loc"]) or "settings"
+            variable = "CELERY_BROKER_URL" if field == "broker_url" else f"AGENTS_CELERY_{field.upper()}"
+            problems.append(f"{variable}: {err['msg']}")
+        raise ConfigurationError("bad configuration: " + "; ".join(problems)) from None

@@ -1,0 +1,71 @@
+"""Shared fixtures: a real Redis under a private key prefix (never flushed), helpers that wait on conditions."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from agents_celery.eventlog import EventLog
+from agents_celery.keys import Keys
+from agents_celery.settings import Settings, load_settings
+
+TEST_REDIS_URL = os.environ.get("AGENTS_CELERY_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02, what: str = "") -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+@pytest.fixture(scope="session")
+def key_prefix() -> Iterator[str]:
+    """A prefix private to this test session; its keys are deleted at the end (the database is not flushed)."""
+    prefix = f"actest-{uuid.uuid4().hex[:8]}"
+    yield prefix
+    client = redis.Redis.from_url(TEST_REDIS_URL)
+    for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+        client.delete(key)
+    client.close()
+
+
+@pytest.fixture
+def settings(key_prefix: str) -> Settings:
+    return load_settings(redis_url=TEST_REDIS_URL, key_prefix=key_prefix)
+
+
+@pytest.fixture
+def r(settings: Settings) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(settings.redis_url)
+    try:
+        client.ping()
+    except redis.ConnectionError:
+        pytest.fail(f"Redis is not reachable at {settings.redis_url}; start it (see .ci/run)")
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def keys(settings: Settings) -> Keys:
+    return Keys(settings.key_prefix)
+
+
+@pytest.fixture
+def eventlog(r: redis.Redis, keys: Keys, settings: Settings) -> EventLog:
+    return EventLog(r, keys, retention_ms=settings.retention_ms, tombstone_ms=settings.tombstone_ms)
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
