@@ -158,3 +158,29 @@ class Event:
             "timestamp": self.timestamp,
             **self.data,
         }
+
+
+_PAIRS = (
+    (EventType.TEXT_MESSAGE_START, EventType.TEXT_MESSAGE_END, "message_id"),
+    (EventType.TOOL_CALL_START, EventType.TOOL_CALL_END, "tool_call_id"),
+    (EventType.STEP_STARTED, EventType.STEP_FINISHED, "step_name"),
+)
+
+
+def close_open(events: list[Event]) -> list[NewEvent]:
+    """Events that close every message, tool call and step left open in ``events`` (a crashed attempt's)."""
+    open_ids: dict[EventType, list[str]] = {start: [] for start, _, _ in _PAIRS}
+    for ev in events:
+        for start, end, key in _PAIRS:
+            ident = ev.data.get(key)
+            if ev.type is start:
+                open_ids[start].append(ident)
+            elif ev.type is end and ident in open_ids[start]:
+                open_ids[start].remove(ident)
+    closers = [make_event(EventType.TEXT_MESSAGE_END, message_id=m) for m in open_ids[EventType.TEXT_MESSAGE_START]]
+    closers += [make_event(EventType.TOOL_CALL_END, tool_call_id=c) for c in open_ids[EventType.TOOL_CALL_START]]
+    closers += [
+        make_event(EventType.STEP_FINISHED, step_name=s, metadata={"abandoned": True})
+        for s in open_ids[EventType.STEP_STARTED]
+    ]
+    return closers

@@ -8,7 +8,7 @@ Per run (``<p>:run:{<run_id>}...``):
 
 - ``<p>:run:{<rid>}`` *hash* — the run record. Fields: ``state`` (RunState JSON), ``step`` (number of
   committed steps), ``next`` (next event offset), ``log`` (``live`` | ``paused`` | ``ended``),
-  ``attempt`` (attempts of the current step), ``attempt_offset`` (first offset of the current attempt),
+  ``attempt`` (attempts of the current step), ``step_offset`` (first offset of the step's first attempt),
   ``session_id``, ``agent_id``. No TTL while the run is live or paused; ``retention`` once it ended.
 - ``<p>:run:{<rid>}:events`` *stream* — the event log. Entry id ``<offset>-1`` (so the id *is* the
   offset), one field ``event`` holding the event JSON. Never trimmed; same TTL as the run record.

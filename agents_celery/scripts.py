@@ -98,7 +98,8 @@ if refused then return redis.error_reply(refused) end
 local step = redis.call('HGET', KEYS[1], 'step')
 if step ~= ARGV[2] then return redis.error_reply('CONFLICT step is ' .. tostring(step)) end
 local first = append(KEYS[1], KEYS[2], 8)
-redis.call('HSET', KEYS[1], 'state', ARGV[4], 'step', ARGV[3], 'log', ARGV[5], 'attempt', 0)
+redis.call('HSET', KEYS[1], 'state', ARGV[4], 'step', ARGV[3], 'log', ARGV[5])
+if ARGV[3] ~= ARGV[2] then redis.call('HSET', KEYS[1], 'attempt', 0) end  -- a new step: attempts start over
 if ARGV[5] == 'ended' then
   expire_run({KEYS[1], KEYS[2], KEYS[4], KEYS[6]}, tonumber(ARGV[6]), tonumber(ARGV[7]))
 end
@@ -108,18 +109,18 @@ return first
 
 # Takes the lease for one attempt at step ARGV[2] and returns what the attempt needs, in one round trip.
 # KEYS: run, lease, stop. ARGV: token, step, ttl_ms
-# -> {'OK', attempt, previous attempt's first offset or '', next offset, state json, stop reason or ''}
+# -> {'OK', attempt, first offset of this step's first attempt, next offset, state json, stop reason or ''}
 #    {'STALE', committed step} | {'BUSY'} | {'ENDED'} | {'NOTFOUND'}
 CLAIM = """
-local r = redis.call('HMGET', KEYS[1], 'log', 'step', 'state', 'next', 'attempt_offset')
+local r = redis.call('HMGET', KEYS[1], 'log', 'step', 'state', 'next')
 if not r[1] then return {'NOTFOUND'} end
 if r[1] == 'ended' then return {'ENDED'} end
 if r[2] ~= ARGV[2] then return {'STALE', r[2]} end
 if not redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[3]) then return {'BUSY'} end
 local attempt = redis.call('HINCRBY', KEYS[1], 'attempt', 1)
-redis.call('HSET', KEYS[1], 'attempt_offset', r[4])
+if attempt == 1 then redis.call('HSET', KEYS[1], 'step_offset', r[4]) end
 local stop = redis.call('GET', KEYS[3]) or ''
-return {'OK', tostring(attempt), r[5] or '', r[4], r[3] or '', stop}
+return {'OK', tostring(attempt), redis.call('HGET', KEYS[1], 'step_offset') or '', r[4], r[3] or '', stop}
 """
 
 # KEYS: lease. ARGV: token, ttl_ms -> 1 renewed, 0 lost

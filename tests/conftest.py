@@ -69,3 +69,62 @@ def eventlog(r: redis.Redis, keys: Keys, settings: Settings) -> EventLog:
 
 def new_id() -> str:
     return uuid.uuid4().hex
+
+
+# -- real workers and a fake OpenAI server --------------------------------------------------------------
+
+TEST_BROKER_URL = os.environ.get("AGENTS_CELERY_TEST_BROKER_URL", "redis://127.0.0.1:6379/10")
+
+
+@pytest.fixture(scope="session")
+def fake_openai() -> Iterator[Any]:
+    from agents_celery.testing import FakeOpenAIServer
+
+    server = FakeOpenAIServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def queue_name() -> str:
+    return f"agents-test-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def worker_env(key_prefix: str, queue_name: str, fake_openai: Any) -> dict[str, str]:
+    from .cluster import worker_env as make_env
+
+    return make_env(TEST_REDIS_URL, TEST_BROKER_URL, key_prefix, queue_name, {"FAKE_OPENAI_URL": fake_openai.url})
+
+
+@pytest.fixture(scope="session")
+def worker(worker_env: dict[str, str]) -> Iterator[Any]:
+    """One real worker process shared by the tests that do not kill workers."""
+    from .cluster import Worker
+
+    w = Worker(worker_env).wait_ready()
+    yield w
+    w.stop()
+
+
+@pytest.fixture
+def fast_settings(worker_env: dict[str, str]) -> Settings:
+    from .cluster import FAST
+
+    overrides = {k.removeprefix("AGENTS_CELERY_").lower(): v for k, v in FAST.items()}
+    return load_settings(
+        redis_url=TEST_REDIS_URL,
+        broker_url=TEST_BROKER_URL,
+        key_prefix=worker_env["AGENTS_CELERY_KEY_PREFIX"],
+        queue=worker_env["AGENTS_CELERY_QUEUE"],
+        **overrides,
+    )
+
+
+@pytest.fixture
+def runtime(fast_settings: Settings, worker: Any) -> Iterator[Any]:
+    from agents_celery import Runtime
+
+    rt = Runtime(settings=fast_settings)
+    yield rt
+    rt.close()

@@ -1,0 +1,103 @@
+"""Agents and agents modules.
+
+An :class:`Agent` is instructions, a model and tools. A module that defines ``Agent`` objects at module
+level is an *agents module*; workers load it by name (``--agents pkg.module``) and publish each agent's
+manifest to Redis so API processes can list agents without importing their code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .errors import ConfigurationError
+from .hooks import Hooks
+
+if TYPE_CHECKING:
+    from .models import Model
+    from .tools import Tool
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class Agent:
+    """An agent: instructions, an OpenAI-compatible model, and tools.
+
+    Args:
+        name: Unique name; runs address the agent by it (``/agents/<name>/runs``).
+        instructions: The system prompt.
+        model: An :class:`~agents_celery.models.OpenAIChat`, a ``ScriptedModel`` or any ``Model``.
+        tools: Functions decorated with :func:`~agents_celery.tools.tool`.
+        description: Shown in ``GET /agents``.
+        hooks: :class:`~agents_celery.hooks.Hooks` run around its steps, on the worker.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        instructions: str = "",
+        model: Model | None = None,
+        tools: Sequence[Tool] = (),
+        description: str = "",
+        hooks: Sequence[Hooks] = (),
+    ) -> None:
+        if not _NAME.match(name):
+            raise ConfigurationError(f"agent name {name!r} must be 1-64 letters, digits, '_', '-' or '.'")
+        if model is None:
+            raise ConfigurationError(f"agent {name!r} needs a model, e.g. OpenAIChat('gpt-4o-mini')")
+        self.name = name
+        self.instructions = instructions
+        self.model = model
+        self.description = description
+        self.hooks = list(hooks)
+        self.tools: dict[str, Tool] = {}
+        for t in tools:
+            if t.name in self.tools:
+                raise ConfigurationError(f"agent {name!r} has two tools named {t.name!r}")
+            self.tools[t.name] = t
+
+    def manifest(self) -> dict[str, Any]:
+        """What workers publish: name, description, model, tools and which need confirmation."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "model": getattr(self.model, "name", type(self.model).__name__),
+            "tools": [t.manifest() for t in self.tools.values()],
+        }
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        """The tools in Chat Completions ``tools`` form."""
+        return [t.openai_schema() for t in self.tools.values()]
+
+    def __repr__(self) -> str:
+        return f"Agent(name={self.name!r}, tools={list(self.tools)!r})"
+
+
+def agents_in(module: object) -> list[Agent]:
+    """The module-level Agent objects of ``module``, in definition order."""
+    found: list[Agent] = []
+    for value in vars(module).values():
+        if isinstance(value, Agent) and value not in found:
+            found.append(value)
+    return found
+
+
+def load_agents(module_names: str | Sequence[str]) -> dict[str, Agent]:
+    """Import agents modules (comma-separated or a list) and return their agents by name, in order."""
+    names = [n.strip() for n in module_names.split(",")] if isinstance(module_names, str) else list(module_names)
+    registry: dict[str, Agent] = {}
+    for name in filter(None, names):
+        try:
+            module = importlib.import_module(name)
+        except Exception as exc:
+            raise ConfigurationError(f"cannot import agents module {name!r}: {type(exc).__name__}: {exc}") from exc
+        agents = agents_in(module)
+        if not agents:
+            raise ConfigurationError(f"agents module {name!r} defines no Agent at module level")
+        for agent in agents:
+            if agent.name in registry and registry[agent.name] is not agent:
+                raise ConfigurationError(f"two agents are named {agent.name!r}")
+            registry[agent.name] = agent
+    return registry

@@ -1,0 +1,159 @@
+"""Celery wiring: ``create_celery_app()`` for a new app, ``configure(app)`` for an existing one.
+
+Durable defaults are set explicitly (each commented) and the one step task is registered under a stable
+name, ``agents_celery.step``, with arguments ``(run_id, step)`` and the agent as a keyword, so Flower
+shows each run's steps. Only ids and JSON cross the broker.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import redis
+from celery import Celery, signals
+
+from .agent import Agent, load_agents
+from .engine import Engine
+from .hooks import Hooks, LoggingHooks
+from .settings import Settings, load_settings
+from .store import RunStore
+from .sweeper import SweeperThread
+
+log = logging.getLogger(__name__)
+
+STEP_TASK = "agents_celery.step"
+EXTENSION = "agents_celery"
+
+
+def durable_defaults(settings: Settings) -> dict[str, Any]:
+    """The Celery settings agents-celery relies on."""
+    return {
+        # Only JSON crosses the broker: ids and step numbers, never pickled objects.
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        "result_serializer": "json",
+        # Ack after the step ran, so a worker killed mid-step leaves the message to be delivered again.
+        "task_acks_late": True,
+        # A pool child killed mid-step (OOM, kill -9) puts the message back at once instead of dropping it.
+        "task_reject_on_worker_lost": True,
+        # Hold one message at a time: prefetched messages would wait behind a slow model call.
+        "worker_prefetch_multiplier": 1,
+        # The Redis broker redelivers unacked messages only after this. The sweeper recovers crashed steps
+        # in seconds, so this only bounds duplicate deliveries of very long steps; keep it long.
+        "broker_transport_options": {"visibility_timeout": 3600},
+        # On SIGTERM (a deploy), let running steps finish for this long, then hand them back.
+        "worker_soft_shutdown_timeout": settings.soft_shutdown_seconds,
+        "worker_enable_soft_shutdown_on_idle": True,
+        # Step results live in our Redis keys; Celery's result backend is not used for steps.
+        "task_ignore_result": True,
+        "broker_connection_retry_on_startup": True,
+        "task_routes": {STEP_TASK: {"queue": settings.queue}},
+    }
+
+
+class AgentsCelery:
+    """What ``configure`` attaches to a Celery app (``app.extensions``-style, as ``app.agents_celery``)."""
+
+    def __init__(self, app: Celery, settings: Settings, agents: Mapping[str, Agent], hooks: Sequence[Hooks]) -> None:
+        self.app = app
+        self.settings = settings
+        self.agents = dict(agents)
+        self.hooks = list(hooks)
+        self._engine: Engine | None = None
+        self._pid = 0
+        self._lock = threading.Lock()
+        self.sweeper: SweeperThread | None = None
+
+    def enqueue(self, run_id: str, step: int, agent_id: str) -> None:
+        """Send the task for the step (by name: the sender needs no agent code)."""
+        self.app.send_task(STEP_TASK, args=[run_id, step], kwargs={"agent": agent_id}, queue=self.settings.queue)
+
+    @property
+    def engine(self) -> Engine:
+        """The engine of this process (built after fork, so each pool child has its own Redis pool)."""
+        with self._lock:
+            if self._engine is None or self._pid != os.getpid():
+                client = redis.Redis.from_url(self.settings.redis_url, health_check_interval=30)
+                self._engine = Engine(RunStore(client, self.settings), self.agents, self.enqueue, self.hooks)
+                self._pid = os.getpid()
+            return self._engine
+
+    def on_worker_ready(self) -> None:
+        """Publish manifests and start the sweeper (in the worker's main process)."""
+        store = self.engine.store
+        store.publish_manifests([a.manifest() for a in self.agents.values()])
+        self.sweeper = SweeperThread(store, self.enqueue)
+        self.sweeper.start()
+        log.info("agents-celery worker ready: agents %s, queue %r", list(self.agents), self.settings.queue)
+
+    def on_worker_shutdown(self) -> None:
+        if self.sweeper is not None:
+            self.sweeper.stop()
+
+
+def configure(
+    app: Celery,
+    settings: Settings | None = None,
+    *,
+    agents: str | Sequence[str] | Mapping[str, Agent] | None = None,
+    hooks: Sequence[Hooks] | None = None,
+) -> AgentsCelery:
+    """Configure an existing Celery app for agents-celery; returns the extension (also ``app.agents_celery``).
+
+    Args:
+        app: The Celery app. Its broker is kept when it has one; otherwise the settings' broker is used.
+        settings: Defaults to :func:`~agents_celery.settings.load_settings` (the environment).
+        agents: Agents modules to serve (name or names), or agents by name. Defaults to ``AGENTS_CELERY_AGENTS``.
+        hooks: Hooks run around every step of every agent (default: logging).
+    """
+    settings = settings or load_settings()
+    if agents is None:
+        agents = settings.agents or {}
+    registry = agents if isinstance(agents, Mapping) else load_agents(agents)
+    if not app.conf.broker_url:
+        app.conf.broker_url = settings.celery_broker_url
+    app.conf.update(durable_defaults(settings))
+    ext = AgentsCelery(app, settings, registry, hooks if hooks is not None else [LoggingHooks()])
+    app.agents_celery = ext  # type: ignore[attr-defined]
+
+    @app.task(name=STEP_TASK, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+    def step(self: Any, run_id: str, step: int, agent: str | None = None) -> str:
+        """One step of one run: a model turn or the tool calls of a turn."""
+        return ext.engine.execute(run_id, int(step))
+
+    @signals.worker_ready.connect(weak=False)
+    def _ready(sender: Any = None, **_: Any) -> None:
+        if getattr(sender, "app", None) is app:
+            ext.on_worker_ready()
+
+    @signals.worker_shutdown.connect(weak=False)
+    def _shutdown(sender: Any = None, **_: Any) -> None:
+        ext.on_worker_shutdown()
+
+    return ext
+
+
+def create_celery_app(
+    settings: Settings | None = None,
+    *,
+    agents: str | Sequence[str] | Mapping[str, Agent] | None = None,
+    hooks: Sequence[Hooks] | None = None,
+    main: str = "agents_celery",
+) -> Celery:
+    """A new Celery app configured for agents-celery (broker from ``CELERY_BROKER_URL`` or the Redis URL)."""
+    settings = settings or load_settings()
+    app = Celery(main, broker=settings.celery_broker_url)
+    configure(app, settings, agents=agents, hooks=hooks)
+    return app
+
+
+def extension(app: Celery) -> AgentsCelery:
+    """The AgentsCelery attached by :func:`configure`."""
+    ext = getattr(app, EXTENSION, None)
+    if not isinstance(ext, AgentsCelery):
+        raise RuntimeError("this Celery app is not configured for agents-celery; call configure(app) first")
+    return ext

@@ -1,0 +1,140 @@
+"""The engine: one attempt at one step of one run, as the Celery step task calls it.
+
+``execute(run_id, step)``: take the run's lease (one Lua call that also loads the checkpoint), close what
+a crashed earlier attempt left open, do the step (:mod:`agents_celery.steps`) with a heartbeat renewing
+the lease, commit the new checkpoint by compare-and-set on the step number (fenced by the lease), then
+enqueue the next step. A delivery for a step that is already committed, or that another attempt holds,
+does nothing and emits nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+
+from .agent import Agent
+from .errors import AbandonedRunError, ConfigurationError, FencedError, StopStep
+from .events import EventType, close_open, make_event
+from .hooks import Hooks, StepInfo, call_hooks
+from .leases import Heartbeat, Leases, new_token
+from .runs import RunStatus
+from .settings import Settings
+from .steps import Cancelled, StepContext, StepResult, cancelled, failed, model_turn, tool_step
+from .store import Claim, RunStore
+from .writer import EventWriter
+
+log = logging.getLogger(__name__)
+
+#: Sends the task for ``(run_id, step, agent_id)``.
+Enqueue = Callable[[str, int, str], None]
+
+
+class Engine:
+    """Executes steps. One per worker process; shared by its threads."""
+
+    def __init__(
+        self,
+        store: RunStore,
+        agents: Mapping[str, Agent],
+        enqueue: Enqueue,
+        hooks: Sequence[Hooks] = (),
+    ) -> None:
+        self.store = store
+        self.settings: Settings = store.settings
+        self.agents = agents
+        self.enqueue = enqueue
+        self.hooks = list(hooks)
+        self.leases = Leases(store.redis, store.keys)
+
+    def execute(self, run_id: str, step: int) -> str:
+        """Run one attempt of ``step``; return what happened (``committed``, ``stale``, ``busy`` ...)."""
+        token = new_token()
+        claim = self.store.claim(run_id, step, token)
+        if claim.outcome != "OK":
+            log.info("run=%s step=%d: nothing to do (%s)", run_id, step, claim.outcome.lower())
+            return claim.outcome.lower()
+        try:
+            return self._attempt(run_id, step, token, claim)
+        except FencedError:
+            log.warning("run=%s step=%d: lost the lease; another attempt owns the run", run_id, step)
+            return "fenced"
+        finally:
+            self.leases.release(run_id, token)
+
+    def _attempt(self, run_id: str, step: int, token: str, claim: Claim) -> str:
+        assert claim.state is not None
+        state = claim.state
+        agent = self.agents.get(state.agent_id)
+        kind = state.next
+        info = StepInfo(run_id, state.agent_id, state.session_id, step, kind, claim.attempt)
+        hooks = [*self.hooks, *(agent.hooks if agent else [])]
+        s = self.settings
+        with EventWriter(self.store.log, run_id, token) as writer:
+            ctx = StepContext(state, agent, step, claim.attempt, token, self.store, s, writer, info)  # type: ignore[arg-type]
+            if claim.stop_reason:
+                ctx.stop.set()
+
+            def tick() -> None:
+                if self.store.stop_requested(run_id):
+                    ctx.stop.set()
+
+            with Heartbeat(self.leases, run_id, token, s.lease_ttl_ms, s.heartbeat_seconds, tick, s.stop_poll_seconds) as hb:
+                ctx.lost = hb.lost
+                if claim.attempt > 1:
+                    self._close_abandoned(ctx, claim)
+                result = self._decide(ctx, agent, hooks)
+                writer.flush()
+        first_status = result.state.status
+        self.store.commit(result.state, token, step, step + 1, result.events, result.log_status)
+        call_hooks(hooks, "after_commit", info)
+        self._after_commit(result, step)
+        call_hooks(hooks, "after_step", info, first_status.value)
+        return "committed"
+
+    def _decide(self, ctx: StepContext, agent: Agent | None, hooks: list[Hooks]) -> StepResult:
+        state = ctx.state
+        if agent is None:
+            error = ConfigurationError(f"no worker here serves agent {state.agent_id!r}; start one with its module")
+            return failed(ctx, state, error)
+        if ctx.attempt > self.settings.max_step_attempts:
+            error = AbandonedRunError(
+                f"step {ctx.step} of run {state.run_id!r} was attempted {ctx.attempt - 1} times without committing"
+            )
+            return failed(ctx, state, error)
+        if ctx.stop.is_set():
+            return cancelled(ctx, state)
+        if state.status == RunStatus.QUEUED:
+            ctx.state = state = state.moved_to(RunStatus.RUNNING)
+            self.store.commit(state, ctx.token, ctx.step, ctx.step, [], "live")  # visible as running at once
+        try:
+            call_hooks(hooks, "before_step", ctx.info)
+            return model_turn(ctx) if state.next == "model" else tool_step(ctx)
+        except Cancelled:
+            return cancelled(ctx, ctx.state)
+        except StopStep as exc:
+            return failed(ctx, ctx.state, exc)
+
+    def _close_abandoned(self, ctx: StepContext, claim: Claim) -> None:
+        """Close what a crashed attempt of this step left open, so the stream stays valid AG-UI."""
+        start = claim.step_offset if claim.step_offset is not None else claim.next_offset
+        closers = close_open(self.store.log.read(ctx.state.run_id, after=start - 1))
+        closers.append(
+            make_event(
+                EventType.CUSTOM,
+                name="attempt_abandoned",
+                value={"step": ctx.step, "attempt": ctx.attempt - 1, "next_attempt": ctx.attempt},
+            )
+        )
+        for ev in closers:
+            ctx.writer.emit(ev)
+
+    def _after_commit(self, result: StepResult, step: int) -> None:
+        state = result.state
+        if result.log_status == "live":
+            self.store.watch(state.run_id, self.settings.enqueue_grace_seconds)
+            self.enqueue(state.run_id, step + 1, state.agent_id)
+            return
+        self.store.unwatch(state.run_id)
+        if result.log_status == "ended":
+            self.store.session_sync(state)
+            self.store.session_release(state.session_id, state.run_id)

@@ -1,0 +1,455 @@
+"""Models: anything that streams one assistant turn from a list of Chat Completions messages.
+
+A model yields :data:`ModelChunk` values (text deltas, tool call deltas, usage) and raises
+:class:`~agents_celery.errors.ModelError` on failure, with ``retryable`` set. A model never retries by itself:
+the engine retries, with backoff, and records each attempt.
+
+- :class:`OpenAIChat` talks to OpenAI or any OpenAI-compatible server (vLLM, Ollama, LiteLLM...).
+- :class:`ScriptedModel` replays scripted turns offline, for tests and demos.
+- :class:`TurnAccumulator` assembles a streamed turn into an assistant message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from .errors import ConfigurationError, ModelError
+
+if TYPE_CHECKING:
+    # openai is imported where it is used: it takes about half a second, which a worker serving only
+    # scripted models, or a CLI command, should not pay.
+    import openai
+    from openai.types.chat import ChatCompletionChunk
+
+__all__ = [
+    "Model",
+    "ModelChunk",
+    "OpenAIChat",
+    "ScriptedModel",
+    "ScriptedToolCall",
+    "ScriptedTurn",
+    "TextDelta",
+    "ToolCallDelta",
+    "TurnAccumulator",
+    "Usage",
+]
+
+_TOKEN_RE = re.compile(r"\S+\s*|\s+")
+#: Statuses worth retrying, as the openai SDK's own retry logic has them.
+_RETRYABLE_STATUSES = frozenset({408, 409, 429})
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """A piece of the assistant's text."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCallDelta:
+    """A piece of one tool call. ``id`` and ``name`` come on the first delta of a call; ``arguments`` is JSON text."""
+
+    index: int
+    id: str | None
+    name: str | None
+    arguments: str
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token counts of one model call."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+ModelChunk = TextDelta | ToolCallDelta | Usage
+
+
+@runtime_checkable
+class Model(Protocol):
+    """Streams one assistant turn.
+
+    ``messages`` are Chat Completions message dicts; ``tools`` are :meth:`Tool.openai_schema` dicts and may be
+    empty. Failures raise :class:`~agents_celery.errors.ModelError`.
+    """
+
+    @property
+    def name(self) -> str:
+        """A short description such as ``"openai:gpt-4o-mini"``."""
+        ...
+
+    def stream(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Iterator[ModelChunk]:
+        """Yield the chunks of the next assistant turn."""
+        ...
+
+
+class TurnAccumulator:
+    """Assembles streamed chunks into one assistant turn.
+
+    Example::
+
+        acc = TurnAccumulator()
+        for chunk in model.stream(messages, tools):
+            acc.add(chunk)
+        messages.append(acc.assistant_message())
+    """
+
+    def __init__(self) -> None:
+        self._text: list[str] = []
+        self._calls: dict[int, dict[str, str]] = {}
+        self._missing_ids: set[int] = set()
+        self.usage = Usage()
+
+    def add(self, chunk: ModelChunk) -> None:
+        """Take in one chunk."""
+        if isinstance(chunk, TextDelta):
+            self._text.append(chunk.text)
+        elif isinstance(chunk, ToolCallDelta):
+            self._add_call_delta(chunk)
+        else:
+            # The last usage report wins: some servers send running totals.
+            self.usage = chunk
+
+    def _add_call_delta(self, delta: ToolCallDelta) -> None:
+        call = self._calls.get(delta.index)
+        if call is None:
+            # A server that sends no id still needs one unique per call: results are keyed by it.
+            call = self._calls[delta.index] = {
+                "id": delta.id or f"call_{uuid.uuid4().hex[:24]}",
+                "name": "",
+                "arguments": "",
+            }
+            if not delta.id:
+                self._missing_ids.add(delta.index)
+        elif delta.id and delta.index in self._missing_ids:
+            call["id"] = delta.id
+            self._missing_ids.discard(delta.index)
+        if delta.name and not call["name"]:
+            call["name"] = delta.name
+        call["arguments"] += delta.arguments
+
+    @property
+    def text(self) -> str:
+        """The text so far."""
+        return "".join(self._text)
+
+    @property
+    def tool_calls(self) -> list[dict[str, str]]:
+        """The tool calls so far, in index order: ``{"id", "name", "arguments"}`` each."""
+        return [dict(self._calls[index]) for index in sorted(self._calls)]
+
+    def assistant_message(self) -> dict[str, Any]:
+        """The turn as a Chat Completions assistant message."""
+        message: dict[str, Any] = {"role": "assistant", "content": self.text or None}
+        calls = self.tool_calls
+        if calls:
+            message["tool_calls"] = [
+                {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                for c in calls
+            ]
+        return message
+
+
+class OpenAIChat:
+    """A Chat Completions model, from OpenAI or any OpenAI-compatible server.
+
+    Only the constructor arguments are kept; the SDK client is built on first use, so the object is cheap to
+    create and can be rebuilt on a worker.
+
+    Args:
+        model: Model name sent to the server.
+        base_url: Server URL such as ``"http://localhost:11434/v1"``; ``None`` means OpenAI
+            (or ``OPENAI_BASE_URL``).
+        api_key: API key; defaults to ``OPENAI_API_KEY``, else a placeholder for servers that need none.
+        timeout: Seconds allowed for one request.
+        temperature: Sampling temperature; ``None`` leaves the server's default.
+        max_tokens: Cap on generated tokens; ``None`` leaves the server's default.
+        extra_body: Extra JSON fields merged into each request body.
+    """
+
+    def __init__(
+        self,
+        model: str = "gpt-4o-mini",
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        timeout: float = 60.0,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        extra_body: dict[str, Any] | None = None,
+    ) -> None:
+        self.model = model
+        self.base_url = base_url
+        self.api_key = api_key
+        self.timeout = timeout
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.extra_body = dict(extra_body) if extra_body else None
+        self._client: openai.OpenAI | None = None
+
+    @property
+    def name(self) -> str:
+        """``"openai:<model>"``."""
+        return f"openai:{self.model}"
+
+    def __repr__(self) -> str:
+        return f"OpenAIChat(model={self.model!r}, base_url={self.base_url!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_client"] = None
+        return state
+
+    def describe(self) -> dict[str, Any]:
+        """What a worker publishes about the model (no secrets)."""
+        return {"provider": "openai", "model": self.model, "base_url": self.base_url}
+
+    def close(self) -> None:
+        """Close the HTTP client if one was built; the next call builds a new one."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def stream(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Iterator[ModelChunk]:
+        """Stream one assistant turn.
+
+        Args:
+            messages: Chat Completions messages.
+            tools: Tool schemas; when empty no ``tools`` field is sent.
+
+        Yields:
+            Text deltas, tool call deltas, then the usage.
+
+        Raises:
+            ModelError: The request failed, before or during streaming; ``retryable`` and ``status_code`` say how.
+        """
+        import openai
+
+        try:
+            response: openai.Stream[ChatCompletionChunk] = self._get_client().chat.completions.create(
+                **self._request(messages, tools)
+            )
+            with response:
+                for chunk in response:
+                    yield from _chunk_deltas(chunk)
+        except openai.OpenAIError as exc:
+            raise _model_error(self.name, self.timeout, exc) from exc
+
+    def _get_client(self) -> openai.OpenAI:
+        if self._client is None:
+            import openai
+
+            self._client = openai.OpenAI(
+                base_url=self.base_url,
+                api_key=self.api_key or os.environ.get("OPENAI_API_KEY") or "not-needed",
+                max_retries=0,  # the engine retries, and records each attempt
+                timeout=self.timeout,
+            )
+        return self._client
+
+    def _request(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+        request: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if tools:
+            request["tools"] = tools
+        if self.temperature is not None:
+            request["temperature"] = self.temperature
+        if self.max_tokens is not None:
+            request["max_tokens"] = self.max_tokens
+        if self.extra_body:
+            request["extra_body"] = self.extra_body
+        return request
+
+
+def _chunk_deltas(chunk: ChatCompletionChunk) -> Iterator[ModelChunk]:
+    """The deltas of one streamed Chat Completions chunk (first choice only)."""
+    for choice in chunk.choices[:1]:
+        delta = choice.delta
+        if delta.content:
+            yield TextDelta(delta.content)
+        for position, call in enumerate(delta.tool_calls or ()):
+            function = call.function
+            yield ToolCallDelta(
+                # Some compatible servers leave out the index; the position is then the best guess.
+                index=call.index if isinstance(call.index, int) else position,
+                id=call.id or None,
+                name=(function.name if function else None) or None,
+                arguments=(function.arguments if function else None) or "",
+            )
+    usage = chunk.usage
+    if usage is not None:
+        yield Usage(
+            prompt_tokens=usage.prompt_tokens or 0,
+            completion_tokens=usage.completion_tokens or 0,
+            total_tokens=usage.total_tokens or 0,
+        )
+
+
+def _model_error(model_name: str, timeout: float, exc: Exception) -> ModelError:
+    """Map an openai SDK exception to a ModelError that says whether a retry may help."""
+    import openai
+
+    if isinstance(exc, openai.APITimeoutError):
+        return ModelError(f"{model_name}: request timed out after {timeout}s", retryable=True)
+    if isinstance(exc, openai.APIConnectionError):
+        cause = exc.__cause__ or exc.__context__
+        detail = f" ({cause})" if cause else ""
+        return ModelError(f"{model_name}: cannot connect to the server{detail}", retryable=True)
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        retryable = status in _RETRYABLE_STATUSES or status >= 500
+        message = _server_message(exc)
+        return ModelError(f"{model_name}: HTTP {status}: {message}", retryable=retryable, status_code=status)
+    if isinstance(exc, openai.APIResponseValidationError):
+        return ModelError(f"{model_name}: unexpected response: {exc}", retryable=False, status_code=exc.status_code)
+    if isinstance(exc, openai.APIError):
+        # An error event in the middle of a stream: the server gave up on this turn.
+        return ModelError(f"{model_name}: error while streaming: {_server_message(exc)}", retryable=True)
+    return ModelError(f"{model_name}: {type(exc).__name__}: {exc}", retryable=False)
+
+
+def _server_message(exc: openai.APIError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and isinstance(inner.get("message"), str):
+            return str(inner["message"])
+    if isinstance(body, str) and body:
+        return body[:500]
+    return exc.message
+
+
+@dataclass(frozen=True)
+class ScriptedToolCall:
+    """A tool call a :class:`ScriptedModel` makes.
+
+    Attributes:
+        name: Tool name.
+        arguments: Arguments as a dict or a JSON string (an invalid string exercises argument errors).
+        id: Call id; by default ``call_<turn>_<i>``.
+    """
+
+    name: str
+    arguments: dict[str, Any] | str
+    id: str | None = None
+
+    def arguments_json(self) -> str:
+        """The arguments as JSON text."""
+        return self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments)
+
+
+@dataclass(frozen=True)
+class ScriptedTurn:
+    """One scripted assistant turn: text, then tool calls."""
+
+    text: str = ""
+    tool_calls: Sequence[ScriptedToolCall] = ()
+
+
+def as_turn(turn: ScriptedTurn | str) -> ScriptedTurn:
+    """A turn given as a bare string is a text-only turn."""
+    return ScriptedTurn(text=turn) if isinstance(turn, str) else turn
+
+
+def turn_index(messages: Sequence[dict[str, Any]]) -> int:
+    """Which scripted turn comes next: the number of assistant messages after the last user message.
+
+    So a run that goes model -> tools -> model takes turn 0 then turn 1, and the next user message of the same
+    session starts again at turn 0.
+    """
+    count = 0
+    for message in reversed(messages):
+        role = message.get("role")
+        if role == "user":
+            break
+        if role == "assistant":
+            count += 1
+    return count
+
+
+def split_tokens(text: str) -> list[str]:
+    """Split text into word-like tokens that keep their trailing whitespace; joined they give ``text`` back."""
+    return _TOKEN_RE.findall(text)
+
+
+def word_count(messages: Sequence[dict[str, Any]]) -> int:
+    """Whitespace-separated words in the string contents of ``messages`` (a stand-in for prompt tokens)."""
+    return sum(len(m["content"].split()) for m in messages if isinstance(m.get("content"), str))
+
+
+class ScriptedModel:
+    """An offline, deterministic model that plays back scripted turns.
+
+    The turn played is the number of assistant messages after the last user message (see :func:`turn_index`);
+    past the end of the script the last turn repeats. Text streams word by word, tool calls stream their
+    arguments in two halves, then usage in words.
+
+    Args:
+        turns: The script; a string is a text-only turn.
+        token_delay: Seconds slept before each text token (to look like a real model).
+        name: Name the model reports.
+
+    Raises:
+        ConfigurationError: The script is empty.
+    """
+
+    def __init__(
+        self, turns: Sequence[ScriptedTurn | str], *, token_delay: float = 0.0, name: str = "scripted"
+    ) -> None:
+        if not turns:
+            raise ConfigurationError("ScriptedModel needs at least one turn")
+        self.turns = [as_turn(turn) for turn in turns]
+        self.token_delay = token_delay
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        """The name given at construction (``"scripted"`` by default)."""
+        return self._name
+
+    def __repr__(self) -> str:
+        return f"ScriptedModel({len(self.turns)} turns, name={self._name!r})"
+
+    def describe(self) -> dict[str, Any]:
+        """What a worker publishes about the model."""
+        return {"provider": "scripted", "name": self._name, "turns": len(self.turns)}
+
+    def stream(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Iterator[ModelChunk]:
+        """Stream the scripted turn that ``messages`` call for.
+
+        Args:
+            messages: Chat Completions messages (only roles and string contents are read).
+            tools: Ignored.
+
+        Yields:
+            Text deltas, tool call deltas, then the usage.
+        """
+        index = turn_index(messages)
+        turn = self.turns[min(index, len(self.turns) - 1)]
+        for token in split_tokens(turn.text):
+            if self.token_delay:
+                time.sleep(self.token_delay)
+            yield TextDelta(token)
+        completion = len(turn.text.split())
+        for i, call in enumerate(turn.tool_calls):
+            arguments = call.arguments_json()
+            half = len(arguments) // 2
+            yield ToolCallDelta(index=i, id=call.id or f"call_{index}_{i}", name=call.name, arguments=arguments[:half])
+            yield ToolCallDelta(index=i, id=None, name=None, arguments=arguments[half:])
+            completion += len(arguments.split())
+        prompt = word_count(messages)
+        yield Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)

@@ -1,0 +1,146 @@
+"""Run state: the versioned checkpoint a step loads and commits.
+
+Transitions (anything else is refused)::
+
+    queued   -> running | cancelled | failed
+    running  -> running | paused | completed | failed | cancelled
+    paused   -> running | cancelled | failed
+    completed, failed, cancelled: final
+
+The state is committed by compare-and-set on ``step`` (see :mod:`agents_celery.store`). Its JSON carries
+``schema_version``; loading an unknown version fails fast, naming the versions this code supports.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from .errors import SchemaVersionError, StateError
+
+SCHEMA_VERSION = 1
+SUPPORTED_VERSIONS = (1,)
+
+
+class RunStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    PAUSED = "paused"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_final(self) -> bool:
+        return self in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
+    RunStatus.QUEUED: frozenset({RunStatus.RUNNING, RunStatus.CANCELLED, RunStatus.FAILED}),
+    RunStatus.RUNNING: frozenset(
+        {RunStatus.RUNNING, RunStatus.PAUSED, RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED}
+    ),
+    RunStatus.PAUSED: frozenset({RunStatus.RUNNING, RunStatus.CANCELLED, RunStatus.FAILED}),
+    RunStatus.COMPLETED: frozenset(),
+    RunStatus.FAILED: frozenset(),
+    RunStatus.CANCELLED: frozenset(),
+}
+
+#: Why a tool call waits for a human.
+PauseReason = Literal["confirmation_required", "may_have_run"]
+
+
+class ToolCall(BaseModel):
+    """One tool call of the last assistant turn, and what became of it."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+    requires_confirmation: bool = False
+    #: ``pending`` while a human must decide; None when no decision is needed.
+    decision: Literal["pending", "approved", "rejected"] | None = None
+    pause_reason: PauseReason | None = None
+    note: str | None = None
+    result: str | None = None
+    error: str | None = None
+    #: Re-run even though the ledger says an earlier attempt started it (a human approved that).
+    rerun: bool = False
+
+    @property
+    def args(self) -> dict[str, Any]:
+        """The arguments as a dict ({} when the model sent invalid JSON)."""
+        try:
+            value = json.loads(self.arguments or "{}")
+        except ValueError:
+            return {}
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def done(self) -> bool:
+        return self.result is not None
+
+
+class RunFailure(BaseModel):
+    """Why a run failed: an exception stored as type and message, never pickled."""
+
+    type: str
+    message: str
+
+
+class RunState(BaseModel):
+    """Everything a step needs to continue a run. Only JSON, so any worker can pick it up."""
+
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    agent_id: str
+    session_id: str
+    user_id: str | None = None
+    status: RunStatus = RunStatus.QUEUED
+    #: What the next step does.
+    next: Literal["model", "tools"] = "model"
+    #: The conversation sent to the model: system prompt, session history, this run's messages.
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    #: How many of ``messages`` came from before this run (system prompt and session history).
+    history_len: int = 0
+    #: Tool calls of the last assistant turn.
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    turns: int = 0
+    output: str | None = None
+    error: RunFailure | None = None
+    usage: dict[str, int] = Field(default_factory=dict)
+    created_at: int = 0
+    updated_at: int = 0
+
+    def moved_to(self, status: RunStatus) -> RunState:
+        """A copy in ``status``; raises StateError when the transition table does not allow it."""
+        if status not in TRANSITIONS[self.status]:
+            raise StateError(f"run {self.run_id!r} cannot go from {self.status.value} to {status.value}")
+        return self.model_copy(update={"status": status})
+
+    @property
+    def pending(self) -> list[ToolCall]:
+        """Tool calls waiting for a human decision."""
+        return [c for c in self.tool_calls if c.decision == "pending"]
+
+    @property
+    def new_messages(self) -> list[dict[str, Any]]:
+        """The messages this run added (the user message and every turn since)."""
+        return self.messages[self.history_len :]
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+
+def load_state(raw: str | bytes) -> RunState:
+    """Parse stored state, failing fast on an unknown schema version."""
+    data = json.loads(raw)
+    version = data.get("schema_version")
+    if version not in SUPPORTED_VERSIONS:
+        raise SchemaVersionError(
+            f"run state has schema version {version!r}; this code supports {list(SUPPORTED_VERSIONS)}. "
+            "Upgrade agents-celery on this process or migrate the stored run."
+        )
+    return RunState.model_validate(data)

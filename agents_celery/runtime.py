@@ -1,0 +1,417 @@
+"""Runtime: the caller side. Start, follow, continue, stop and inspect runs; no Flask, no agent code.
+
+``Runtime()`` reads the environment; ``Runtime(redis_url=..., celery_app=...)`` overrides. It writes to
+Redis and sends step tasks by name, so it works from any process that can reach Redis and the broker.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+import redis
+import redis.asyncio as aredis
+from celery import Celery
+
+from .agent import Agent
+from .celery_app import STEP_TASK, create_celery_app
+from .errors import (
+    DecisionError,
+    RedisUnavailableError,
+    RunBusyError,
+    RunFinishedError,
+    RunNotPausedError,
+    SessionBusyError,
+    ToolArgumentsError,
+    UnknownAgentError,
+    ValidationError,
+)
+from .eventlog import AsyncEventLog
+from .events import Event, EventType, close_open, make_event
+from .leases import Leases
+from .runs import RunState, RunStatus, ToolCall
+from .settings import Settings, load_settings
+from .store import RunStore
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A human's answer to one paused tool call."""
+
+    tool_call_id: str
+    confirmed: bool = True
+    note: str | None = None
+    #: Replacement arguments (validated against the tool's parameters).
+    tool_args: dict[str, Any] | None = None
+
+
+@dataclass
+class RunView:
+    """A run as callers see it."""
+
+    run_id: str
+    agent_id: str
+    session_id: str
+    status: RunStatus
+    last_offset: int
+    output: str | None
+    error: dict[str, str] | None
+    pending: list[ToolCall] = field(default_factory=list)
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    stop_requested: bool = False
+    usage: dict[str, int] = field(default_factory=dict)
+    created_at: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "agent_id": self.agent_id,
+            "session_id": self.session_id,
+            "status": self.status.value,
+            "last_offset": self.last_offset,
+            "output": self.output,
+            "error": self.error,
+            "pending": [c.model_dump() for c in self.pending],
+            "stop_requested": self.stop_requested,
+            "usage": self.usage,
+            "created_at": self.created_at,
+        }
+
+
+class RunStream:
+    """A handle on one run's event log. Persist ``id`` and the last offset you saw to reconnect later."""
+
+    def __init__(self, runtime: Runtime, run_id: str, session_id: str, agent_id: str) -> None:
+        self.runtime = runtime
+        self.id = run_id
+        self.session_id = session_id
+        self.agent_id = agent_id
+
+    def events(self, offset: int | None = None, *, until_pause: bool = True) -> Iterator[Event]:
+        """The events after ``offset`` (all when None), then live ones, until the run ends or pauses."""
+        after = -1 if offset is None else offset
+        return self.runtime.store.log.tail(self.id, after, until_pause=until_pause)
+
+    async def aevents(self, offset: int | None = None, *, until_pause: bool = True) -> AsyncIterator[Event]:
+        """Async version of :meth:`events`."""
+        async for event in self.runtime.async_log.tail(self.id, -1 if offset is None else offset, until_pause=until_pause):
+            yield event
+
+    def get(self) -> RunView:
+        return self.runtime.get(self.id)
+
+    def __repr__(self) -> str:
+        return f"RunStream(id={self.id!r}, agent={self.agent_id!r})"
+
+
+class Runtime:
+    """Start and follow durable agent runs.
+
+    Args:
+        redis_url: Overrides ``AGENTS_CELERY_REDIS_URL``.
+        celery_app: The app to send step tasks with (default: one built from the settings).
+        settings: Full settings (default: the environment).
+        agents: Agents known locally (for manifests when no worker has published them yet).
+    """
+
+    def __init__(
+        self,
+        redis_url: str | None = None,
+        celery_app: Celery | None = None,
+        settings: Settings | None = None,
+        agents: Sequence[Agent] = (),
+    ) -> None:
+        self.settings = settings or load_settings(redis_url=redis_url)
+        self.redis = redis.Redis.from_url(self.settings.redis_url, socket_connect_timeout=2, health_check_interval=30)
+        self.store = RunStore(self.redis, self.settings)
+        self.leases = Leases(self.redis, self.store.keys)
+        self.celery_app = celery_app or create_celery_app(self.settings, agents={})
+        self.local_agents = {a.name: a for a in agents}
+        self._async_log: AsyncEventLog | None = None
+
+    @property
+    def async_log(self) -> AsyncEventLog:
+        if self._async_log is None:
+            client = aredis.Redis.from_url(self.settings.redis_url, socket_connect_timeout=2)
+            self._async_log = AsyncEventLog(client, self.store.keys)
+        return self._async_log
+
+    # -- agents ----------------------------------------------------------------------------------------
+
+    def agent_manifest(self, agent: Agent | str) -> dict[str, Any]:
+        """The manifest of an agent given by object or name; UnknownAgentError when nobody serves it."""
+        if isinstance(agent, Agent):
+            return agent.manifest()
+        if agent in self.local_agents:
+            return self.local_agents[agent].manifest()
+        manifest = self.store.manifest(agent)
+        if manifest is None:
+            known = [m["name"] for m in self.store.manifests()]
+            raise UnknownAgentError(f"no agent named {agent!r}; known agents: {known}. Is a worker serving it?")
+        return manifest
+
+    def agents(self) -> list[dict[str, Any]]:
+        """Manifests of every agent workers published (and local ones), in module order."""
+        published = self.store.manifests()
+        names = {m["name"] for m in published}
+        return published + [a.manifest() for a in self.local_agents.values() if a.name not in names]
+
+    # -- starting ---------------------------------------------------------------------------------------
+
+    def stream(
+        self,
+        agent: Agent | str,
+        message: str,
+        *,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> RunStream:
+        """Start a run and return its stream handle (the run executes on the workers)."""
+        manifest = self.agent_manifest(agent)
+        if not isinstance(message, str) or not message.strip():
+            raise ValidationError("message must be a non-empty string")
+        session_id = session_id or uuid.uuid4().hex
+        run_id = uuid.uuid4().hex
+        try:
+            if idempotency_key:
+                existing = self._idempotent(idempotency_key, run_id)
+                if existing is not None:
+                    return self.get_stream(existing)
+            self._take_session(session_id, run_id)
+            history = self.store.session_history(session_id)
+            now = int(time.time() * 1000)
+            state = RunState(
+                run_id=run_id,
+                agent_id=manifest["name"],
+                session_id=session_id,
+                user_id=user_id,
+                messages=[*history, {"role": "user", "content": message}],
+                history_len=len(history),
+                created_at=now,
+                updated_at=now,
+            )
+            started = make_event(EventType.RUN_STARTED, thread_id=session_id, run_id=run_id)
+            self.store.create(state, [started])
+            self.store.watch(run_id, self.settings.enqueue_grace_seconds)
+            self._enqueue(run_id, 0, state.agent_id)
+        except redis.ConnectionError as exc:
+            raise RedisUnavailableError(f"Redis does not answer at {self.settings.redis_url}: {exc}") from exc
+        return RunStream(self, run_id, session_id, state.agent_id)
+
+    def _idempotent(self, key: str, run_id: str) -> str | None:
+        """Claim ``key`` for ``run_id``; return the run it already names, waiting briefly for its creation."""
+        idem = self.store.keys.idempotency(key)
+        if self.redis.set(idem, run_id, nx=True, px=self.settings.retention_ms):
+            return None
+        existing = self.redis.get(idem)
+        assert existing is not None
+        return existing.decode()
+
+    def _take_session(self, session_id: str, run_id: str) -> None:
+        previous = self.store.session_active(session_id)
+        if previous is not None:
+            try:
+                prev_state, _ = self.store.load(previous)
+            except (RunFinishedError, Exception):
+                prev_state = None
+            if prev_state is not None and not prev_state.status.is_final:
+                raise SessionBusyError(
+                    f"session {session_id!r} already has an active run {previous!r} ({prev_state.status.value}); "
+                    "wait for it to end, continue it, or stop it"
+                )
+            if prev_state is not None:
+                self.store.session_sync(prev_state)  # heals a crash between its end and the sync
+        if not self.store.session_take(session_id, run_id, previous):
+            raise SessionBusyError(f"session {session_id!r} was taken by another run just now; try again")
+
+    def _enqueue(self, run_id: str, step: int, agent_id: str) -> None:
+        self.celery_app.send_task(STEP_TASK, args=[run_id, step], kwargs={"agent": agent_id}, queue=self.settings.queue)
+
+    def get_stream(self, run_id: str) -> RunStream:
+        """A stream handle for an existing run (RunNotFoundError / RunExpiredError otherwise)."""
+        info = self.store.log.info(run_id)
+        return RunStream(self, run_id, info.session_id, info.agent_id)
+
+    # -- inspecting -------------------------------------------------------------------------------------
+
+    def get(self, run_id: str) -> RunView:
+        """The run's committed state and where its log stands."""
+        state, _ = self.store.load(run_id)
+        info = self.store.log.info(run_id)
+        return RunView(
+            run_id=run_id,
+            agent_id=state.agent_id,
+            session_id=state.session_id,
+            status=state.status,
+            last_offset=info.last_offset,
+            output=state.output,
+            error=state.error.model_dump() if state.error else None,
+            pending=state.pending,
+            tool_calls=state.tool_calls,
+            messages=state.new_messages,
+            stop_requested=self.store.stop_requested(run_id),
+            usage=state.usage,
+            created_at=state.created_at,
+        )
+
+    # -- continuing -------------------------------------------------------------------------------------
+
+    def continue_run(self, run_id: str, decisions: Sequence[Decision | dict[str, Any]] | None = None) -> RunStream:
+        """Answer a paused run. No decisions (None or empty) approves every pending call.
+
+        Raises:
+            RunNotPausedError: the run is not paused. RunBusyError: another continue holds it right now.
+            DecisionError / ToolArgumentsError: a decision does not fit; the run stays paused, untouched.
+        """
+        state, step = self.store.load(run_id)
+        if state.status != RunStatus.PAUSED:
+            raise RunNotPausedError(f"run {run_id!r} is {state.status.value}, not paused; nothing to continue")
+        manifest = self.agent_manifest(state.agent_id)
+        calls = self._decide(state, [_as_decision(d) for d in decisions or []], manifest)
+        token = self.leases.acquire(run_id, self.settings.lease_ttl_ms)
+        if token is None:
+            raise RunBusyError(f"run {run_id!r} is being continued or stopped by another caller right now")
+        try:
+            state, step2 = self.store.load(run_id)
+            if state.status != RunStatus.PAUSED or step2 != step:
+                raise RunNotPausedError(f"run {run_id!r} is {state.status.value}, not paused; nothing to continue")
+            messages = _with_edited_args(state.messages, calls)
+            new = state.model_copy(update={"tool_calls": calls, "messages": messages}).moved_to(RunStatus.RUNNING)
+            decided = [{"tool_call_id": c.id, "decision": c.decision} for c in calls if c.requires_confirmation or c.rerun]
+            resumed = make_event(
+                EventType.RUN_STARTED,
+                thread_id=state.session_id,
+                run_id=run_id,
+                metadata={"continued": True, "decisions": decided},
+            )
+            self.store.commit(new, token, step, step, [resumed], "live")
+            self.store.watch(run_id, self.settings.enqueue_grace_seconds)
+            self._enqueue(run_id, step, state.agent_id)
+        finally:
+            self.leases.release(run_id, token)
+        return RunStream(self, run_id, state.session_id, state.agent_id)
+
+    def _decide(self, state: RunState, decisions: list[Decision], manifest: dict[str, Any]) -> list[ToolCall]:
+        pending = {c.id: c for c in state.pending}
+        by_id: dict[str, Decision] = {}
+        for d in decisions:
+            if d.tool_call_id not in pending:
+                raise DecisionError(
+                    f"tool call {d.tool_call_id!r} is not pending in run {state.run_id!r}; pending: {sorted(pending)}"
+                )
+            by_id[d.tool_call_id] = d
+        if decisions and set(by_id) != set(pending):
+            missing = sorted(set(pending) - set(by_id))
+            raise DecisionError(f"decide every pending tool call or none (none approves all); missing: {missing}")
+        params = {t["name"]: t.get("parameters") for t in manifest.get("tools", [])}
+        out = []
+        for call in state.tool_calls:
+            d = by_id.get(call.id, Decision(call.id)) if call.id in pending else None
+            out.append(call if d is None else _apply(call, d, params.get(call.name)))
+        return out
+
+    # -- stopping ---------------------------------------------------------------------------------------
+
+    def stop(self, run_id: str, reason: str = "stopped by request") -> RunView:
+        """Stop a run whatever state it is in. A worker holding it stops at its next check (sub-second).
+
+        Raises:
+            RunFinishedError: the run already ended. RunNotFoundError / RunExpiredError.
+        """
+        state, _ = self.store.load(run_id)
+        if state.status.is_final:
+            raise RunFinishedError(f"run {run_id!r} already ended ({state.status.value})")
+        self.store.request_stop(run_id, reason)
+        token = self.leases.acquire(run_id, self.settings.lease_ttl_ms)
+        if token is not None:  # nobody is working on it: end it here and now
+            try:
+                self._cancel_idle(run_id, token)
+            finally:
+                self.leases.release(run_id, token)
+        return self.get(run_id)
+
+    def _cancel_idle(self, run_id: str, token: str) -> None:
+        state, step = self.store.load(run_id)
+        if state.status.is_final:
+            return
+        row = self.redis.hmget(self.store.keys.run(run_id).run, "attempt", "step_offset")
+        closers = []
+        if row[0] and int(row[0]) > 0 and row[1] is not None:  # a crashed attempt may have left things open
+            closers = close_open(self.store.log.read(run_id, after=int(row[1]) - 1))
+        done = make_event(EventType.RUN_FINISHED, thread_id=state.session_id, run_id=run_id, outcome={"type": "cancelled"})
+        self.store.commit(state.moved_to(RunStatus.CANCELLED), token, step, step, [*closers, done], "ended")
+        self.store.unwatch(run_id)
+        self.store.session_release(state.session_id, run_id)
+
+    # -- blocking ---------------------------------------------------------------------------------------
+
+    def run(self, agent: Agent | str, message: str, *, timeout: float | None = None, **kwargs: Any) -> RunView:
+        """Start a run and block until it ends or pauses. Caller-bound: on Ctrl-C or timeout the run is stopped."""
+        stream = self.stream(agent, message, **kwargs)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            for _event in stream.events():
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"run {stream.id!r} did not finish within {timeout}s; it was stopped")
+        except (KeyboardInterrupt, TimeoutError):
+            try:
+                self.stop(stream.id, "caller gave up")
+            except RunFinishedError:
+                pass
+            raise
+        return self.get(stream.id)
+
+    def close(self) -> None:
+        self.redis.close()
+
+
+def _as_decision(value: Decision | dict[str, Any]) -> Decision:
+    if isinstance(value, Decision):
+        return value
+    if not isinstance(value, dict) or not isinstance(value.get("tool_call_id"), str):
+        raise DecisionError(f"each decision needs a 'tool_call_id' string; got {value!r}")
+    args = value.get("tool_args")
+    if args is not None and not isinstance(args, dict):
+        raise ToolArgumentsError(f"tool_args of {value['tool_call_id']!r} must be a JSON object")
+    confirmed = value.get("confirmed", True)
+    if not isinstance(confirmed, bool):
+        raise DecisionError(f"'confirmed' of {value['tool_call_id']!r} must be true or false")
+    return Decision(value["tool_call_id"], confirmed, value.get("confirmation_note") or value.get("note"), args)
+
+
+def _apply(call: ToolCall, d: Decision, schema: dict[str, Any] | None) -> ToolCall:
+    update: dict[str, Any] = {"decision": "approved" if d.confirmed else "rejected", "note": d.note}
+    if call.pause_reason == "may_have_run":
+        update["rerun"] = d.confirmed
+        if not d.confirmed:
+            update["note"] = d.note or "The tool may or may not have completed in a crashed attempt; not re-run."
+    if d.tool_args is not None and d.confirmed:
+        if schema is not None:
+            try:
+                jsonschema.validate(d.tool_args, schema)
+            except jsonschema.ValidationError as exc:
+                where = "/".join(str(p) for p in exc.absolute_path) or "arguments"
+                raise ToolArgumentsError(f"edited arguments for {call.name!r} are invalid at {where}: {exc.message}")
+        update["arguments"] = json.dumps(d.tool_args)
+        update["error"] = None
+    return call.model_copy(update=update)
+
+
+def _with_edited_args(messages: list[dict[str, Any]], calls: list[ToolCall]) -> list[dict[str, Any]]:
+    """The conversation with the last assistant turn's tool-call arguments replaced by the edited ones."""
+    if not messages or messages[-1].get("role") != "assistant":
+        return messages
+    args = {c.id: c.arguments for c in calls}
+    last = dict(messages[-1])
+    last["tool_calls"] = [
+        {**tc, "function": {**tc["function"], "arguments": args.get(tc["id"], tc["function"]["arguments"])}}
+        for tc in last.get("tool_calls", [])
+    ]
+    return [*messages[:-1], last]

@@ -1,0 +1,263 @@
+"""Run store: create, claim, commit and stop runs; sessions, the effect ledger, manifests, the live index.
+
+Every write that touches one run goes through a Lua script in :mod:`agents_celery.scripts`, fenced by the
+run's lease token. Session and global keys are written with separate commands (they live in other slots).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import redis
+
+from .errors import RedisUnavailableError, RunExpiredError, RunNotFoundError
+from .eventlog import EventLog, LogStatus
+from .events import NewEvent
+from .keys import Keys
+from .runs import RunState, load_state
+from .scripts import CLAIM, COMMIT, refusal
+from .settings import Settings
+
+# KEYS: effects, lease. ARGV: tool_call_id, token -> existing entry JSON, or '' after recording "started".
+_EFFECT_BEGIN = """
+if redis.call('GET', KEYS[2]) ~= ARGV[2] then return redis.error_reply('FENCED') end
+local entry = redis.call('HGET', KEYS[1], ARGV[1])
+if entry then return entry end
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode({status = 'started', token = ARGV[2]}))
+return ''
+"""
+
+# KEYS: effects. ARGV: tool_call_id, token, entry json -> 1 when recorded (only by the attempt that started it).
+_EFFECT_DONE = """
+local entry = redis.call('HGET', KEYS[1], ARGV[1])
+if entry and cjson.decode(entry).token == ARGV[2] then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+  return 1
+end
+return 0
+"""
+
+# KEYS: effects, lease. ARGV: tool_call_id, token -> forget a "started" entry so a human-approved re-run may start.
+_EFFECT_RESET = """
+if redis.call('GET', KEYS[2]) ~= ARGV[2] then return redis.error_reply('FENCED') end
+return redis.call('HDEL', KEYS[1], ARGV[1])
+"""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What an attempt got when it asked for a step."""
+
+    outcome: Literal["OK", "STALE", "BUSY", "ENDED", "NOTFOUND"]
+    attempt: int = 0
+    step_offset: int | None = None
+    next_offset: int = 0
+    state: RunState | None = None
+    stop_reason: str = ""
+
+
+@dataclass(frozen=True)
+class Effect:
+    """An effect-ledger entry for one tool call."""
+
+    status: Literal["started", "done"]
+    result: str | None = None
+    error: str | None = None
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class RunStore:
+    """Redis-backed run state. Shared by workers (sync) and callers (Runtime, API)."""
+
+    def __init__(self, client: redis.Redis, settings: Settings) -> None:
+        self.redis = client
+        self.settings = settings
+        self.keys = Keys(settings.key_prefix)
+        self.log = EventLog(client, self.keys, retention_ms=settings.retention_ms, tombstone_ms=settings.tombstone_ms)
+        self._claim = client.register_script(CLAIM)
+        self._commit = client.register_script(COMMIT)
+        self._effect_begin = client.register_script(_EFFECT_BEGIN)
+        self._effect_done = client.register_script(_EFFECT_DONE)
+        self._effect_reset = client.register_script(_EFFECT_RESET)
+
+    # -- runs --------------------------------------------------------------------------------------
+
+    def create(self, state: RunState, events: Sequence[NewEvent]) -> None:
+        """Write a new run (state, log and first events) in one script."""
+        self.log.create(state.run_id, state.session_id, state.agent_id, events, fields={"state": state.to_json()})
+
+    def load(self, run_id: str) -> tuple[RunState, int]:
+        """The run's committed state and step number. Raises RunNotFoundError / RunExpiredError."""
+        k = self.keys.run(run_id)
+        try:
+            raw, step = self.redis.hmget(k.run, "state", "step")
+            if raw is None:
+                if self.redis.exists(k.gone):
+                    raise RunExpiredError(f"run {run_id!r} has expired; its state is no longer kept")
+                raise RunNotFoundError(f"run {run_id!r} does not exist")
+        except redis.ConnectionError as exc:
+            raise RedisUnavailableError(f"Redis does not answer: {exc}") from exc
+        return load_state(raw), int(step)
+
+    def claim(self, run_id: str, step: int, token: str) -> Claim:
+        """Take the lease for an attempt at ``step`` and load what it needs, in one round trip."""
+        k = self.keys.run(run_id)
+        reply = self._claim(keys=[k.run, k.lease, k.stop], args=[token, step, self.settings.lease_ttl_ms])
+        outcome = _text(reply[0])
+        if outcome != "OK":
+            return Claim(outcome)  # type: ignore[arg-type]
+        _, attempt, previous, nxt, state, stop = (_text(v) for v in reply)
+        return Claim(
+            "OK",
+            attempt=int(attempt),
+            step_offset=int(previous) if previous else None,
+            next_offset=int(nxt),
+            state=load_state(state),
+            stop_reason=stop,
+        )
+
+    def commit(
+        self,
+        state: RunState,
+        token: str,
+        expected_step: int,
+        new_step: int,
+        events: Sequence[NewEvent],
+        log_status: LogStatus,
+    ) -> int:
+        """Compare-and-set the state on its step number, with events and the log status; first offset.
+
+        Raises:
+            FencedError: the lease is no longer ours. StateError: another attempt committed this step.
+        """
+        k = self.keys.run(state.run_id)
+        state = state.model_copy(update={"updated_at": int(time.time() * 1000)})
+        args = [
+            token,
+            str(expected_step),
+            str(new_step),
+            state.to_json(),
+            log_status,
+            str(self.settings.retention_ms),
+            str(self.settings.tombstone_ms),
+        ] + [e.json for e in events]
+        try:
+            return int(self._commit(keys=[k.run, k.events, k.lease, k.effects, k.gone, k.stop], args=args))
+        except redis.ResponseError as exc:
+            mapped = refusal(exc, state.run_id)
+            if mapped is not None:
+                raise mapped from None
+            raise
+
+    # -- stop --------------------------------------------------------------------------------------
+
+    def request_stop(self, run_id: str, reason: str = "stopped by request") -> None:
+        """Store a stop request; it is honoured whatever state the run is in, even before it starts."""
+        self.redis.set(self.keys.run(run_id).stop, reason, px=self.settings.retention_ms)
+
+    def stop_requested(self, run_id: str) -> bool:
+        return bool(self.redis.exists(self.keys.run(run_id).stop))
+
+    # -- effect ledger -------------------------------------------------------------------------------
+
+    def effect_begin(self, run_id: str, tool_call_id: str, token: str) -> Effect | None:
+        """Record that a tool call starts; return the existing entry instead when there is one."""
+        k = self.keys.run(run_id)
+        try:
+            raw = _text(self._effect_begin(keys=[k.effects, k.lease], args=[tool_call_id, token]))
+        except redis.ResponseError as exc:
+            mapped = refusal(exc, run_id)
+            raise (mapped or exc) from None
+        if not raw:
+            return None
+        entry = json.loads(raw)
+        return Effect(entry["status"], entry.get("result"), entry.get("error"))
+
+    def effect_done(self, run_id: str, tool_call_id: str, token: str, result: str, error: str | None) -> bool:
+        """Record a finished tool call's result (only the attempt that started it may)."""
+        entry = json.dumps({"status": "done", "token": token, "result": result, "error": error})
+        k = self.keys.run(run_id)
+        return bool(self._effect_done(keys=[k.effects], args=[tool_call_id, token, entry]))
+
+    def effect_reset(self, run_id: str, tool_call_id: str, token: str) -> None:
+        """Forget a started-but-unfinished entry, after a human approved running the call again."""
+        k = self.keys.run(run_id)
+        self._effect_reset(keys=[k.effects, k.lease], args=[tool_call_id, token])
+
+    # -- the live index (sweeper) --------------------------------------------------------------------
+
+    def watch(self, run_id: str, in_seconds: float) -> None:
+        """Ask the sweeper to look at the run after ``in_seconds`` unless it moved on."""
+        deadline = int((time.time() + in_seconds) * 1000)
+        self.redis.zadd(self.keys.live, {run_id: deadline})
+
+    def unwatch(self, run_id: str) -> None:
+        self.redis.zrem(self.keys.live, run_id)
+
+    # -- sessions ------------------------------------------------------------------------------------
+
+    def session_active(self, session_id: str) -> str | None:
+        value = self.redis.get(self.keys.session(session_id).active)
+        return _text(value) if value is not None else None
+
+    def session_take(self, session_id: str, run_id: str, previous: str | None) -> bool:
+        """Make ``run_id`` the session's active run if the active one is still ``previous`` (or none)."""
+        script = """
+        local current = redis.call('GET', KEYS[1])
+        if current and current ~= ARGV[2] then return 0 end
+        redis.call('SET', KEYS[1], ARGV[1])
+        return 1
+        """
+        return bool(self.redis.eval(script, 1, self.keys.session(session_id).active, run_id, previous or ""))
+
+    def session_release(self, session_id: str, run_id: str) -> None:
+        """Free the session if ``run_id`` is still its active run."""
+        key = self.keys.session(session_id).active
+        script = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+        self.redis.eval(script, 1, key, run_id)
+
+    def session_history(self, session_id: str) -> list[dict[str, Any]]:
+        return [json.loads(m) for m in self.redis.lrange(self.keys.session(session_id).history, 0, -1)]
+
+    def session_sync(self, state: RunState) -> None:
+        """Append a finished run's messages to its session's history, once (idempotent)."""
+        sk = self.keys.session(state.session_id)
+        script = """
+        if redis.call('SADD', KEYS[2], ARGV[1]) == 0 then return 0 end
+        for i = 3, #ARGV do redis.call('RPUSH', KEYS[1], ARGV[i]) end
+        redis.call('PEXPIRE', KEYS[1], ARGV[2]); redis.call('PEXPIRE', KEYS[2], ARGV[2])
+        return 1
+        """
+        ttl = str(int(self.settings.session_ttl_seconds * 1000))
+        messages = [json.dumps(m) for m in state.new_messages] if state.status == "completed" else []
+        self.redis.eval(script, 2, sk.history, sk.synced, state.run_id, ttl, *messages)
+
+    # -- agents --------------------------------------------------------------------------------------
+
+    def publish_manifests(self, manifests: Sequence[dict[str, Any]]) -> None:
+        """Publish agent manifests (workers do this at start-up), keeping their module order."""
+        if manifests:
+            self.redis.hset(
+                self.keys.agents,
+                mapping={m["name"]: json.dumps({**m, "position": i}) for i, m in enumerate(manifests)},
+            )
+
+    def manifests(self) -> list[dict[str, Any]]:
+        """Published manifests, in the order their module defines them."""
+        try:
+            raw = self.redis.hvals(self.keys.agents)
+        except redis.ConnectionError as exc:
+            raise RedisUnavailableError(f"Redis does not answer: {exc}") from exc
+        found = [json.loads(v) for v in raw]
+        return sorted(found, key=lambda m: (m.get("position", 0), m["name"]))
+
+    def manifest(self, name: str) -> dict[str, Any] | None:
+        raw = self.redis.hget(self.keys.agents, name)
+        return json.loads(raw) if raw else None

@@ -1,0 +1,77 @@
+"""The sweeper: gets runs moving again after a crash, in seconds rather than the broker's visibility timeout.
+
+Every committed step puts its run in the live index (``<p>:live``) with a deadline. The sweeper looks at
+runs past their deadline: if the lease is held the step is still working (deadline pushed back); if the
+run paused or ended it leaves the index; otherwise the lease expired (the worker died or hung) or the next
+step was never enqueued (the worker died between commit and enqueue), and the sweeper enqueues the run's
+current step again. Duplicate deliveries are harmless: the claim script lets one attempt in and the commit
+compares the step number.
+
+It runs in a thread of every worker (started when the worker is ready). A lock lets one sweep run per
+interval across all workers, so several workers do not do the work twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import redis
+
+from .engine import Enqueue
+from .store import RunStore
+
+log = logging.getLogger(__name__)
+
+#: Runs looked at per sweep.
+BATCH = 200
+
+
+def sweep(store: RunStore, enqueue: Enqueue, now_ms: int | None = None) -> list[str]:
+    """One pass; returns the run ids re-enqueued. Skips the pass when another sweeper holds the lock."""
+    s = store.settings
+    keys = store.keys
+    interval_ms = max(int(s.sweep_interval_seconds * 1000) - 50, 50)
+    if not store.redis.set(keys.sweeper, "1", nx=True, px=interval_ms):
+        return []
+    now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+    due = [r.decode() for r in store.redis.zrangebyscore(keys.live, 0, now_ms, start=0, num=BATCH)]
+    requeued: list[str] = []
+    for run_id in due:
+        k = keys.run(run_id)
+        with store.redis.pipeline(transaction=False) as pipe:
+            pipe.hmget(k.run, "log", "step", "agent_id")
+            pipe.exists(k.lease)
+            (log_status, step, agent_id), leased = pipe.execute()
+        if log_status is None or log_status != b"live":
+            store.unwatch(run_id)
+        elif leased:
+            store.watch(run_id, s.lease_ttl_seconds)
+        else:
+            store.watch(run_id, s.enqueue_grace_seconds)
+            enqueue(run_id, int(step), agent_id.decode())
+            requeued.append(run_id)
+            log.warning("run=%s step=%s: lease expired or step never enqueued; enqueued again", run_id, int(step))
+    return requeued
+
+
+class SweeperThread(threading.Thread):
+    """Calls :func:`sweep` every ``sweep_interval_seconds`` until stopped."""
+
+    def __init__(self, store: RunStore, enqueue: Enqueue) -> None:
+        super().__init__(name="agents-celery-sweeper", daemon=True)
+        self.store, self.enqueue = store, enqueue
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.store.settings.sweep_interval_seconds):
+            try:
+                sweep(self.store, self.enqueue)
+            except redis.RedisError as exc:
+                log.warning("sweeper: Redis error, will retry: %s", exc)
+            except Exception:
+                log.exception("sweeper: unexpected error")
+
+    def stop(self) -> None:
+        self.stopped.set()

@@ -1,0 +1,10 @@
+"""The Celery app a worker runs: ``celery -A agents_celery.worker worker`` (``agents-celery worker`` wraps it).
+
+It serves the agents modules named by ``AGENTS_CELERY_AGENTS``.
+"""
+
+from __future__ import annotations
+
+from .celery_app import create_celery_app
+
+app = create_celery_app()

@@ -1,0 +1,100 @@
+"""The agents module the test workers serve (``--agents tests.agents_fixture``).
+
+The ``fake`` agent talks to the FakeOpenAIServer the tests start (``FAKE_OPENAI_URL``) through the real
+openai SDK; the ``offline`` agent uses the ScriptedModel. Tools count their executions in Redis so tests
+can check that nothing ran twice.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import redis
+
+from agents_celery import Agent, Hooks, OpenAIChat, ScriptedModel, ScriptedToolCall, ScriptedTurn, StepInfo, tool
+from agents_celery.tools import ToolContext
+
+_PREFIX = os.environ.get("AGENTS_CELERY_KEY_PREFIX", "ac")
+_redis = redis.Redis.from_url(os.environ.get("AGENTS_CELERY_REDIS_URL", "redis://127.0.0.1:6379/9"))
+
+
+def count_key(name: str) -> str:
+    return f"{_PREFIX}:test:count:{name}"
+
+
+@tool
+def get_time(timezone: str = "UTC") -> str:
+    """Tell the current time in a timezone."""
+    _redis.incr(count_key("get_time"))
+    return f"12:00 in {timezone}"
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    _redis.incr(count_key("add"))
+    return a + b
+
+
+@tool(requires_confirmation=True)
+def delete_file(path: str) -> str:
+    """Delete a file (needs a human's confirmation)."""
+    _redis.incr(count_key(f"delete_file:{path}"))
+    return f"deleted {path}"
+
+
+@tool
+def slow_count(key: str, seconds: float = 0.0, ctx: ToolContext | None = None) -> str:
+    """Count an execution under ``key`` in Redis, then sleep (crash tests kill the worker meanwhile)."""
+    _redis.incr(count_key(key))
+    if ctx is not None:
+        _redis.rpush(count_key(f"{key}:idem"), ctx.idempotency_key)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+    return f"counted {key}"
+
+
+@tool(idempotent=True)
+def idempotent_count(key: str, seconds: float = 0.0) -> str:
+    """Like slow_count, but declared idempotent: a crashed attempt re-runs it without asking."""
+    _redis.incr(count_key(key))
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+    return f"counted {key}"
+
+
+class CrashHooks(Hooks):
+    """Kills this worker process (SIGKILL) after a commit when a test armed ``crash:after_commit``."""
+
+    def after_commit(self, step: StepInfo) -> None:
+        if _redis.delete(f"{_PREFIX}:test:crash:after_commit:{step.run_id}"):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+TOOLS = [get_time, add, delete_file, slow_count, idempotent_count]
+
+fake = Agent(
+    name="fake",
+    instructions="You are a test agent.",
+    model=OpenAIChat("fake-model", base_url=os.environ.get("FAKE_OPENAI_URL", "http://127.0.0.1:9/v1"), api_key="k"),
+    tools=TOOLS,
+    description="Talks to the local fake OpenAI server.",
+    hooks=[CrashHooks()],
+)
+
+offline = Agent(
+    name="offline",
+    instructions="You are an offline test agent.",
+    model=ScriptedModel(
+        [
+            ScriptedTurn("Let me check. ", [ScriptedToolCall("get_time", {"timezone": "UTC"})]),
+            "It is 12:00 UTC.",
+        ]
+    ),
+    tools=TOOLS,
+    description="Scripted, no network.",
+)

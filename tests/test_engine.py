@@ -1,0 +1,315 @@
+"""The engine end to end: a real worker process, real Redis, the real openai SDK against a local server."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import redis
+
+from agents_celery import Decision, Runtime
+from agents_celery.errors import (
+    DecisionError,
+    RunBusyError,
+    RunFinishedError,
+    RunNotPausedError,
+    SessionBusyError,
+    ToolArgumentsError,
+    UnknownAgentError,
+    ValidationError,
+)
+from agents_celery.events import Event, EventType
+from agents_celery.models import ScriptedToolCall, ScriptedTurn
+from agents_celery.testing import FailingResponder, FakeReply, ScriptResponder
+
+from .conftest import wait_for
+
+
+def events_of(runtime: Runtime, run_id: str, until_pause: bool = True) -> list[Event]:
+    return list(runtime.get_stream(run_id).events(until_pause=until_pause))
+
+
+def text_of(events: list[Event]) -> str:
+    return "".join(e.data["delta"] for e in events if e.type is EventType.TEXT_MESSAGE_CONTENT)
+
+
+def count(r: redis.Redis, prefix: str, name: str) -> int:
+    return int(r.get(f"{prefix}:test:count:{name}") or 0)
+
+
+def assert_contiguous(events: list[Event]) -> None:
+    assert [e.offset for e in events] == list(range(len(events)))
+
+
+@pytest.fixture
+def script(fake_openai: Any) -> Any:
+    def set_script(*turns: Any, token_delay: float = 0.0) -> None:
+        fake_openai.responder = ScriptResponder(list(turns), token_delay=token_delay)
+
+    return set_script
+
+
+def test_streaming_text(runtime: Runtime, script: Any) -> None:
+    script("Hello there, durable world!")
+    stream = runtime.stream("fake", "Say hello")
+    events = events_of(runtime, stream.id)
+    assert_contiguous(events)
+    assert events[0].type is EventType.RUN_STARTED
+    assert events[-1].type is EventType.RUN_FINISHED and events[-1].data["outcome"]["type"] == "success"
+    assert text_of(events) == "Hello there, durable world!"
+    view = runtime.get(stream.id)
+    assert view.status == "completed" and view.output == "Hello there, durable world!"
+
+
+def test_tool_call_then_answer(runtime: Runtime, script: Any, r: redis.Redis, key_prefix: str) -> None:
+    before = count(r, key_prefix, "get_time")
+    script(ScriptedTurn("", [ScriptedToolCall("get_time", {"timezone": "CET"})]), "It is noon.")
+    stream = runtime.stream("fake", "What time is it?")
+    events = events_of(runtime, stream.id)
+    assert_contiguous(events)
+    results = [e for e in events if e.type is EventType.TOOL_CALL_RESULT]
+    assert [r.data["content"] for r in results] == ["12:00 in CET"]
+    assert text_of(events) == "It is noon."
+    assert count(r, key_prefix, "get_time") == before + 1
+
+
+def test_parallel_tool_calls(runtime: Runtime, script: Any) -> None:
+    calls = [ScriptedToolCall("add", {"a": 1, "b": 2}), ScriptedToolCall("add", {"a": 40, "b": 2})]
+    script(ScriptedTurn("Adding.", calls), "3 and 42.")
+    stream = runtime.stream("fake", "add things")
+    events = events_of(runtime, stream.id)
+    starts = [e for e in events if e.type is EventType.TOOL_CALL_START]
+    assert len(starts) == 2
+    results = {e.data["tool_call_id"]: e.data["content"] for e in events if e.type is EventType.TOOL_CALL_RESULT}
+    assert sorted(results.values()) == ["3", "42"]
+    assert runtime.get(stream.id).status == "completed"
+
+
+def test_invalid_tool_arguments_are_fed_back(runtime: Runtime, script: Any, fake_openai: Any) -> None:
+    script(ScriptedTurn("", [ScriptedToolCall("add", {"a": "not a number", "b": 2})]), "Sorry.")
+    stream = runtime.stream("fake", "add badly")
+    events = events_of(runtime, stream.id)
+    result = next(e for e in events if e.type is EventType.TOOL_CALL_RESULT)
+    assert "a" in result.data["content"] and result.data["content"].startswith("Error")
+    last_request = fake_openai.requests[-1]
+    tool_msg = [m for m in last_request["messages"] if m["role"] == "tool"][-1]
+    assert tool_msg["content"] == result.data["content"]
+    assert runtime.get(stream.id).status == "completed"
+
+
+def test_model_500_then_success(runtime: Runtime, fake_openai: Any) -> None:
+    fake_openai.responder = FailingResponder(ScriptResponder(["Recovered."]), failures=2, status=500)
+    stream = runtime.stream("fake", "flaky")
+    events = events_of(runtime, stream.id)
+    retries = [e for e in events if e.type is EventType.CUSTOM and e.data["name"] == "model_retry"]
+    assert len(retries) == 2
+    assert text_of(events) == "Recovered."
+    assert runtime.get(stream.id).status == "completed"
+
+
+def test_model_failing_for_good(runtime: Runtime, fake_openai: Any) -> None:
+    fake_openai.responder = lambda request: FakeReply(status=503, error="upstream overloaded")
+    stream = runtime.stream("fake", "doomed")
+    events = events_of(runtime, stream.id)
+    assert events[-1].type is EventType.RUN_ERROR
+    assert "upstream overloaded" in events[-1].data["message"]
+    view = runtime.get(stream.id)
+    assert view.status == "failed" and view.error and "upstream overloaded" in view.error["message"]
+
+
+def test_model_bad_request_fails_without_retry(runtime: Runtime, fake_openai: Any) -> None:
+    fake_openai.responder = lambda request: FakeReply(status=400, error="bad model")
+    stream = runtime.stream("fake", "doomed")
+    events = events_of(runtime, stream.id)
+    assert not [e for e in events if e.type is EventType.CUSTOM]
+    assert events[-1].type is EventType.RUN_ERROR
+
+
+def _pause(runtime: Runtime, script: Any, path: str) -> tuple[str, list[Event]]:
+    script(ScriptedTurn("Deleting.", [ScriptedToolCall("delete_file", {"path": path})]), "Done deleting.")
+    stream = runtime.stream("fake", f"delete {path}")
+    events = events_of(runtime, stream.id)
+    assert events[-1].is_pause
+    view = runtime.get(stream.id)
+    assert view.status == "paused" and [c.name for c in view.pending] == ["delete_file"]
+    return stream.id, events
+
+
+def test_hitl_approve(runtime: Runtime, script: Any, r: redis.Redis, key_prefix: str) -> None:
+    run_id, first = _pause(runtime, script, "/tmp/a")
+    interrupt = first[-1].data["outcome"]["interrupts"][0]
+    assert interrupt["reason"] == "confirmation_required"
+    assert count(r, key_prefix, "delete_file:/tmp/a") == 0
+    runtime.continue_run(run_id)
+    events = events_of(runtime, run_id)
+    assert_contiguous(events)
+    assert events[len(first)].type is EventType.RUN_STARTED  # the continuation starts a new AG-UI run segment
+    assert runtime.get(run_id).status == "completed"
+    assert count(r, key_prefix, "delete_file:/tmp/a") == 1
+
+
+def test_hitl_reject_with_note(runtime: Runtime, script: Any, r: redis.Redis, key_prefix: str, fake_openai: Any) -> None:
+    run_id, first = _pause(runtime, script, "/tmp/b")
+    call_id = runtime.get(run_id).pending[0].id
+    runtime.continue_run(run_id, [Decision(call_id, confirmed=False, note="keep it")])
+    events = events_of(runtime, run_id)
+    result = next(e for e in events if e.type is EventType.TOOL_CALL_RESULT)
+    assert "rejected" in result.data["content"] and "keep it" in result.data["content"]
+    assert count(r, key_prefix, "delete_file:/tmp/b") == 0
+    tool_msgs = [m for m in fake_openai.requests[-1]["messages"] if m["role"] == "tool"]
+    assert "rejected" in tool_msgs[-1]["content"]
+
+
+def test_hitl_edited_arguments(runtime: Runtime, script: Any, r: redis.Redis, key_prefix: str) -> None:
+    run_id, _ = _pause(runtime, script, "/tmp/c")
+    call_id = runtime.get(run_id).pending[0].id
+    with pytest.raises(ToolArgumentsError):
+        runtime.continue_run(run_id, [{"tool_call_id": call_id, "confirmed": True, "tool_args": {"path": 7}}])
+    assert runtime.get(run_id).status == "paused"  # untouched
+    runtime.continue_run(run_id, [{"tool_call_id": call_id, "confirmed": True, "tool_args": {"path": "/tmp/c2"}}])
+    events = events_of(runtime, run_id)
+    result = next(e for e in events if e.type is EventType.TOOL_CALL_RESULT)
+    assert result.data["content"] == "deleted /tmp/c2"
+    assert count(r, key_prefix, "delete_file:/tmp/c") == 0 and count(r, key_prefix, "delete_file:/tmp/c2") == 1
+
+
+def test_hitl_bad_decisions_change_nothing(runtime: Runtime, script: Any) -> None:
+    run_id, _ = _pause(runtime, script, "/tmp/d")
+    before = runtime.get(run_id)
+    with pytest.raises(DecisionError):
+        runtime.continue_run(run_id, [{"tool_call_id": "nope", "confirmed": True}])
+    with pytest.raises(DecisionError):
+        runtime.continue_run(run_id, [{"confirmed": True}])
+    after = runtime.get(run_id)
+    assert after.status == "paused" and after.last_offset == before.last_offset
+    runtime.stop(run_id)
+
+
+def test_double_continue(runtime: Runtime, script: Any, r: redis.Redis, key_prefix: str) -> None:
+    run_id, _ = _pause(runtime, script, "/tmp/e")
+    # A second caller holding the lease at the same moment is refused ...
+    token = wait_for(lambda: runtime.leases.acquire(run_id, 5000), what="the worker to release the lease")
+    with pytest.raises(RunBusyError):
+        runtime.continue_run(run_id)
+    runtime.leases.release(run_id, token)
+    # ... and once one continue went through, the other finds the run no longer paused.
+    runtime.continue_run(run_id)
+    with pytest.raises(RunNotPausedError):
+        runtime.continue_run(run_id)
+    events_of(runtime, run_id)
+    assert count(r, key_prefix, "delete_file:/tmp/e") == 1
+
+
+def test_stop_while_paused(runtime: Runtime, script: Any) -> None:
+    run_id, _ = _pause(runtime, script, "/tmp/f")
+    runtime.stop(run_id)
+    events = events_of(runtime, run_id)
+    assert events[-1].type is EventType.RUN_FINISHED and events[-1].data["outcome"]["type"] == "cancelled"
+    assert runtime.get(run_id).status == "cancelled"
+    with pytest.raises(RunFinishedError):
+        runtime.stop(run_id)
+
+
+def test_stop_while_streaming(runtime: Runtime, script: Any) -> None:
+    script(" ".join(f"word{i}" for i in range(400)), token_delay=0.01)
+    stream = runtime.stream("fake", "talk a lot")
+    seen = []
+    for event in stream.events():
+        seen.append(event)
+        if event.type is EventType.TEXT_MESSAGE_CONTENT and len(seen) == 5:
+            runtime.stop(stream.id)
+    assert seen[-1].data["outcome"]["type"] == "cancelled"
+    types = [e.type for e in seen]
+    assert EventType.TEXT_MESSAGE_END in types  # the open message was closed before the end
+    assert len([t for t in types if t is EventType.TEXT_MESSAGE_CONTENT]) < 400
+    assert runtime.get(stream.id).status == "cancelled"
+
+
+def test_stop_while_running_a_tool(runtime: Runtime, script: Any, r: redis.Redis, key_prefix: str) -> None:
+    script(ScriptedTurn("", [ScriptedToolCall("slow_count", {"key": "stop-tool", "seconds": 1.0})]), "never said")
+    stream = runtime.stream("fake", "slow")
+    wait_for(lambda: count(r, key_prefix, "stop-tool") == 1, what="the tool to start")
+    runtime.stop(stream.id)
+    events = events_of(runtime, stream.id)
+    assert events[-1].data["outcome"]["type"] == "cancelled"
+    assert "never said" not in text_of(events)
+    assert count(r, key_prefix, "stop-tool") == 1
+
+
+def test_stop_while_queued_never_starts(fast_settings: Any, script: Any, fake_openai: Any) -> None:
+    # No worker serves this queue, so the run stays queued until the stop ends it.
+    settings = fast_settings.model_copy(update={"queue": "nobody-listens-here"})
+    runtime = Runtime(settings=settings)
+    stream = runtime.stream("fake", "never runs")
+    assert runtime.get(stream.id).status == "queued"
+    calls = fake_openai.calls
+    runtime.stop(stream.id)
+    events = events_of(runtime, stream.id)
+    assert [e.type for e in events] == [EventType.RUN_STARTED, EventType.RUN_FINISHED]
+    assert runtime.get(stream.id).status == "cancelled" and fake_openai.calls == calls
+    runtime.close()
+
+
+def test_stop_requested_before_the_run_exists(runtime: Runtime, script: Any, worker: Any) -> None:
+    script("should not be said")
+    run_id = "f" * 32
+    runtime.store.request_stop(run_id)
+    assert runtime.store.stop_requested(run_id)
+
+
+def test_sessions_share_history(runtime: Runtime, script: Any, fake_openai: Any) -> None:
+    script("First answer.")
+    first = runtime.stream("fake", "first question")
+    events_of(runtime, first.id)
+    script("Second answer.")
+    second = runtime.stream("fake", "second question", session_id=first.session_id)
+    events_of(runtime, second.id)
+    sent = [m.get("content") for m in fake_openai.requests[-1]["messages"]]
+    assert sent[-3:] == ["first question", "First answer.", "second question"]
+
+
+def test_session_busy_is_refused(runtime: Runtime, script: Any) -> None:
+    run_id, _ = _pause(runtime, script, "/tmp/g")
+    session = runtime.get(run_id).session_id
+    with pytest.raises(SessionBusyError):
+        runtime.stream("fake", "interleave", session_id=session)
+    runtime.stop(run_id)
+    script("ok")
+    later = runtime.stream("fake", "now it works", session_id=session)
+    events_of(runtime, later.id)
+
+
+def test_duplicate_step_delivery_does_nothing(runtime: Runtime, script: Any, r: redis.Redis, key_prefix: str) -> None:
+    script(ScriptedTurn("", [ScriptedToolCall("slow_count", {"key": "dup"})]), "done")
+    stream = runtime.stream("fake", "dup")
+    events = events_of(runtime, stream.id)
+    for step in range(3):  # redeliver every committed step, twice
+        runtime._enqueue(stream.id, step, "fake")
+        runtime._enqueue(stream.id, step, "fake")
+    script("probe answer")
+    probe = runtime.stream("fake", "probe")  # a later run on the same worker: the redeliveries were handled first
+    events_of(runtime, probe.id)
+    assert events_of(runtime, stream.id) == events
+    assert count(r, key_prefix, "dup") == 1
+
+
+def test_bad_input_changes_nothing(runtime: Runtime) -> None:
+    with pytest.raises(UnknownAgentError):
+        runtime.stream("no-such-agent", "hi")
+    with pytest.raises(ValidationError):
+        runtime.stream("fake", "   ")
+
+
+def test_offline_agent_with_scripted_model(runtime: Runtime) -> None:
+    view = runtime.run("offline", "what time is it?", timeout=30)
+    assert view.status == "completed" and view.output == "It is 12:00 UTC."
+
+
+def test_manifests_published_in_module_order(runtime: Runtime) -> None:
+    names = [m["name"] for m in runtime.agents()]
+    assert names[:2] == ["fake", "offline"]
+    fake = runtime.agent_manifest("fake")
+    confirm = {t["name"]: t["requires_confirmation"] for t in fake["tools"]}
+    assert confirm["delete_file"] is True and confirm["get_time"] is False
+    assert json.dumps(fake)
