@@ -30,12 +30,25 @@ def _worker(args: argparse.Namespace, rest: list[str]) -> int:
     return 0
 
 
+def _api(args: argparse.Namespace, rest: list[str]) -> int:
+    if args.agents:
+        os.environ["AGENTS_CELERY_AGENTS"] = args.agents
+    from .api.serve import serve
+
+    return serve(host=args.host, port=args.port)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agents-celery", description="Durable AI-agent runs on Celery and Redis.")
     sub = parser.add_subparsers(dest="command", required=True)
     worker = sub.add_parser("worker", help="run a Celery worker serving an agents module (extra options go to Celery)")
     worker.add_argument("--agents", help="agents module, e.g. myapp.agents (env AGENTS_CELERY_AGENTS)")
     worker.set_defaults(handler=_worker, passthrough=True)
+    api = sub.add_parser("api", help="serve the HTTP API (development server; use gunicorn in production)")
+    api.add_argument("--agents", help="agents module (optional: the API also works from published manifests)")
+    api.add_argument("--host", default="127.0.0.1")
+    api.add_argument("--port", type=int, default=7777)
+    api.set_defaults(handler=_api)
     return parser
 
 
