@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 
 from .agent import Agent
-from .errors import AbandonedRunError, ConfigurationError, FencedError, StopStep
+from .errors import AbandonedRunError, ConfigurationError, FencedError, RunFinishedError, StateError, StopStep
 from .events import EventType, close_open, make_event
 from .hooks import Hooks, StepInfo, call_hooks
 from .leases import Heartbeat, Leases, new_token
@@ -55,8 +55,9 @@ class Engine:
             return claim.outcome.lower()
         try:
             return self._attempt(run_id, step, token, claim)
-        except FencedError:
-            log.warning("run=%s step=%d: lost the lease; another attempt owns the run", run_id, step)
+        except (FencedError, RunFinishedError, StateError) as exc:
+            # Superseded: our lease expired and another attempt took over (or already finished the run).
+            log.warning("run=%s step=%d: lost the lease; another attempt owns the run (%s)", run_id, step, exc)
             return "fenced"
         finally:
             self.leases.release(run_id, token)

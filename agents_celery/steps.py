@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .agent import Agent
-from .errors import AgentsCeleryError, ModelError, StopStep, ToolArgumentsError
+from .errors import AgentsCeleryError, FencedError, ModelError, StopStep, ToolArgumentsError
 from .eventlog import LogStatus
 from .events import EventType, NewEvent, make_event
 from .hooks import StepInfo, call_hooks
@@ -49,7 +49,9 @@ class StepContext:
     lost: threading.Event = field(default_factory=threading.Event)
 
     def check(self) -> None:
-        """Raise Cancelled when a stop was requested; the lease-loss case surfaces as FencedError on write."""
+        """Raise Cancelled when a stop was requested, FencedError once the heartbeat lost the lease."""
+        if self.lost.is_set():
+            raise FencedError(f"run {self.state.run_id!r}: lease lost; another attempt owns the run")
         if self.stop.is_set():
             raise Cancelled()
 

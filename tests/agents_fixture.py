@@ -67,15 +67,37 @@ def idempotent_count(key: str, seconds: float = 0.0) -> str:
     return f"counted {key}"
 
 
+def crash_key(point: str, run_id: str) -> str:
+    return f"{_PREFIX}:test:crash:{point}:{run_id}"
+
+
+def pid_key(run_id: str) -> str:
+    return f"{_PREFIX}:test:pid:{run_id}"
+
+
 class CrashHooks(Hooks):
-    """Kills this worker process (SIGKILL) after a commit when a test armed ``crash:after_commit``."""
+    """Records which process runs each step, and kills it (SIGKILL) at a point a test armed."""
+
+    def before_step(self, step: StepInfo) -> None:
+        _redis.set(pid_key(step.run_id), os.getpid(), ex=600)
 
     def after_commit(self, step: StepInfo) -> None:
-        if _redis.delete(f"{_PREFIX}:test:crash:after_commit:{step.run_id}"):
+        if _redis.delete(crash_key("after_commit", step.run_id)):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def after_tool_call(self, step: StepInfo, tool_name: str, result: str, error: str | None) -> None:
+        if _redis.delete(crash_key("after_tool", step.run_id)):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-TOOLS = [get_time, add, delete_file, slow_count, idempotent_count]
+@tool(idempotent=True)
+def crash_worker() -> str:
+    """Kills the worker running it, every time (declared idempotent, so every attempt re-runs it)."""
+    os.kill(os.getpid(), signal.SIGKILL)
+    return "unreachable"
+
+
+TOOLS = [get_time, add, delete_file, slow_count, idempotent_count, crash_worker]
 
 fake = Agent(
     name="fake",
