@@ -1,0 +1,54 @@
+"""The sweeper's decisions against a real Redis, with the enqueue recorded instead of sent."""
+
+from __future__ import annotations
+
+import time
+
+import redis
+
+from agents_celery.events import EventType, make_event
+from agents_celery.leases import Leases
+from agents_celery.runs import RunState
+from agents_celery.settings import Settings
+from agents_celery.store import RunStore
+from agents_celery.sweeper import sweep
+
+from .conftest import new_id
+
+
+def _run(store: RunStore) -> str:
+    run_id = new_id()
+    state = RunState(run_id=run_id, agent_id="a", session_id="s")
+    store.create(state, [make_event(EventType.RUN_STARTED, thread_id="s", run_id=run_id)])
+    store.watch(run_id, -1)  # already due
+    return run_id
+
+
+def test_sweeper_requeues_only_runs_whose_lease_is_free(r: redis.Redis, settings: Settings) -> None:
+    store = RunStore(r, settings)
+    free, leased, ended = _run(store), _run(store), _run(store)
+    token = Leases(r, store.keys).acquire(leased, 60_000)
+    end_token = Leases(r, store.keys).acquire(ended, 60_000)
+    assert token and end_token
+    store.log.set_status(ended, "ended", end_token)
+    sent: list[tuple[str, int, str]] = []
+    requeued = sweep(store, lambda *a: sent.append(a), now_ms=int(time.time() * 1000) + 10)
+    assert free in requeued and leased not in requeued and ended not in requeued
+    assert (free, 0, "a") in sent
+    live = {m.decode() for m in r.zrange(store.keys.live, 0, -1)}
+    assert ended not in live and leased in live and free in live
+    # The free run's deadline moved by the enqueue grace; the leased one's by the lease TTL.
+    assert r.zscore(store.keys.live, free) > time.time() * 1000
+
+
+def test_one_sweep_per_interval_across_workers(r: redis.Redis, settings: Settings) -> None:
+    store = RunStore(r, settings)
+    run_id = _run(store)
+    r.delete(store.keys.sweeper)
+    first: list[object] = []
+    second: list[object] = []
+    now = int(time.time() * 1000) + 10
+    sweep(store, lambda *a: first.append(a), now_ms=now)
+    sweep(store, lambda *a: second.append(a), now_ms=now)  # another worker in the same interval
+    assert any(a[0] == run_id for a in first)  # type: ignore[index]
+    assert second == []

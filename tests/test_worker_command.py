@@ -1,0 +1,25 @@
+"""``agents-celery worker``: loads an agents module, refuses a bad one with a clear message."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+from .cluster import ROOT
+
+
+def test_worker_with_a_missing_agents_module_exits_with_a_clear_error(worker_env: dict[str, str]) -> None:
+    env = {**worker_env, "AGENTS_CELERY_AGENTS": "no_such_pkg.agents"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "agents_celery.cli", "worker", "--pool", "solo"],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "no_such_pkg.agents" in proc.stderr
+
+
+def test_worker_loaded_the_agents_module_and_published_it(worker: Any, runtime: Any) -> None:
+    names = [m["name"] for m in runtime.agents()]
+    assert names[:2] == ["fake", "offline"]
+    assert "tests.agents_fixture" in worker.output() or "fake" in worker.output()
