@@ -118,19 +118,21 @@ def configure(
         app.conf.broker_url = settings.celery_broker_url
     app.conf.update(durable_defaults(settings))
     ext = AgentsCelery(app, settings, registry, hooks if hooks is not None else [LoggingHooks()])
-    app.agents_celery = ext  # type: ignore[attr-defined]
+    setattr(app, EXTENSION, ext)
 
-    @app.task(name=STEP_TASK, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+    @app.task(  # type: ignore[untyped-decorator]
+        name=STEP_TASK, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True
+    )
     def step(self: Any, run_id: str, step: int, agent: str | None = None) -> str:
         """One step of one run: a model turn or the tool calls of a turn."""
         return ext.engine.execute(run_id, int(step))
 
-    @signals.worker_ready.connect(weak=False)
+    @signals.worker_ready.connect(weak=False)  # type: ignore[untyped-decorator]
     def _ready(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is app:
             ext.on_worker_ready()
 
-    @signals.worker_shutdown.connect(weak=False)
+    @signals.worker_shutdown.connect(weak=False)  # type: ignore[untyped-decorator]
     def _shutdown(sender: Any = None, **_: Any) -> None:
         ext.on_worker_shutdown()
 

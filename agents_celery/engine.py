@@ -79,7 +79,9 @@ class Engine:
                 if self.store.stop_requested(run_id):
                     ctx.stop.set()
 
-            with Heartbeat(self.leases, run_id, token, s.lease_ttl_ms, s.heartbeat_seconds, tick, s.stop_poll_seconds) as hb:
+            with Heartbeat(
+                self.leases, run_id, token, s.lease_ttl_ms, s.heartbeat_seconds, tick, s.stop_poll_seconds
+            ) as hb:
                 ctx.lost = hb.lost
                 if claim.attempt > 1:
                     self._close_abandoned(ctx, claim)
@@ -95,8 +97,8 @@ class Engine:
     def _decide(self, ctx: StepContext, agent: Agent | None, hooks: list[Hooks]) -> StepResult:
         state = ctx.state
         if agent is None:
-            error = ConfigurationError(f"no worker here serves agent {state.agent_id!r}; start one with its module")
-            return failed(ctx, state, error)
+            missing = ConfigurationError(f"no worker here serves agent {state.agent_id!r}; start one with its module")
+            return failed(ctx, state, missing)
         if ctx.attempt > self.settings.max_step_attempts:
             error = AbandonedRunError(
                 f"step {ctx.step} of run {state.run_id!r} was attempted {ctx.attempt - 1} times without committing"

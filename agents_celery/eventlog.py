@@ -151,12 +151,10 @@ class EventLog:
     def read(self, run_id: str, after: int = -1, limit: int | None = None) -> list[Event]:
         """The events with offset > ``after`` (at most ``limit``), oldest first."""
         info = self.info(run_id)
-        entries = self._redis.xrange(self._keys.run(run_id).events, min=f"{after + 1}-0", count=limit)
+        entries: Any = self._redis.xrange(self._keys.run(run_id).events, min=f"{after + 1}-0", count=limit)
         return _events(entries, info)
 
-    def tail(
-        self, run_id: str, after: int = -1, *, until_pause: bool = False, block_ms: int = 1000
-    ) -> Iterator[Event]:
+    def tail(self, run_id: str, after: int = -1, *, until_pause: bool = False, block_ms: int = 1000) -> Iterator[Event]:
         """Yield the events after ``after``, then live ones, until the run ends (or pauses, if asked).
 
         Replays with XRANGE, then blocks with XREAD from the last id seen: no gap, no duplicate.
@@ -165,7 +163,7 @@ class EventLog:
         key = self._keys.run(run_id).events
         last = after
         while True:  # replay
-            entries = self._redis.xrange(key, min=f"{last + 1}-0", count=PAGE)
+            entries: Any = self._redis.xrange(key, min=f"{last + 1}-0", count=PAGE)
             page = _events(entries, info)
             for i, event in enumerate(page):
                 last = event.offset
@@ -177,11 +175,11 @@ class EventLog:
         if self._caught_up_and_done(run_id, last, until_pause):
             return
         while True:  # live; the status is only looked at when XREAD times out
-            reply = self._redis.xread({key: stream_id(last)}, count=PAGE, block=block_ms)
+            reply: Any = self._redis.xread({key: stream_id(last)}, count=PAGE, block=block_ms)
             if not reply and self._caught_up_and_done(run_id, last, until_pause):
                 return
-            for _, entries in reply or []:
-                page = _events(entries, info)
+            for _, batch in reply or []:
+                page = _events(batch, info)
                 for i, event in enumerate(page):
                     last = event.offset
                     yield event
@@ -218,7 +216,7 @@ class AsyncEventLog:
     async def read(self, run_id: str, after: int = -1, limit: int | None = None) -> list[Event]:
         """See :meth:`EventLog.read`."""
         info = await self.info(run_id)
-        entries = await self._redis.xrange(self._keys.run(run_id).events, min=f"{after + 1}-0", count=limit)
+        entries: Any = await self._redis.xrange(self._keys.run(run_id).events, min=f"{after + 1}-0", count=limit)
         return _events(entries, info)
 
     async def tail(
@@ -229,7 +227,7 @@ class AsyncEventLog:
         key = self._keys.run(run_id).events
         last = after
         while True:
-            entries = await self._redis.xrange(key, min=f"{last + 1}-0", count=PAGE)
+            entries: Any = await self._redis.xrange(key, min=f"{last + 1}-0", count=PAGE)
             page = _events(entries, info)
             for i, event in enumerate(page):
                 last = event.offset
@@ -241,11 +239,11 @@ class AsyncEventLog:
         if await self._caught_up_and_done(run_id, last, until_pause):
             return
         while True:
-            reply = await self._redis.xread({key: stream_id(last)}, count=PAGE, block=block_ms)
+            reply: Any = await self._redis.xread({key: stream_id(last)}, count=PAGE, block=block_ms)
             if not reply and await self._caught_up_and_done(run_id, last, until_pause):
                 return
-            for _, entries in reply or []:
-                page = _events(entries, info)
+            for _, batch in reply or []:
+                page = _events(batch, info)
                 for i, event in enumerate(page):
                     last = event.offset
                     yield event

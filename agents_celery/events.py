@@ -83,7 +83,8 @@ def make_event(type: EventType | str, /, **fields: Any) -> NewEvent:
     try:
         kind = EventType(type)
     except ValueError:
-        raise EventValidationError(f"unknown event type {type!r}; expected one of {[t.value for t in EventType]}")
+        known = [t.value for t in EventType]
+        raise EventValidationError(f"unknown event type {type!r}; expected one of {known}") from None
     fields.setdefault("timestamp", now_ms())
     key = _DELTA_KEYS.get(kind)
     if key is not None and set(fields) == {key, "delta", "timestamp"}:
@@ -172,7 +173,7 @@ def close_open(events: list[Event]) -> list[NewEvent]:
     open_ids: dict[EventType, list[str]] = {start: [] for start, _, _ in _PAIRS}
     for ev in events:
         for start, end, key in _PAIRS:
-            ident = ev.data.get(key)
+            ident = str(ev.data.get(key))
             if ev.type is start:
                 open_ids[start].append(ident)
             elif ev.type is end and ident in open_ids[start]:

@@ -6,6 +6,7 @@ Redis and sends step tasks by name, so it works from any process that can reach 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
@@ -100,7 +101,9 @@ class RunStream:
 
     async def aevents(self, offset: int | None = None, *, until_pause: bool = True) -> AsyncIterator[Event]:
         """Async version of :meth:`events`."""
-        async for event in self.runtime.async_log.tail(self.id, -1 if offset is None else offset, until_pause=until_pause):
+        async for event in self.runtime.async_log.tail(
+            self.id, -1 if offset is None else offset, until_pause=until_pause
+        ):
             yield event
 
     def get(self) -> RunView:
@@ -210,9 +213,8 @@ class Runtime:
         idem = self.store.keys.idempotency(key)
         if self.redis.set(idem, run_id, nx=True, px=self.settings.retention_ms):
             return None
-        existing = self.redis.get(idem)
-        assert existing is not None
-        return existing.decode()
+        existing: Any = self.redis.get(idem)
+        return existing.decode() if isinstance(existing, bytes) else str(existing)
 
     def _take_session(self, session_id: str, run_id: str) -> None:
         previous = self.store.session_active(session_id)
@@ -284,7 +286,9 @@ class Runtime:
                 raise RunNotPausedError(f"run {run_id!r} is {state.status.value}, not paused; nothing to continue")
             messages = _with_edited_args(state.messages, calls)
             new = state.model_copy(update={"tool_calls": calls, "messages": messages}).moved_to(RunStatus.RUNNING)
-            decided = [{"tool_call_id": c.id, "decision": c.decision} for c in calls if c.requires_confirmation or c.rerun]
+            decided = [
+                {"tool_call_id": c.id, "decision": c.decision} for c in calls if c.requires_confirmation or c.rerun
+            ]
             resumed = make_event(
                 EventType.RUN_STARTED,
                 thread_id=state.session_id,
@@ -313,8 +317,10 @@ class Runtime:
         params = {t["name"]: t.get("parameters") for t in manifest.get("tools", [])}
         out = []
         for call in state.tool_calls:
-            d = by_id.get(call.id, Decision(call.id)) if call.id in pending else None
-            out.append(call if d is None else _apply(call, d, params.get(call.name)))
+            if call.id not in pending:
+                out.append(call)
+                continue
+            out.append(_apply(call, by_id.get(call.id, Decision(call.id)), params.get(call.name)))
         return out
 
     # -- stopping ---------------------------------------------------------------------------------------
@@ -345,7 +351,9 @@ class Runtime:
         closers = []
         if row[0] and int(row[0]) > 0 and row[1] is not None:  # a crashed attempt may have left things open
             closers = close_open(self.store.log.read(run_id, after=int(row[1]) - 1))
-        done = make_event(EventType.RUN_FINISHED, thread_id=state.session_id, run_id=run_id, outcome={"type": "cancelled"})
+        done = make_event(
+            EventType.RUN_FINISHED, thread_id=state.session_id, run_id=run_id, outcome={"type": "cancelled"}
+        )
         self.store.commit(state.moved_to(RunStatus.CANCELLED), token, step, step, [*closers, done], "ended")
         self.store.unwatch(run_id)
         self.store.session_release(state.session_id, run_id)
@@ -361,10 +369,8 @@ class Runtime:
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(f"run {stream.id!r} did not finish within {timeout}s; it was stopped")
         except (KeyboardInterrupt, TimeoutError):
-            try:
+            with contextlib.suppress(RunFinishedError):
                 self.stop(stream.id, "caller gave up")
-            except RunFinishedError:
-                pass
             raise
         return self.get(stream.id)
 
@@ -398,7 +404,9 @@ def _apply(call: ToolCall, d: Decision, schema: dict[str, Any] | None) -> ToolCa
                 jsonschema.validate(d.tool_args, schema)
             except jsonschema.ValidationError as exc:
                 where = "/".join(str(p) for p in exc.absolute_path) or "arguments"
-                raise ToolArgumentsError(f"edited arguments for {call.name!r} are invalid at {where}: {exc.message}")
+                raise ToolArgumentsError(
+                    f"edited arguments for {call.name!r} are invalid at {where}: {exc.message}"
+                ) from None
         update["arguments"] = json.dumps(d.tool_args)
         update["error"] = None
     return call.model_copy(update=update)

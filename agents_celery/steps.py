@@ -345,4 +345,3 @@ def _invoke(ctx: StepContext, call: ToolCall, invoke: Callable[[Any, ToolContext
 
 def _with_result(call: ToolCall, result: str, error: str | None) -> ToolCall:
     return call.model_copy(update={"result": result, "error": error, "decision": call.decision})
-

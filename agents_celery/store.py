@@ -104,7 +104,7 @@ class RunStore:
                 raise RunNotFoundError(f"run {run_id!r} does not exist")
         except redis.ConnectionError as exc:
             raise RedisUnavailableError(f"Redis does not answer: {exc}") from exc
-        return load_state(raw), int(step)
+        return load_state(raw), int(step or 0)
 
     def claim(self, run_id: str, step: int, token: str) -> Claim:
         """Take the lease for an attempt at ``step`` and load what it needs, in one round trip."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Any
 
 import redis
 
@@ -36,7 +37,8 @@ def sweep(store: RunStore, enqueue: Enqueue, now_ms: int | None = None) -> list[
     if not store.redis.set(keys.sweeper, "1", nx=True, px=interval_ms):
         return []
     now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
-    due = [r.decode() for r in store.redis.zrangebyscore(keys.live, 0, now_ms, start=0, num=BATCH)]
+    found: Any = store.redis.zrangebyscore(keys.live, 0, now_ms, start=0, num=BATCH)
+    due = [r.decode() for r in found]
     requeued: list[str] = []
     for run_id in due:
         k = keys.run(run_id)

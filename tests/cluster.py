@@ -25,7 +25,9 @@ FAST = {
 }
 
 
-def worker_env(redis_url: str, broker_url: str, prefix: str, queue: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+def worker_env(
+    redis_url: str, broker_url: str, prefix: str, queue: str, extra: dict[str, str] | None = None
+) -> dict[str, str]:
     env = dict(os.environ)
     env.update(FAST)
     env.update(

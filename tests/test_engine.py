@@ -149,8 +149,10 @@ def test_hitl_approve(runtime: Runtime, script: Any, r: redis.Redis, key_prefix:
     assert count(r, key_prefix, "delete_file:/tmp/a") == 1
 
 
-def test_hitl_reject_with_note(runtime: Runtime, script: Any, r: redis.Redis, key_prefix: str, fake_openai: Any) -> None:
-    run_id, first = _pause(runtime, script, "/tmp/b")
+def test_hitl_reject_with_note(
+    runtime: Runtime, script: Any, r: redis.Redis, key_prefix: str, fake_openai: Any
+) -> None:
+    run_id, _ = _pause(runtime, script, "/tmp/b")
     call_id = runtime.get(run_id).pending[0].id
     runtime.continue_run(run_id, [Decision(call_id, confirmed=False, note="keep it")])
     events = events_of(runtime, run_id)

@@ -88,9 +88,7 @@ def _feed(eventlog: EventLog, run_id: str, token: str, total: int) -> None:
         n = min(100, total - i)
         eventlog.append(run_id, [_delta(j) for j in range(i, i + n)], token)  # type: ignore[misc]
         i += n
-    eventlog.set_status(
-        run_id, "ended", token, [make_event(EventType.RUN_FINISHED, thread_id="s1", run_id=run_id)]
-    )
+    eventlog.set_status(run_id, "ended", token, [make_event(EventType.RUN_FINISHED, thread_id="s1", run_id=run_id)])
 
 
 def test_tail_from_offset_sees_each_event_once(eventlog: EventLog, r: redis.Redis, keys: Keys) -> None:

@@ -35,7 +35,9 @@ class Cluster:
 
     def __init__(self, key_prefix: str, fake_url: str, broker_url: str = TEST_BROKER_URL, **extra: str) -> None:
         self.queue = f"recovery-{uuid.uuid4().hex[:8]}"
-        self.env = worker_env(TEST_REDIS_URL, broker_url, key_prefix, self.queue, {"FAKE_OPENAI_URL": fake_url, **extra})
+        self.env = worker_env(
+            TEST_REDIS_URL, broker_url, key_prefix, self.queue, {"FAKE_OPENAI_URL": fake_url, **extra}
+        )
         self.workers: list[Worker] = []
 
     def start(self, n: int = 1) -> list[Worker]:
@@ -122,7 +124,9 @@ def wait_event(rt: Runtime, run_id: str, pred: Callable[[Event], bool]) -> float
     raise AssertionError("the run ended before the expected event")
 
 
-def test_kill_during_model_streaming(rt: Runtime, cluster: Cluster, fake_openai: Any, r: redis.Redis, key_prefix: str) -> None:
+def test_kill_during_model_streaming(
+    rt: Runtime, cluster: Cluster, fake_openai: Any, r: redis.Redis, key_prefix: str
+) -> None:
     cluster.start(2)
     fake_openai.responder = ScriptResponder([LONG_TEXT], token_delay=0.02)
     stream = rt.stream("fake", "talk")
@@ -131,9 +135,7 @@ def test_kill_during_model_streaming(rt: Runtime, cluster: Cluster, fake_openai:
     victim.kill()
     killed = time.monotonic()
     events = all_events(rt, stream.id)
-    recovered = next(
-        e for e in events if e.type is EventType.CUSTOM and e.data["name"] == "attempt_abandoned"
-    )
+    recovered = next(e for e in events if e.type is EventType.CUSTOM and e.data["name"] == "attempt_abandoned")
     print(f"\nrecovery after kill -9 during streaming: {time.monotonic() - killed:.2f}s to finish")
     assert_invariants(events)
     assert recovered.data["value"]["next_attempt"] == 2
@@ -247,7 +249,9 @@ def test_zombie_worker_writes_are_refused(
     assert rt.get(stream.id).status == "completed" and last_message_text(events) == LONG_TEXT
 
 
-def test_sigterm_loses_nothing(rt: Runtime, cluster: Cluster, fake_openai: Any, r: redis.Redis, key_prefix: str) -> None:
+def test_sigterm_loses_nothing(
+    rt: Runtime, cluster: Cluster, fake_openai: Any, r: redis.Redis, key_prefix: str
+) -> None:
     cluster.start(2)
     fake_openai.responder = ScriptResponder([LONG_TEXT], token_delay=0.01)
     stream = rt.stream("fake", "deploy now")
