@@ -277,7 +277,7 @@ class Runtime:
             raise RunNotPausedError(f"run {run_id!r} is {state.status.value}, not paused; nothing to continue")
         manifest = self.agent_manifest(state.agent_id)
         calls = self._decide(state, [_as_decision(d) for d in decisions or []], manifest)
-        token = self.leases.acquire(run_id, self.settings.lease_ttl_ms)
+        token = self._idle_lease(run_id)
         if token is None:
             raise RunBusyError(f"run {run_id!r} is being continued or stopped by another caller right now")
         try:
@@ -335,13 +335,26 @@ class Runtime:
         if state.status.is_final:
             raise RunFinishedError(f"run {run_id!r} already ended ({state.status.value})")
         self.store.request_stop(run_id, reason)
-        token = self.leases.acquire(run_id, self.settings.lease_ttl_ms)
+        token = self._idle_lease(run_id)
         if token is not None:  # nobody is working on it: end it here and now
             try:
                 self._cancel_idle(run_id, token)
             finally:
                 self.leases.release(run_id, token)
         return self.get(run_id)
+
+    def _idle_lease(self, run_id: str) -> str | None:
+        """The lease, if no worker is working on the run. A worker that just paused the run releases it
+        within milliseconds, and nobody else would end a paused run, so for a paused run wait for it."""
+        deadline = time.monotonic() + self.settings.lease_ttl_seconds
+        while True:
+            token = self.leases.acquire(run_id, self.settings.lease_ttl_ms)
+            if token is not None or time.monotonic() > deadline:
+                return token
+            state, _ = self.store.load(run_id)
+            if state.status != RunStatus.PAUSED:
+                return None  # a working step holds it and honours the stop request at its next check
+            time.sleep(0.01)
 
     def _cancel_idle(self, run_id: str, token: str) -> None:
         state, step = self.store.load(run_id)

@@ -24,8 +24,13 @@ def _run(store: RunStore) -> str:
     return run_id
 
 
+def _private(settings: Settings) -> Settings:
+    # Its own key space: the session's worker sweeps the shared one every few hundred ms.
+    return settings.model_copy(update={"key_prefix": f"{settings.key_prefix}:sweep-{new_id()[:6]}"})
+
+
 def test_sweeper_requeues_only_runs_whose_lease_is_free(r: redis.Redis, settings: Settings) -> None:
-    store = RunStore(r, settings)
+    store = RunStore(r, _private(settings))
     free, leased, ended = _run(store), _run(store), _run(store)
     token = Leases(r, store.keys).acquire(leased, 60_000)
     end_token = Leases(r, store.keys).acquire(ended, 60_000)
@@ -42,7 +47,7 @@ def test_sweeper_requeues_only_runs_whose_lease_is_free(r: redis.Redis, settings
 
 
 def test_one_sweep_per_interval_across_workers(r: redis.Redis, settings: Settings) -> None:
-    store = RunStore(r, settings)
+    store = RunStore(r, _private(settings))
     run_id = _run(store)
     r.delete(store.keys.sweeper)
     first: list[object] = []
