@@ -53,14 +53,17 @@ class Engine:
         if claim.outcome != "OK":
             log.info("run=%s step=%d: nothing to do (%s)", run_id, step, claim.outcome.lower())
             return claim.outcome.lower()
+        outcome = "failed"
         try:
-            return self._attempt(run_id, step, token, claim)
+            outcome = self._attempt(run_id, step, token, claim)
         except (FencedError, RunFinishedError, StateError) as exc:
             # Superseded: our lease expired and another attempt took over (or already finished the run).
             log.warning("run=%s step=%d: lost the lease; another attempt owns the run (%s)", run_id, step, exc)
-            return "fenced"
+            outcome = "fenced"
         finally:
-            self.leases.release(run_id, token)
+            if outcome != "committed":  # the commit gave the lease up in the same round trip
+                self.leases.release(run_id, token)
+        return outcome
 
     def _attempt(self, run_id: str, step: int, token: str, claim: Claim) -> str:
         assert claim.state is not None
@@ -108,7 +111,8 @@ class Engine:
             return cancelled(ctx, state)
         if state.status == RunStatus.QUEUED:
             ctx.state = state = state.moved_to(RunStatus.RUNNING)
-            self.store.commit(state, ctx.token, ctx.step, ctx.step, [], "live")  # visible as running at once
+            # Visible as running at once; the attempt keeps its lease.
+            self.store.commit(state, ctx.token, ctx.step, ctx.step, [], "live", release=False)
         try:
             call_hooks(hooks, "before_step", ctx.info)
             return model_turn(ctx) if state.next == "model" else tool_step(ctx)

@@ -87,7 +87,8 @@ return first
 
 # Compare-and-set of the run state on its step number, with events and the log status, atomically.
 # KEYS: run, events, lease, effects, gone, stop.
-# ARGV: token, expected_step, new_step, state_json, log_status, retention_ms, tombstone_ms, events...
+# ARGV: token, expected_step, new_step, state_json, log_status, retention_ms, tombstone_ms, release, events...
+# With release = '1' the lease is given up in the same call (the attempt has nothing left to write).
 COMMIT = (
     _APPEND
     + _GUARD
@@ -97,8 +98,9 @@ local refused = guard(KEYS[1], KEYS[3], ARGV[1])
 if refused then return redis.error_reply(refused) end
 local step = redis.call('HGET', KEYS[1], 'step')
 if step ~= ARGV[2] then return redis.error_reply('CONFLICT step is ' .. tostring(step)) end
-local first = append(KEYS[1], KEYS[2], 8)
+local first = append(KEYS[1], KEYS[2], 9)
 redis.call('HSET', KEYS[1], 'state', ARGV[4], 'step', ARGV[3], 'log', ARGV[5])
+if ARGV[8] == '1' then redis.call('DEL', KEYS[3]) end
 if ARGV[3] ~= ARGV[2] then redis.call('HSET', KEYS[1], 'attempt', 0) end  -- a new step: attempts start over
 if ARGV[5] == 'ended' then
   expire_run({KEYS[1], KEYS[2], KEYS[4], KEYS[6]}, tonumber(ARGV[6]), tonumber(ARGV[7]))

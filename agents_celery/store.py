@@ -131,8 +131,12 @@ class RunStore:
         new_step: int,
         events: Sequence[NewEvent],
         log_status: LogStatus,
+        *,
+        release: bool = True,
     ) -> int:
         """Compare-and-set the state on its step number, with events and the log status; first offset.
+
+        With ``release`` (the default) the lease is given up in the same round trip.
 
         Raises:
             FencedError: the lease is no longer ours. StateError: another attempt committed this step.
@@ -147,6 +151,7 @@ class RunStore:
             log_status,
             str(self.settings.retention_ms),
             str(self.settings.tombstone_ms),
+            "1" if release else "0",
         ] + [e.json for e in events]
         try:
             return int(self._commit(keys=[k.run, k.events, k.lease, k.effects, k.gone, k.stop], args=args))

@@ -298,9 +298,11 @@ def test_soak_runs_survive_a_worker_killed_every_few_seconds(
     def responder(request: dict[str, Any]) -> Any:
         user = [m["content"] for m in request["messages"] if m["role"] == "user"][-1]
         turns = [
-            ScriptedTurn("Working. ", [ScriptedToolCall("slow_count", {"key": f"soak-{tag}-{user}", "seconds": 1.5})]),
-            f"Done with {user}.",
-        ]
+            ScriptedTurn(
+                "Working. ", [ScriptedToolCall("slow_count", {"key": f"soak-{tag}-{user}-{part}", "seconds": 1})]
+            )
+            for part in ("a", "b")
+        ] + [ScriptedTurn(f"Done with {user}.")]
         return ScriptResponder(turns, token_delay=0.005)(request)
 
     fake_openai.responder = responder
@@ -309,7 +311,7 @@ def test_soak_runs_survive_a_worker_killed_every_few_seconds(
         runs = [runtime.stream("fake", f"job{i}").id for i in range(30)]
         kills = 0
         deadline = time.monotonic() + 240
-        next_kill = time.monotonic() + 2
+        next_kill = time.monotonic() + 1
         while True:
             views = [runtime.get(rid) for rid in runs]
             for v in views:  # a tool interrupted mid-run is surfaced; the operator declines re-running it
@@ -323,14 +325,15 @@ def test_soak_runs_survive_a_worker_killed_every_few_seconds(
                 alive[kills % len(alive)].kill()
                 kills += 1
                 c.start(1)
-                next_kill = time.monotonic() + 2.0
+                next_kill = time.monotonic() + 1.5
             time.sleep(0.1)
         print(f"\nsoak: 30 runs, {kills} workers killed with -9")
         for i, rid in enumerate(runs):
             events = all_events(runtime, rid)
             assert_invariants(events)
             assert runtime.get(rid).status == "completed", rid
-            assert counter(r, key_prefix, f"soak-{tag}-job{i}") == 1
+            assert counter(r, key_prefix, f"soak-{tag}-job{i}-a") == 1
+            assert counter(r, key_prefix, f"soak-{tag}-job{i}-b") == 1
         assert kills >= 3
     finally:
         c.stop()
