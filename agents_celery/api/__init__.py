@@ -1,0 +1,56 @@
+"""The HTTP API: a Flask blueprint you mount in your app, or a standalone app.
+
+::
+
+    from agents_celery.api import create_app, init_app, make_blueprint
+
+    app = create_app()                       # standalone (what ``agents-celery api`` serves)
+
+    init_app(my_app, runtime=Runtime())      # or inside an existing Flask app
+    my_app.register_blueprint(make_blueprint(), url_prefix="/ai")
+
+``init_app`` stores the :class:`~agents_celery.Runtime` in ``app.extensions["agents_celery"]``; nothing is
+global. Config keys (``create_app`` also reads them from the environment): ``AGENTS_CELERY_KEEPALIVE_SECONDS``
+(idle SSE comment interval, default 15) and ``AGENTS_CELERY_BLOCK_SECONDS`` (how long ``stream=false`` waits
+for a run to end or pause, default 600; past it the JSON shows the run still running).
+"""
+
+from __future__ import annotations
+
+import os
+
+from flask import Blueprint, Flask
+
+from ..runtime import Runtime
+from ..settings import Settings
+from .routes import EXTENSION, blueprint, http_error
+
+__all__ = ["blueprint", "create_app", "init_app", "make_blueprint"]
+
+
+def make_blueprint() -> Blueprint:
+    """The API blueprint (register it once per app, under any ``url_prefix``)."""
+    return blueprint
+
+
+def init_app(app: Flask, runtime: Runtime | None = None, settings: Settings | None = None) -> Runtime:
+    """Give ``app`` a Runtime (a new one from ``settings`` / the environment when none is passed)."""
+    rt = runtime or Runtime(settings=settings)
+    app.extensions[EXTENSION] = rt
+    app.config.setdefault("AGENTS_CELERY_KEEPALIVE_SECONDS", 15.0)
+    app.config.setdefault("AGENTS_CELERY_BLOCK_SECONDS", 600.0)
+    return rt
+
+
+def create_app(runtime: Runtime | None = None, settings: Settings | None = None) -> Flask:
+    """A standalone Flask app serving the API at the root, with JSON answers for unknown routes too."""
+    app = Flask("agents_celery")
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    for name in ("AGENTS_CELERY_KEEPALIVE_SECONDS", "AGENTS_CELERY_BLOCK_SECONDS"):
+        if os.environ.get(name):
+            app.config[name] = float(os.environ[name])
+    init_app(app, runtime, settings)
+    app.register_blueprint(make_blueprint())
+    app.register_error_handler(404, http_error)
+    app.register_error_handler(405, http_error)
+    return app

@@ -1,0 +1,179 @@
+"""Render stored events in the dialect of Agno's AgentOS (the ``/agents/...`` routes).
+
+Every rendered event is a JSON object with ``event`` (the AgentOS name), ``event_index`` (the event's offset
+in the run's log), ``created_at`` (seconds), ``run_id``, ``session_id``, ``agent_id``, ``agent_name`` and,
+where there is some, ``content``.
+
+Mapping (stored AG-UI type -> AgentOS event):
+
+- RUN_STARTED -> ``RunStarted``; with ``metadata.continued`` -> ``RunContinued``
+- TEXT_MESSAGE_CONTENT -> ``RunContent`` (``content`` = the text delta)
+- TOOL_CALL_END -> ``ToolCallStarted``: sent once the model has streamed the complete arguments, so
+  ``tool.tool_args`` is whole. It means "the model asked for this call"; a call that needs confirmation
+  is announced this way just before ``RunPaused``.
+- TOOL_CALL_RESULT -> ``ToolCallCompleted`` (``tool.result`` = the tool's output)
+- RUN_FINISHED success -> ``RunCompleted`` (``content`` = the final text); interrupt -> ``RunPaused``
+  (``tools`` = the pending calls, ``is_paused: true``); cancelled -> ``RunCancelled``
+- RUN_ERROR -> ``RunError`` (``content`` = the reason)
+- STEP_*, TEXT_MESSAGE_START/END, TOOL_CALL_START/ARGS, CUSTOM: no AgentOS equivalent; **skipped**, so
+  ``event_index`` has gaps there. It stays the offset, which is what ``/resume`` takes back.
+  (Agno's client refuses event names it does not know, so a generic name would break it.)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from ..events import Event, EventType
+
+#: Our run statuses in Agno's ``RunStatus`` spelling.
+AGNO_STATUS = {
+    "queued": "PENDING",
+    "running": "RUNNING",
+    "paused": "PAUSED",
+    "completed": "COMPLETED",
+    "failed": "ERROR",
+    "cancelled": "CANCELLED",
+}
+
+
+def tool_object(
+    tool_call_id: str,
+    name: str | None,
+    args: dict[str, Any] | None,
+    *,
+    result: str | None = None,
+    error: str | None = None,
+    requires_confirmation: bool = False,
+    confirmed: bool | None = None,
+    note: str | None = None,
+) -> dict[str, Any]:
+    """A tool call in AgentOS's ``ToolExecution`` shape."""
+    return {
+        "tool_call_id": tool_call_id,
+        "tool_name": name,
+        "tool_args": args or {},
+        "result": result,
+        "tool_call_error": error,
+        "requires_confirmation": requires_confirmation,
+        "confirmed": confirmed,
+        "confirmation_note": note,
+    }
+
+
+def _parse_args(raw: str) -> dict[str, Any]:
+    try:
+        value = json.loads(raw or "{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+class AgentOSRenderer:
+    """Turns one run's stored events into AgentOS events; remembers tool names and arguments across a stream.
+
+    Args:
+        history: Called at most once, when a TOOL_CALL_RESULT names a call whose START this stream did not
+            see (it started before the requested offset); returns the earlier events of the run.
+    """
+
+    def __init__(self, history: Callable[[], list[Event]] | None = None) -> None:
+        self._history = history
+        self._names: dict[str, str] = {}
+        self._args: dict[str, str] = {}
+        self._decisions: dict[str, str] = {}
+        self._primed = False
+
+    def _remember(self, ev: Event) -> None:
+        ident = ev.data.get("tool_call_id", "")
+        if ev.type is EventType.TOOL_CALL_START:
+            self._names[ident] = ev.data.get("tool_call_name", "")
+            self._args[ident] = ""
+        elif ev.type is EventType.TOOL_CALL_ARGS:
+            self._args[ident] = self._args.get(ident, "") + ev.data.get("delta", "")
+        elif ev.type is EventType.RUN_STARTED:
+            for d in (ev.data.get("metadata") or {}).get("decisions") or []:
+                self._decisions[d.get("tool_call_id", "")] = d.get("decision", "")
+
+    def _prime(self) -> None:
+        if not self._primed and self._history is not None:
+            self._primed = True
+            for ev in self._history():
+                self._remember(ev)
+
+    def _tool(self, ident: str, **extra: Any) -> dict[str, Any]:
+        if ident not in self._names:
+            self._prime()
+        decision = self._decisions.get(ident)
+        confirmed = None if decision is None else decision == "approved"
+        return tool_object(
+            ident,
+            self._names.get(ident),
+            _parse_args(self._args.get(ident, "")),
+            requires_confirmation=decision is not None,
+            confirmed=confirmed,
+            **extra,
+        )
+
+    def render(self, ev: Event) -> dict[str, Any] | None:
+        """The AgentOS event for ``ev``, or None when it has no AgentOS equivalent (skipped)."""
+        self._remember(ev)
+        body = self._body(ev)
+        if body is None:
+            return None
+        return {
+            "event": body.pop("event"),
+            "event_index": ev.offset,
+            "created_at": ev.timestamp // 1000,
+            "run_id": ev.run_id,
+            "session_id": ev.session_id,
+            "agent_id": ev.agent_id,
+            "agent_name": ev.agent_id,
+            **body,
+        }
+
+    def _body(self, ev: Event) -> dict[str, Any] | None:
+        data = ev.data
+        if ev.type is EventType.RUN_STARTED:
+            continued = bool((data.get("metadata") or {}).get("continued"))
+            return {"event": "RunContinued" if continued else "RunStarted"}
+        if ev.type is EventType.TEXT_MESSAGE_CONTENT:
+            return {"event": "RunContent", "content": data.get("delta", ""), "content_type": "str"}
+        if ev.type is EventType.TOOL_CALL_END:
+            return {"event": "ToolCallStarted", "tool": self._tool(data.get("tool_call_id", ""))}
+        if ev.type is EventType.TOOL_CALL_RESULT:
+            content = data.get("content")
+            text = content if isinstance(content, str) else json.dumps(content)
+            return {
+                "event": "ToolCallCompleted",
+                "content": text,
+                "tool": self._tool(data["tool_call_id"], result=text),
+            }
+        if ev.type is EventType.RUN_ERROR:
+            return {"event": "RunError", "content": data.get("message", ""), "error_type": data.get("code")}
+        if ev.type is EventType.RUN_FINISHED:
+            return _finished(data)
+        return None
+
+
+def _finished(data: dict[str, Any]) -> dict[str, Any]:
+    outcome = data.get("outcome") or {}
+    kind = outcome.get("type", "success")
+    if kind == "interrupt":
+        tools = [paused_tool(i) for i in outcome.get("interrupts") or []]
+        content = "; ".join(i.get("message") or i.get("reason", "") for i in outcome.get("interrupts") or [])
+        return {"event": "RunPaused", "tools": tools, "is_paused": True, "content": content or None}
+    if kind == "cancelled":
+        return {"event": "RunCancelled", "content": "run cancelled"}
+    result = data.get("result")
+    text = result if isinstance(result, str) or result is None else json.dumps(result)
+    return {"event": "RunCompleted", "content": text, "content_type": "str"}
+
+
+def paused_tool(interrupt: dict[str, Any]) -> dict[str, Any]:
+    """A pending call (from a RUN_FINISHED interrupt) in AgentOS's tool shape."""
+    meta = interrupt.get("metadata") or {}
+    ident = interrupt.get("tool_call_id") or interrupt.get("id", "")
+    return tool_object(ident, meta.get("tool_name"), meta.get("tool_args"), requires_confirmation=True)

@@ -1,0 +1,179 @@
+"""The OpenAPI 3.1 description of the API (``GET /openapi.json``), written out by hand from the body models."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .bodies import ContinueBody, ResumeBody, RunBody
+
+_ERROR = {
+    "type": "object",
+    "properties": {"detail": {"type": "string"}, "code": {"type": "string"}},
+    "required": ["detail", "code"],
+}
+_SSE = {"text/event-stream": {"schema": {"type": "string"}}}
+_JSON_OBJECT = {"application/json": {"schema": {"type": "object"}}}
+_JSON_ANY: dict[str, Any] = {"application/json": {"schema": {}}}
+_REASONS = {
+    "400": "malformed request",
+    "401": "missing or wrong API key",
+    "404": "unknown agent or run",
+    "409": "the run is not in a state that allows this",
+    "410": "the run expired",
+    "422": "invalid fields",
+    "503": "Redis does not answer",
+}
+
+
+def _errors(*codes: str) -> dict[str, Any]:
+    ref = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+    return {c: {"description": _REASONS[c], "content": ref} for c in ("401", "503", *codes)}
+
+
+def _path(*names: str) -> list[dict[str, Any]]:
+    return [{"name": n, "in": "path", "required": True, "schema": {"type": "string"}} for n in names]
+
+
+def _form_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """The form variant of a JSON body schema: ``tools`` is a JSON string there."""
+    props = dict(schema.get("properties", {}))
+    if "tools" in props:
+        props["tools"] = {"type": "string", "description": "JSON list of tool objects"}
+    return {**schema, "properties": props}
+
+
+def _body(name: str) -> dict[str, Any]:
+    ref = {"$ref": f"#/components/schemas/{name}"}
+    form = {"$ref": f"#/components/schemas/{name}Form"}
+    return {
+        "required": name != "ResumeBody" and name != "ContinueBody",
+        "content": {
+            "application/json": {"schema": ref},
+            "application/x-www-form-urlencoded": {"schema": form},
+            "multipart/form-data": {"schema": form},
+        },
+    }
+
+
+def _op(summary: str, ok: dict[str, Any], *errors: str, **extra: Any) -> dict[str, Any]:
+    return {"summary": summary, "responses": {**ok, **_errors(*errors)}, **extra}
+
+
+def _paths() -> dict[str, Any]:
+    run = _path("agent_id", "run_id")
+    stream_or_json = {
+        "200": {"description": "SSE (stream=true) or the run as JSON", "content": {**_SSE, **_JSON_OBJECT}},
+        "202": {"description": "background=true: accepted", "content": _JSON_OBJECT},
+    }
+    idem = {"name": "Idempotency-Key", "in": "header", "required": False, "schema": {"type": "string"}}
+    events_params = [
+        {"name": "after", "in": "query", "required": False, "schema": {"type": "integer", "minimum": -1}},
+        {"name": "format", "in": "query", "required": False, "schema": {"enum": ["canonical", "agui"]}},
+        {"name": "until", "in": "query", "required": False, "schema": {"enum": ["pause", "end"]}},
+        {"name": "Last-Event-ID", "in": "header", "required": False, "schema": {"type": "integer", "minimum": -1}},
+    ]
+    return {
+        "/health": {
+            "get": {
+                "summary": "Redis reachable?",
+                "responses": {
+                    "200": {"description": "ok", "content": _JSON_OBJECT},
+                    "503": {"description": "Redis down", "content": _JSON_OBJECT},
+                },
+                "security": [],
+            }
+        },
+        "/openapi.json": {"get": _op("this document", {"200": {"description": "spec", "content": _JSON_OBJECT}})},
+        "/agents": {"get": _op("agent manifests", {"200": {"description": "list", "content": _JSON_ANY}})},
+        "/agents/{agent_id}": {
+            "get": _op("one agent", {"200": {"description": "manifest", "content": _JSON_OBJECT}}, "404"),
+            "parameters": _path("agent_id"),
+        },
+        "/agents/{agent_id}/runs": {
+            "post": _op(
+                "start a run",
+                stream_or_json,
+                "400",
+                "404",
+                "409",
+                "422",
+                requestBody=_body("RunBody"),
+                parameters=[idem],
+            ),
+            "parameters": _path("agent_id"),
+        },
+        "/agents/{agent_id}/runs/{run_id}/continue": {
+            "post": _op(
+                "answer a paused run",
+                stream_or_json,
+                "400",
+                "404",
+                "409",
+                "410",
+                "422",
+                requestBody=_body("ContinueBody"),
+            ),
+            "parameters": run,
+        },
+        "/agents/{agent_id}/runs/{run_id}/resume": {
+            "post": _op(
+                "reconnect to a run's events",
+                {"200": {"description": "SSE", "content": _SSE}},
+                "400",
+                "404",
+                "410",
+                "422",
+                requestBody=_body("ResumeBody"),
+            ),
+            "parameters": run,
+        },
+        "/agents/{agent_id}/runs/{run_id}/cancel": {
+            "post": _op(
+                "stop a run", {"200": {"description": "stopping", "content": _JSON_OBJECT}}, "404", "409", "410"
+            ),
+            "parameters": run,
+        },
+        "/agents/{agent_id}/runs/{run_id}/stop": {
+            "post": _op(
+                "alias of cancel", {"200": {"description": "stopping", "content": _JSON_OBJECT}}, "404", "409", "410"
+            ),
+            "parameters": run,
+        },
+        "/runs/{run_id}": {
+            "get": _op("run state", {"200": {"description": "state", "content": _JSON_OBJECT}}, "404", "410"),
+            "parameters": _path("run_id"),
+        },
+        "/runs/{run_id}/events": {
+            "get": _op(
+                "the run's events (SSE)",
+                {"200": {"description": "SSE", "content": _SSE}, "204": {"description": "nothing more will come"}},
+                "400",
+                "404",
+                "410",
+                parameters=events_params,
+            ),
+            "parameters": _path("run_id"),
+        },
+    }
+
+
+def spec(prefix: str = "") -> dict[str, Any]:
+    """The OpenAPI document; ``prefix`` is where the blueprint is mounted."""
+    schemas: dict[str, Any] = {"Error": _ERROR}
+    for model in (RunBody, ContinueBody, ResumeBody):
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        for name, sub in schema.pop("$defs", {}).items():
+            schemas[name] = sub
+        schemas[model.__name__] = schema
+        schemas[f"{model.__name__}Form"] = _form_schema(schema)
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "agents-celery", "version": "0.1.0", "description": "Durable AI-agent runs."},
+        "servers": [{"url": prefix or "/"}],
+        "paths": _paths(),
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}],
+    }

@@ -1,0 +1,104 @@
+"""A real API server process for tests, and a small SSE reader over httpx."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from .cluster import ROOT
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class ApiServer:
+    """``agents-celery api`` in its own process, on a free port, its output in a temp file."""
+
+    def __init__(self, env: dict[str, str], gunicorn: bool = False) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = Path(tempfile.mkstemp(prefix="api-", suffix=".log")[1])
+        self._out = self.log.open("wb")
+        cmd = [sys.executable, "-m", "agents_celery.cli", "api", "--host", "127.0.0.1", "--port", str(self.port)]
+        if gunicorn:  # the production command documented in agents_celery/api/serve.py
+            cmd = [sys.executable, "-m", "gunicorn", "agents_celery.api:create_app()", "--worker-class", "gthread"]
+            cmd += ["--workers", "1", "--threads", "100", "--timeout", "0", "--bind", f"127.0.0.1:{self.port}"]
+        self.proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=self._out, stderr=subprocess.STDOUT)
+
+    def wait_ready(self, timeout: float = 20) -> ApiServer:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"API server exited early:\n{self.output()}")
+            try:
+                httpx.get(self.url + "/openapi.json", timeout=1)
+                return self
+            except httpx.TransportError:
+                time.sleep(0.05)
+        raise AssertionError(f"API server not ready after {timeout}s:\n{self.output()}")
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")[-5000:]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self._out.close()
+
+
+@dataclass
+class Frame:
+    """One SSE frame: its ``id`` (None for meta frames), ``event`` name and decoded JSON ``data``."""
+
+    id: int | None
+    event: str | None
+    data: Any
+
+
+def frames(response: httpx.Response) -> Iterator[Frame]:
+    """The frames of an SSE response, as they arrive (comments skipped). Checks LF-only framing."""
+    fid: int | None = None
+    event: str | None = None
+    data: list[str] = []
+    for line in response.iter_lines():
+        if line == "":
+            if data:
+                yield Frame(fid, event, json.loads("\n".join(data)))
+            fid, event, data = None, None, []
+        elif line.startswith(":"):
+            continue
+        elif line.startswith("id: "):
+            fid = int(line[4:])
+        elif line.startswith("event: "):
+            event = line[7:]
+        elif line.startswith("data: "):
+            data.append(line[6:])
+
+
+def read_until(response: httpx.Response, stop: set[str], limit: int | None = None) -> list[Frame]:
+    """Frames until one whose event is in ``stop`` (included), or ``limit`` AgentOS events."""
+    out: list[Frame] = []
+    for f in frames(response):
+        out.append(f)
+        if f.event in stop or (limit is not None and sum(1 for x in out if x.id is not None) >= limit):
+            break
+    return out
