@@ -27,6 +27,8 @@ import dataclasses
 import inspect
 import json
 import re
+import types
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, overload
@@ -343,7 +345,7 @@ def _signature_fields(fn: Callable[..., Any], tool_name: str, docs: dict[str, st
     fields: _Fields = {}
     for param in inspect.signature(fn).parameters.values():
         annotation = hints.get(param.name, Any)
-        if annotation is ToolContext:
+        if _is_context(annotation):
             if context_param is not None:
                 raise ConfigurationError(f"tool {tool_name!r}: more than one parameter is annotated ToolContext")
             context_param = param.name
@@ -357,6 +359,14 @@ def _signature_fields(fn: Callable[..., Any], tool_name: str, docs: dict[str, st
         info = Field(default, alias=param.name, description=docs.get(param.name))
         fields[f"f{len(fields)}"] = (annotation, info)
     return context_param, fields
+
+
+def _is_context(annotation: Any) -> bool:
+    """``ToolContext`` itself, or ``ToolContext | None`` / ``Optional[ToolContext]``."""
+    if annotation is ToolContext:
+        return True
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    return typing.get_origin(annotation) in (typing.Union, types.UnionType) and args == [ToolContext]
 
 
 def _build_model(tool_name: str, fields: _Fields) -> type[BaseModel]:

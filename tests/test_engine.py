@@ -294,6 +294,9 @@ def test_duplicate_step_delivery_does_nothing(runtime: Runtime, script: Any, r: 
     events_of(runtime, probe.id)
     assert events_of(runtime, stream.id) == events
     assert count(r, key_prefix, "dup") == 1
+    call_id = next(e.data["tool_call_id"] for e in events if e.type is EventType.TOOL_CALL_RESULT)
+    keys = [k.decode() for k in r.lrange(f"{key_prefix}:test:count:dup:idem", 0, -1)]
+    assert keys == [f"{stream.id}:{call_id}"]  # the tool got the idempotency key run_id:tool_call_id
 
 
 def test_bad_input_changes_nothing(runtime: Runtime) -> None:

@@ -271,3 +271,15 @@ def test_unsupported_signatures() -> None:
 
     with pytest.raises(ConfigurationError, match="more than one"):
         tool(two_contexts)
+
+
+def test_optional_tool_context_is_injected_and_left_out_of_the_schema() -> None:
+    from agents_celery.tools import ToolContext, tool
+
+    @tool
+    def record(key: str, ctx: ToolContext | None = None) -> str:
+        """Record a key."""
+        return ctx.idempotency_key if ctx else "no context"
+
+    assert list(record.parameters["properties"]) == ["key"]
+    assert record.invoke({"key": "k"}, ToolContext(run_id="r", tool_call_id="c")) == "r:c"

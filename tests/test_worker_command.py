@@ -15,8 +15,9 @@ def test_worker_with_a_missing_agents_module_exits_with_a_clear_error(worker_env
         [sys.executable, "-m", "agents_celery.cli", "worker", "--pool", "solo"],
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    assert proc.returncode != 0
-    assert "no_such_pkg.agents" in proc.stderr
+    assert proc.returncode == 2
+    assert "ConfigurationError" in proc.stderr and "no_such_pkg.agents" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_worker_loaded_the_agents_module_and_published_it(worker: Any, runtime: Any) -> None:

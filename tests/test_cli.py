@@ -1,0 +1,243 @@
+"""The ``agents-celery`` client commands as subprocesses: run, tail --after, stop, show, approvals through stdin."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from agents_celery import Runtime, ScriptedToolCall, ScriptedTurn
+from agents_celery.events import EventType
+from agents_celery.runs import RunStatus
+from agents_celery.testing import ScriptResponder
+
+from .cluster import ROOT
+from .conftest import wait_for
+
+CLI = [sys.executable, "-m", "agents_celery.cli"]
+
+
+def cli(env: dict[str, str], *args: str, stdin: str = "", timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args], env=env, cwd=ROOT, input=stdin, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def run_id_of(output: str) -> str:
+    match = re.search(r"^run ([0-9a-f]{32}) ", output, re.MULTILINE)
+    assert match, output
+    return match.group(1)
+
+
+def text_after(runtime: Runtime, run_id: str, after: int) -> str:
+    """The assistant text carried by the events after ``after``."""
+    events = runtime.store.log.read(run_id, after=after)
+    return "".join(e.data["delta"] for e in events if e.type is EventType.TEXT_MESSAGE_CONTENT)
+
+
+class LiveCLI:
+    """A CLI process whose stdout is read line by line in a thread, so a test can wait on what it printed."""
+
+    def __init__(self, env: dict[str, str], *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [*CLI, *args], env=env, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        self.chunks: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for chunk in iter(lambda: self.proc.stdout.read(1), ""):  # type: ignore[union-attr]
+            self.chunks.append(chunk)
+
+    @property
+    def output(self) -> str:
+        return "".join(self.chunks)
+
+    def answer(self, text: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(text)
+        self.proc.stdin.flush()
+
+    def finish(self, timeout: float = 60) -> tuple[int, str, str]:
+        assert self.proc.stdin is not None and self.proc.stderr is not None
+        self.proc.stdin.close()
+        code = self.proc.wait(timeout=timeout)
+        self._reader.join(timeout=10)
+        return code, self.output, self.proc.stderr.read()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self._reader.join(timeout=10)
+        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if pipe is not None and not pipe.closed:
+                pipe.close()
+
+
+@pytest.fixture
+def live(worker_env: dict[str, str]) -> Iterator[list[LiveCLI]]:
+    started: list[LiveCLI] = []
+    yield started
+    for proc in started:
+        proc.kill()
+
+
+def test_run_streams_text_tool_calls_and_results(worker: Any, worker_env: dict[str, str], fake_openai: Any) -> None:
+    fake_openai.responder = ScriptResponder(
+        [ScriptedTurn("Let me check. ", [ScriptedToolCall("get_time", {"timezone": "UTC"})]), "It is noon in UTC."]
+    )
+    result = cli(worker_env, "run", "fake", "What time is it?")
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "Let me check." in out
+    assert '⚙ get_time({"timezone": "UTC"})' in out
+    assert "↳ 12:00 in UTC" in out
+    assert "It is noon in UTC." in out
+    assert re.search(r"✓ run [0-9a-f]{32} completed · agent fake · last offset \d+", out), out
+    assert "\x1b[" not in out  # plain output when stdout is not a terminal
+
+
+@pytest.mark.parametrize(
+    ("answers", "expected"),
+    [
+        ("y\n", "↳ deleted /tmp/a.txt"),
+        ('e\n{"path": "/tmp/b.txt"}\n', "↳ deleted /tmp/b.txt"),
+        ("n\nnot this one\n", "not this one"),
+    ],
+    ids=["approve", "edit", "reject"],
+)
+def test_run_asks_before_a_tool_that_needs_confirmation(
+    worker: Any, worker_env: dict[str, str], fake_openai: Any, answers: str, expected: str
+) -> None:
+    fake_openai.responder = ScriptResponder(
+        [ScriptedTurn("Deleting. ", [ScriptedToolCall("delete_file", {"path": "/tmp/a.txt"})]), "Done."]
+    )
+    result = cli(worker_env, "run", "fake", "Delete /tmp/a.txt", stdin=answers)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert '? delete_file({"path": "/tmp/a.txt"}) needs your approval' in out
+    assert "⏸ paused" in out
+    assert expected in out, out
+    assert "completed" in out
+    if answers.startswith("n"):
+        assert "deleted" not in out
+
+
+def test_run_with_stdin_closed_at_the_prompt_leaves_the_run_paused(
+    worker: Any, worker_env: dict[str, str], fake_openai: Any, runtime: Runtime
+) -> None:
+    fake_openai.responder = ScriptResponder(
+        [ScriptedTurn("", [ScriptedToolCall("delete_file", {"path": "/tmp/c.txt"})]), "Done."]
+    )
+    result = cli(worker_env, "run", "fake", "Delete /tmp/c.txt", stdin="")
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_id = run_id_of(result.stdout)
+    assert f"answer later with: agents-celery tail {run_id} --after" in result.stdout
+    assert runtime.get(run_id).status is RunStatus.PAUSED
+    # re-attach to the paused run and approve it from there
+    tail = cli(worker_env, "tail", run_id, "--after", str(runtime.get(run_id).last_offset), stdin="y\n")
+    assert tail.returncode == 0, tail.stdout + tail.stderr
+    assert "↳ deleted /tmp/c.txt" in tail.stdout
+    assert runtime.get(run_id).status is RunStatus.COMPLETED
+
+
+def test_tail_after_n_prints_exactly_the_rest(
+    worker: Any, worker_env: dict[str, str], fake_openai: Any, runtime: Runtime
+) -> None:
+    fake_openai.responder = ScriptResponder(["one two three four five six seven eight"])
+    stream = runtime.stream("fake", "count")
+    events = list(stream.events())
+    assert events[-1].type is EventType.RUN_FINISHED
+    after = next(e.offset for e in events if e.type is EventType.TEXT_MESSAGE_CONTENT) + 2
+    result = cli(worker_env, "tail", stream.id, "--after", str(after))
+    assert result.returncode == 0, result.stdout + result.stderr
+    rest = text_after(runtime, stream.id, after)
+    assert rest and rest in result.stdout
+    assert "one two" not in result.stdout
+    assert f"events after offset {after}" in result.stdout
+
+
+def test_ctrl_c_then_detach_prints_how_to_reattach(
+    worker: Any, worker_env: dict[str, str], fake_openai: Any, runtime: Runtime, live: list[LiveCLI]
+) -> None:
+    words = " ".join(f"w{i}" for i in range(40))
+    fake_openai.responder = ScriptResponder([words], token_delay=0.05)
+    proc = LiveCLI(worker_env, "run", "fake", "talk slowly")
+    live.append(proc)
+    run_id = wait_for(lambda: re.search(r"^run ([0-9a-f]{32}) ", proc.output, re.M), 30, what="the run line").group(1)
+    wait_for(lambda: "w3" in proc.output, 30, what="some streamed text")
+    proc.proc.send_signal(signal.SIGINT)
+    wait_for(lambda: "[d]etach" in proc.output, 10, what="the stop-or-detach prompt")
+    proc.answer("d\n")
+    code, out, err = proc.finish()
+    assert code == 0, out + err
+    match = re.search(rf"re-attach with: agents-celery tail {run_id} --after (\d+)", out)
+    assert match, out
+    after = int(match.group(1))
+    tail = cli(worker_env, "tail", run_id, "--after", str(after))
+    assert tail.returncode == 0, tail.stdout + tail.stderr
+    assert text_after(runtime, run_id, after) in tail.stdout
+    # what the first process printed plus what tail printed is the whole answer, each word once
+    printed = out.split("\n", 1)[1].split("\ninterrupted")[0] + tail.stdout.split("\n", 1)[1].split("\n✓")[0]
+    assert printed.split() == words.split()
+    assert runtime.get(run_id).status is RunStatus.COMPLETED
+
+
+def test_ctrl_c_then_stop_cancels_the_run(
+    worker: Any, worker_env: dict[str, str], fake_openai: Any, runtime: Runtime, live: list[LiveCLI]
+) -> None:
+    fake_openai.responder = ScriptResponder([" ".join(f"s{i}" for i in range(200))], token_delay=0.05)
+    proc = LiveCLI(worker_env, "run", "fake", "talk for long")
+    live.append(proc)
+    wait_for(lambda: "s2" in proc.output, 30, what="some streamed text")
+    proc.proc.send_signal(signal.SIGINT)
+    wait_for(lambda: "[s]top" in proc.output, 10, what="the stop-or-detach prompt")
+    proc.answer("s\n")
+    code, out, err = proc.finish()
+    assert code == 1, out + err
+    run_id = run_id_of(out)
+    assert f"✗ run {run_id} cancelled" in out
+    assert runtime.get(run_id).status is RunStatus.CANCELLED
+
+
+def test_show_and_stop_a_paused_run(
+    worker: Any, worker_env: dict[str, str], fake_openai: Any, runtime: Runtime
+) -> None:
+    fake_openai.responder = ScriptResponder([ScriptedTurn("", [ScriptedToolCall("delete_file", {"path": "/tmp/d"})])])
+    stream = runtime.stream("fake", "delete /tmp/d")
+    list(stream.events())
+    assert runtime.get(stream.id).status is RunStatus.PAUSED
+    shown = cli(worker_env, "show", stream.id)
+    assert shown.returncode == 0, shown.stderr
+    assert "status:   paused" in shown.stdout
+    assert re.search(r'pending:\s+\S+ delete_file\(\{"path": "/tmp/d"\}\) \[confirmation_required\]', shown.stdout)
+    as_json = json.loads(cli(worker_env, "show", stream.id, "--json").stdout)
+    assert as_json["status"] == "paused" and as_json["pending"][0]["name"] == "delete_file"
+    assert as_json["last_offset"] == runtime.get(stream.id).last_offset
+    stopped = cli(worker_env, "stop", stream.id)
+    assert stopped.returncode == 0, stopped.stderr
+    assert "cancelled" in stopped.stdout
+    assert "status:   cancelled" in cli(worker_env, "show", stream.id).stdout
+    again = cli(worker_env, "stop", stream.id)
+    assert again.returncode == 2
+    assert "RunFinishedError" in again.stderr and stream.id in again.stderr
+
+
+def test_bad_requests_exit_2_with_the_reason(worker: Any, worker_env: dict[str, str]) -> None:
+    unknown = cli(worker_env, "run", "no-such-agent", "hi")
+    assert unknown.returncode == 2
+    assert "UnknownAgentError" in unknown.stderr and "no-such-agent" in unknown.stderr
+    missing = cli(worker_env, "show", "0" * 32)
+    assert missing.returncode == 2
+    assert "RunNotFoundError" in missing.stderr

@@ -1,0 +1,280 @@
+"""The HTTP client: reconnects through a proxy that cuts the connection mid-stream, errors, dedupe, gaps."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from agents_celery import (
+    RunExpiredError,
+    RunFinishedError,
+    RunNotFoundError,
+    RunNotPausedError,
+    Runtime,
+    ScriptedToolCall,
+    ScriptedTurn,
+    UnknownAgentError,
+    ValidationError,
+)
+from agents_celery.client import (
+    AuthenticationError,
+    Backoff,
+    Client,
+    ConnectionLostError,
+    StreamGapError,
+    error_from_response,
+)
+from agents_celery.client_async import AsyncClient
+from agents_celery.events import EventType
+from agents_celery.testing import ScriptResponder
+
+from .api_support import ApiServer, free_port
+
+FAST = Backoff(attempts=8, initial=0.02, maximum=0.2)
+
+
+class CuttingProxy:
+    """A TCP proxy that forwards to ``upstream`` and cuts each of the first ``cuts`` event streams after
+    ``after_bytes`` bytes of response (mid-frame, like a dying load balancer)."""
+
+    def __init__(self, upstream_port: int, after_bytes: int, cuts: int) -> None:
+        self.upstream_port = upstream_port
+        self.after_bytes = after_bytes
+        self.cuts_left = cuts
+        self.cut = 0
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._lock = threading.Lock()
+        self._server = socket.create_server(("127.0.0.1", self.port))
+        self._open: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            self._open += [client, upstream]
+            threading.Thread(target=self._pipe, args=(client, upstream, None), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, [0]), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, counted: list[int] | None) -> None:
+        streaming = False
+        with contextlib.suppress(OSError):
+            while data := src.recv(4096):
+                if counted is not None:
+                    streaming = streaming or b"text/event-stream" in data
+                    counted[0] += len(data)
+                    if streaming and counted[0] > self.after_bytes and self._take_cut():
+                        dst.sendall(data[: max(1, len(data) - (counted[0] - self.after_bytes))])
+                        break
+                dst.sendall(data)
+        for sock in (src, dst):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def _take_cut(self) -> bool:
+        with self._lock:
+            if self.cuts_left <= 0:
+                return False
+            self.cuts_left -= 1
+            self.cut += 1
+            return True
+
+    def close(self) -> None:
+        self._server.close()
+        for sock in self._open:
+            sock.close()
+
+
+@pytest.fixture(scope="module")
+def api(worker: Any, worker_env: dict[str, str]) -> Iterator[ApiServer]:
+    server = ApiServer({**worker_env, "AGENTS_CELERY_KEEPALIVE_SECONDS": "0.3"}).wait_ready()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def proxy(api: ApiServer) -> Iterator[CuttingProxy]:
+    p = CuttingProxy(api.port, after_bytes=700, cuts=3)
+    yield p
+    p.close()
+
+
+def long_answer(fake_openai: Any, words: int = 60, delay: float = 0.01) -> str:
+    text = " ".join(f"word{i}" for i in range(words))
+    fake_openai.responder = ScriptResponder([text], token_delay=delay)
+    return text
+
+
+def test_stream_survives_cut_connections_without_gap_or_duplicate(
+    proxy: CuttingProxy, fake_openai: Any, runtime: Runtime
+) -> None:
+    text = long_answer(fake_openai)
+    with Client(proxy.url, backoff=FAST) as client:
+        stream = client.start("fake", "talk")
+        events = list(stream)
+    offsets = [e.offset for e in events]
+    assert offsets == list(range(len(offsets)))
+    assert events[-1].type is EventType.RUN_FINISHED
+    assert proxy.cut == 3 and stream.reconnects >= 3
+    assert stream.last_offset == runtime.get(stream.run_id).last_offset
+    assert "".join(e.data["delta"] for e in events if e.type is EventType.TEXT_MESSAGE_CONTENT) == text
+    stored = runtime.store.log.read(stream.run_id)
+    assert [(e.offset, e.type, e.data) for e in stored] == [(e.offset, e.type, e.data) for e in events]
+
+
+def test_follow_from_a_saved_run_id_and_offset(proxy: CuttingProxy, fake_openai: Any, runtime: Runtime) -> None:
+    long_answer(fake_openai)
+    with Client(proxy.url, backoff=FAST) as client:
+        stream = client.start("fake", "talk")
+        first = []
+        for event in stream:
+            first.append(event.offset)
+            if event.type is EventType.TEXT_MESSAGE_CONTENT:
+                break  # the consumer goes away; it kept (run_id, offset)
+        saved = (stream.run_id, stream.last_offset)
+        rest = [e.offset for e in client.follow(saved[0], after=saved[1])]
+    assert first + rest == list(range(runtime.get(saved[0]).last_offset + 1))
+
+
+def test_async_client_reconnects_too(proxy: CuttingProxy, fake_openai: Any, runtime: Runtime) -> None:
+    long_answer(fake_openai)
+
+    async def main() -> tuple[str, list[int]]:
+        async with AsyncClient(proxy.url, backoff=FAST) as client:
+            stream = await client.start("fake", "talk")
+            return stream.run_id, [e.offset async for e in stream]
+
+    run_id, offsets = asyncio.run(main())
+    assert offsets == list(range(runtime.get(run_id).last_offset + 1))
+    assert proxy.cut == 3
+
+
+def test_pause_continue_stop_and_errors(api: ApiServer, fake_openai: Any) -> None:
+    fake_openai.responder = ScriptResponder(
+        [ScriptedTurn("", [ScriptedToolCall("delete_file", {"path": "/tmp/z"})]), "Done."]
+    )
+    with Client(api.url) as client:
+        stream = client.start("fake", "delete it")
+        assert list(stream)[-1].data["outcome"]["type"] == "interrupt"
+        run = client.get(stream.run_id)
+        assert run["status"] == "paused" and run["pending"][0]["name"] == "delete_file"
+        call_id = run["pending"][0]["id"]
+        with pytest.raises(ValidationError):
+            client.continue_run(stream.run_id, [{"tool_call_id": "nope", "confirmed": True}])
+        more = client.continue_run(stream.run_id, [{"tool_call_id": call_id, "confirmed": True}])
+        events = list(more)
+        assert events[0].offset == stream.last_offset + 1
+        assert any(e.type is EventType.TOOL_CALL_RESULT and "deleted /tmp/z" in e.data["content"] for e in events)
+        assert client.get(stream.run_id)["status"] == "completed"
+        with pytest.raises(RunNotPausedError):
+            client.continue_run(stream.run_id)
+        with pytest.raises(RunFinishedError):
+            client.stop(stream.run_id)
+        with pytest.raises(RunNotFoundError):
+            client.get("0" * 32)
+        with pytest.raises(UnknownAgentError):
+            client.start("no-such-agent", "hi")
+
+
+def test_stop_a_running_run(api: ApiServer, fake_openai: Any) -> None:
+    long_answer(fake_openai, words=300, delay=0.05)
+    with Client(api.url) as client:
+        stream = client.start("fake", "talk")
+        for event in stream:
+            if event.type is EventType.TEXT_MESSAGE_CONTENT:
+                client.stop(stream.run_id)
+        assert event.data["outcome"]["type"] == "cancelled"
+        assert client.get(stream.run_id)["status"] == "cancelled"
+
+
+def test_bearer_api_key(worker: Any, worker_env: dict[str, str]) -> None:
+    server = ApiServer({**worker_env, "AGENTS_CELERY_API_KEY": "s3cret"}).wait_ready()
+    try:
+        with Client(server.url, api_key="wrong") as client, pytest.raises(AuthenticationError):
+            client.agents()
+        with Client(server.url, api_key="s3cret") as client:
+            assert "fake" in [a["name"] for a in client.agents()]
+    finally:
+        server.stop()
+
+
+# -- without a server: httpx.MockTransport -----------------------------------------------------------------
+
+
+def sse(*offsets: int, end: bool = True) -> bytes:
+    body = b""
+    for i in offsets:
+        kind = "RUN_FINISHED" if end and i == offsets[-1] else "CUSTOM"
+        extra = '"outcome":{"type":"success"}' if kind == "RUN_FINISHED" else '"name":"n","value":1'
+        body += f'id: {i}\nevent: {kind}\ndata: {{"offset":{i},"type":"{kind}","run_id":"r",{extra}}}\n\n'.encode()
+    return body
+
+
+class _Broken(httpx.SyncByteStream):
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield self.data
+        raise httpx.ReadError("connection reset by peer")
+
+
+def test_reconnects_with_last_event_id_and_dedupes() -> None:
+    seen: list[str | None] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("Last-Event-ID"))
+        if len(seen) == 1:  # cut mid-frame after offsets 0 and 1
+            return httpx.Response(200, stream=_Broken(sse(0, 1, end=False) + b"id: 2\ndata: {"))
+        return httpx.Response(200, content=sse(0, 1, 2, 3))  # a server that replays too much: deduped
+
+    with Client("http://api", transport=httpx.MockTransport(handler), backoff=FAST) as client:
+        stream = client.follow("r")
+        assert [e.offset for e in stream] == [0, 1, 2, 3]
+    assert seen == [None, "1"] and stream.reconnects == 1
+
+
+def test_a_gap_raises() -> None:
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=sse(0, 1, 3)))
+    with Client("http://api", transport=transport) as client, pytest.raises(StreamGapError, match="offset 3"):
+        list(client.follow("r"))
+
+
+def test_gives_up_after_the_retry_budget_naming_the_offset() -> None:
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, stream=_Broken(sse(0, end=False))))
+    budget = Backoff(2, 0.001, 0.001)
+    with (
+        Client("http://api", transport=transport, backoff=budget) as client,
+        pytest.raises(ConnectionLostError) as info,
+    ):
+        list(client.follow("r"))
+    assert "after=0" in str(info.value)
+    assert info.value.last_offset == 0
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "cls"),
+    [
+        (404, "run_not_found", RunNotFoundError),
+        (404, "unknown_agent", UnknownAgentError),
+        (409, "run_not_paused", RunNotPausedError),
+        (410, "run_expired", RunExpiredError),
+        (422, "invalid_tool_arguments", ValidationError),
+        (400, "bad_request", ValidationError),
+    ],
+)
+def test_error_mapping(status: int, code: str, cls: type[Exception]) -> None:
+    error = error_from_response(status, f'{{"detail": "because", "code": "{code}"}}'.encode())
+    assert isinstance(error, cls) and str(error) == "because"
