@@ -1,0 +1,101 @@
+"""The agents module bench workers serve (``AGENTS_CELERY_AGENTS=bench.agents``).
+
+- ``steps``: a zero-latency :class:`~agents_celery.ScriptedModel` run. The user message is a number N; turn i
+  (i < N) calls the no-op tool ``noop`` once, turn N answers. A run is N model turns + N tool steps + 1 final
+  turn = 2N + 1 steps.
+- ``streamer``: :class:`~agents_celery.OpenAIChat` pointed at ``FAKE_OPENAI_URL`` (the bench's fake server).
+- ``recover``: turn 0 calls ``sleepy``, which records ``pid:attempt:time_ns`` in Redis, then sleeps on its first
+  attempt (the bench kills the worker meanwhile) and returns at once on a retry; turn 1 answers.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import redis
+
+from agents_celery import Agent, OpenAIChat, ScriptedModel, ScriptedToolCall, ScriptedTurn, tool
+from agents_celery.models import ModelChunk, turn_index
+from agents_celery.tools import ToolContext
+
+_PREFIX = os.environ.get("BENCH_PREFIX", os.environ.get("AGENTS_CELERY_KEY_PREFIX", "bench"))
+_redis = redis.Redis.from_url(os.environ.get("AGENTS_CELERY_REDIS_URL", "redis://127.0.0.1:6379/11"))
+
+
+def started_key(run_id: str, prefix: str = _PREFIX) -> str:
+    """The list ``sleepy`` pushes ``pid:attempt:time_ns`` to when it starts."""
+    return f"{prefix}:bench:started:{run_id}"
+
+
+@tool
+def noop(i: int = 0) -> str:
+    """Do nothing."""
+    return "ok"
+
+
+@tool(idempotent=True)
+def sleepy(seconds: float, ctx: ToolContext) -> str:
+    """Record where it runs, then sleep on the first attempt only."""
+    _redis.rpush(started_key(ctx.run_id), f"{os.getpid()}:{ctx.attempt}:{time.time_ns()}")
+    if ctx.attempt == 1:
+        time.sleep(seconds)
+    return "slept"
+
+
+class CountingModel:
+    """A ScriptedModel whose length is the number in the last user message (N tool-call turns, then text)."""
+
+    def __init__(self) -> None:
+        self._models: dict[int, ScriptedModel] = {}
+
+    @property
+    def name(self) -> str:
+        return "scripted-counting"
+
+    def describe(self) -> dict[str, Any]:
+        return {"provider": "scripted", "name": self.name}
+
+    def _model(self, n: int) -> ScriptedModel:
+        if n not in self._models:
+            turns: list[ScriptedTurn | str] = [
+                ScriptedTurn("", [ScriptedToolCall("noop", {"i": i}, id=f"call_{i}")]) for i in range(n)
+            ]
+            self._models[n] = ScriptedModel([*turns, "done"])
+        return self._models[n]
+
+    def stream(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Iterator[ModelChunk]:
+        users = [m for m in messages if m.get("role") == "user"]
+        try:
+            n = int(str(users[-1]["content"]).strip())
+        except (IndexError, ValueError):
+            n = 0
+        assert turn_index(messages) <= n
+        return self._model(n).stream(messages, tools)
+
+
+steps = Agent(name="steps", instructions="", model=CountingModel(), tools=[noop], description="N no-op tool steps.")
+
+streamer = Agent(
+    name="streamer",
+    instructions="Stream.",
+    model=OpenAIChat("fake-model", base_url=os.environ.get("FAKE_OPENAI_URL", "http://127.0.0.1:9/v1"), api_key="k"),
+    description="Streams from the bench's fake OpenAI server.",
+)
+
+_SLEEP = float(os.environ.get("BENCH_SLEEP", "60"))
+
+recover = Agent(
+    name="recover",
+    instructions="",
+    model=ScriptedModel(
+        [
+            ScriptedTurn("", [ScriptedToolCall("sleepy", {"seconds": float(os.environ.get("BENCH_SLEEP", "60"))})]),
+            "done",
+        ]
+    ),
+    tools=[sleepy],
+    description="A tool that sleeps until the bench kills its worker.",
+)

@@ -1,0 +1,108 @@
+"""Event log throughput against raw Redis Streams, in the same run.
+
+Floors: raw ``XADD`` one per round trip, raw ``XADD`` pipelined in 50s, raw ``XRANGE`` of 10,000 entries.
+Figures: ``EventLog.append`` one event per call, ``EventLog.append`` 50 events per call (one Lua call), and
+``EventLog.read`` of 10,000 events (XRANGE plus decoding into ``Event`` objects). Payload: the same
+TEXT_MESSAGE_CONTENT JSON in both.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from agents_celery.eventlog import EventLog
+from agents_celery.events import EventType, make_event
+from agents_celery.keys import Keys
+from agents_celery.leases import Leases
+
+from .common import Row, cli_main, client, log, median, prefixed, timed
+
+BATCH = 50
+REPLAY = 10_000
+
+
+def run(quick: bool) -> list[Row]:
+    singles = 1500 if quick else 5000
+    batched = 10_000 if quick else 40_000
+    repeats = 3 if quick else 5
+    with prefixed("eventlog") as prefix:
+        r = client()
+        keys = Keys(prefix)
+        log_ = EventLog(r, keys, retention_ms=600_000, tombstone_ms=600_000)
+        leases = Leases(r, keys)
+        event = make_event(EventType.TEXT_MESSAGE_CONTENT, message_id="msg_bench", delta="hello ")
+        payload = event.json
+
+        def new_run() -> tuple[str, str]:
+            run_id = uuid.uuid4().hex
+            log_.create(run_id, "s", "a")
+            token = leases.acquire(run_id, 600_000)
+            assert token is not None
+            return run_id, token
+
+        def raw_single() -> float:
+            key = f"{prefix}:raw:{uuid.uuid4().hex}"
+            t = timed(lambda: [r.xadd(key, {"event": payload}) for _ in range(singles)])
+            r.delete(key)
+            return singles / t
+
+        def raw_pipelined() -> float:
+            key = f"{prefix}:raw:{uuid.uuid4().hex}"
+
+            def go() -> None:
+                for _ in range(batched // BATCH):
+                    with r.pipeline(transaction=False) as pipe:
+                        for _ in range(BATCH):
+                            pipe.xadd(key, {"event": payload})
+                        pipe.execute()
+
+            t = timed(go)
+            r.delete(key)
+            return batched / t
+
+        def append_single() -> float:
+            run_id, token = new_run()
+            t = timed(lambda: [log_.append(run_id, [event], token) for _ in range(singles)])
+            return singles / t
+
+        def append_batched() -> float:
+            run_id, token = new_run()
+            batch = [event] * BATCH
+            t = timed(lambda: [log_.append(run_id, batch, token) for _ in range(batched // BATCH)])
+            return batched / t
+
+        # Interleave floor and figure so drift hits both alike; keep the medians.
+        log("eventlog: appends")
+        results: dict[str, list[float]] = {k: [] for k in ("raw1", "app1", "rawN", "appN")}
+        for _ in range(repeats):
+            results["raw1"].append(raw_single())
+            results["app1"].append(append_single())
+            results["rawN"].append(raw_pipelined())
+            results["appN"].append(append_batched())
+
+        log("eventlog: replay")
+        run_id, token = new_run()
+        for _ in range(REPLAY // BATCH):
+            log_.append(run_id, [event] * BATCH, token)
+        stream_key = keys.run(run_id).events
+        raw_replay, log_replay = [], []
+        for _ in range(repeats):
+            t = timed(lambda: r.xrange(stream_key))
+            raw_replay.append(REPLAY / t)
+            t = timed(lambda: log_.read(run_id))
+            log_replay.append(REPLAY / t)
+        assert len(log_.read(run_id)) == REPLAY
+        r.close()
+
+    return [
+        Row("EventLog.append, 1 event per call", median(results["app1"]), "ev/s",
+            "raw XADD, 1 per round trip", median(results["raw1"]), ">=", None),
+        Row(f"EventLog.append, {BATCH} per call", median(results["appN"]), "ev/s",
+            f"raw XADD pipelined in {BATCH}s", median(results["rawN"]), ">=", 0.5),
+        Row(f"EventLog.read of {REPLAY:,} events", median(log_replay), "ev/s",
+            f"raw XRANGE of {REPLAY:,}", median(raw_replay), ">=", None),
+    ]  # fmt: skip
+
+
+if __name__ == "__main__":
+    cli_main(run)

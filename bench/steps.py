@@ -1,0 +1,259 @@
+"""Per-step overhead of a durable run, against a bare Celery chain hop and a plain Redis SET loop.
+
+A run of N no-op tool calls with a zero-latency scripted model (``bench.agents.steps``) on a real worker process
+(threads pool, concurrency 1) takes 2N + 1 steps, counted from its STEP_STARTED events. Its wall time (start to
+the client receiving the final event) / steps is compared with (a) a Celery chain hop (SET + apply_async) over the
+same number of hops on a separate worker of the same pool and concurrency, same broker; (b) one Redis SET per
+step in a plain loop. Runs of the two workers are interleaved so drift hits both.
+
+A profile pass (``redis-cli MONITOR``, db 11 only) counts the Redis commands per step and per hop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from agents_celery.events import EventType
+
+from .common import (
+    REDIS_URL,
+    Row,
+    agents_worker,
+    bench_env,
+    celery_worker,
+    cli_main,
+    client,
+    log,
+    median,
+    prefixed,
+    runtime_for,
+)
+
+DEFAULT_N = 50
+
+
+@dataclass
+class RunTiming:
+    seconds: float
+    steps: int
+
+    @property
+    def per_step(self) -> float:
+        return self.seconds / self.steps
+
+
+def durable_run(rt: Any, n: int) -> RunTiming:
+    """One run of n tool calls, timed from start to the client receiving the final event."""
+    t0 = time.perf_counter()
+    stream = rt.stream("steps", str(n))
+    steps = 0
+    last = None
+    for ev in stream.events():
+        last = ev
+        if ev.type is EventType.STEP_STARTED:
+            steps += 1
+    elapsed = time.perf_counter() - t0
+    assert last is not None and last.type is EventType.RUN_FINISHED, f"run ended with {last}"
+    assert last.data.get("outcome", {}).get("type") == "success", last.data
+    assert steps == 2 * n + 1, f"expected {2 * n + 1} steps, saw {steps}"
+    return RunTiming(elapsed, steps)
+
+
+def hop_chain(prefix: str, hops: int) -> float:
+    """Seconds for a chain of ``hops`` Celery hops (first send to the last hop's push)."""
+    from .hop import hop
+
+    r = client()
+    key = f"{prefix}:hop:{uuid.uuid4().hex[:8]}"
+    t0 = time.perf_counter()
+    hop.apply_async((key, hops))
+    got = r.blpop([f"{key}:done"], timeout=120)
+    elapsed = time.perf_counter() - t0
+    assert got is not None, "hop chain did not finish"
+    r.delete(key)
+    r.close()
+    return elapsed
+
+
+def set_loop(prefix: str, steps: int) -> float:
+    """Seconds per step of a plain loop doing one Redis SET per step."""
+    r = client()
+    key = f"{prefix}:setloop"
+    r.set(key, 0)
+    t0 = time.perf_counter()
+    for i in range(steps):
+        r.set(key, i)
+    elapsed = time.perf_counter() - t0
+    r.close()
+    return elapsed / steps
+
+
+@contextlib.contextmanager
+def monitor() -> Iterator[Counter[str]]:
+    """Count the commands Redis executes on our database (top level; Lua's inner calls apart) meanwhile."""
+    url = urlparse(REDIS_URL)
+    db = (url.path or "/0").lstrip("/") or "0"
+    out = Path(tempfile.mkstemp(prefix="bench-monitor-", suffix=".log")[1])
+    with out.open("wb") as fh:
+        proc = subprocess.Popen(
+            ["redis-cli", "-h", url.hostname or "127.0.0.1", "-p", str(url.port or 6379), "monitor"], stdout=fh
+        )
+    counts: Counter[str] = Counter()
+    try:
+        deadline = time.monotonic() + 5
+        while b"OK" not in out.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        yield counts
+        time.sleep(0.2)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=5)
+        pattern = re.compile(rf'^\d+\.\d+ \[{db} ([^\]]+)\] "([^"]+)"')
+        for line in out.read_text(errors="replace").splitlines():
+            m = pattern.match(line)
+            if m:
+                where, command = m.groups()
+                counts["lua:" + command.upper() if where == "lua" else command.upper()] += 1
+        out.unlink()
+
+
+def top_level(counts: Counter[str]) -> int:
+    return sum(v for k, v in counts.items() if not k.startswith("lua:"))
+
+
+def describe(counts: Counter[str], per: int) -> str:
+    parts = [f"{k} {v / per:.2f}" for k, v in counts.most_common() if not k.startswith("lua:")]
+    return ", ".join(parts)
+
+
+def start_pair(prefix: str, extra: dict[str, str] | None = None) -> tuple[Any, Any, str, str]:
+    """An agents worker and a hop worker (threads, concurrency 1), both ready."""
+    queue, hop_queue = f"{prefix}-agents", f"{prefix}-hop"
+    worker = agents_worker(prefix, queue, f"{prefix}-steps", extra)
+    hop_worker = celery_worker("bench.hop", bench_env(prefix, hop_queue), hop_queue, f"{prefix}-hop")
+    worker.wait_ready()
+    hop_worker.wait_ready()
+    from .hop import configure
+
+    configure(prefix, hop_queue)
+    return worker, hop_worker, queue, hop_queue
+
+
+def measure(prefix: str, queue: str, n: int, runs: int, hop_worker: bool = True, **overrides: Any) -> dict[str, Any]:
+    """Interleaved durable runs and hop chains; medians of seconds per step and per hop."""
+    rt = runtime_for(prefix, queue, **overrides)
+    try:
+        durable_run(rt, 2)  # warm-up: connections, imports, first task
+        if hop_worker:
+            hop_chain(prefix, 5)
+        durable: list[float] = []
+        hops: list[float] = []
+        steps = 0
+        for _ in range(runs):
+            timing = durable_run(rt, n)
+            durable.append(timing.per_step)
+            steps = timing.steps
+            if hop_worker:
+                hops.append(hop_chain(prefix, steps) / steps)
+        return {"durable": median(durable), "hop": median(hops) if hops else None, "steps": steps, "rt": rt}
+    except BaseException:
+        rt.close()
+        raise
+
+
+def in_process(prefix: str, n: int, profile: bool = False) -> RunTiming:
+    """The engine's own cost: the same run with its steps executed in this process, one after another (no
+    broker, no Celery). With ``profile``, the top functions by cumulative time go to stderr."""
+    import cProfile
+    import io
+    import pstats
+
+    from agents_celery.engine import Engine
+    from agents_celery.hooks import LoggingHooks
+    from agents_celery.store import RunStore
+
+    from .agents import steps as steps_agent
+
+    queue = f"{prefix}-inproc"
+    rt = runtime_for(prefix, queue)
+    pending: list[tuple[str, int]] = []
+    rt._enqueue = lambda run_id, step, agent_id: pending.append((run_id, step))
+    store = RunStore(client(), rt.settings)
+    engine = Engine(store, {"steps": steps_agent}, lambda run_id, step, agent_id: pending.append((run_id, step)),
+                    [LoggingHooks()])  # fmt: skip
+    prof = cProfile.Profile() if profile else None
+    t0 = time.perf_counter()
+    stream = rt.stream("steps", str(n))
+    if prof:
+        prof.enable()
+    executed = 0
+    while pending:
+        run_id, step = pending.pop(0)
+        assert engine.execute(run_id, step) == "committed"
+        executed += 1
+    if prof:
+        prof.disable()
+    elapsed = time.perf_counter() - t0
+    assert rt.get(stream.id).status.value == "completed"
+    rt.close()
+    store.redis.close()
+    if prof:
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(25)
+        log("steps: in-process engine profile (cumulative):\n" + buf.getvalue())
+    return RunTiming(elapsed, executed)
+
+
+def run(quick: bool) -> list[Row]:
+    n = int(os.environ.get("BENCH_STEPS_N", DEFAULT_N))
+    runs = 3 if quick else 7
+    with prefixed("steps") as prefix:
+        log(f"steps: starting workers (N={n}, {runs} runs)")
+        worker, hop_worker, queue, _ = start_pair(prefix)
+        try:
+            result = measure(prefix, queue, n, runs)
+            steps = result["steps"]
+            loop = median([set_loop(prefix, 2000) for _ in range(3)])
+            in_process(prefix, 5)  # warm-up
+            engine = median([in_process(prefix, n).per_step for _ in range(3)])
+            in_process(prefix, n, profile=os.environ.get("BENCH_PROFILE") == "1")
+            log("steps: profile (MONITOR)")
+            with monitor() as durable_cmds:
+                durable_run(result["rt"], 10)
+            with monitor() as hop_cmds:
+                hop_chain(prefix, 21)
+            result["rt"].close()
+        finally:
+            worker.stop()
+            hop_worker.stop()
+    durable_per_step = top_level(durable_cmds) / 21
+    hop_per = top_level(hop_cmds) / 21
+    log(f"steps: Redis commands per durable step: {describe(durable_cmds, 21)}")
+    log(f"steps: Redis commands per Celery hop: {describe(hop_cmds, 21)}")
+    ms = 1000.0
+    return [
+        Row(f"durable step (run of {steps} steps)", result["durable"] * ms, "ms",
+            "bare Celery chain hop", result["hop"] * ms, "<=", 1.0),
+        Row("durable step vs plain SET loop", result["durable"] * ms, "ms",
+            "1 Redis SET per step, plain loop", loop * ms, "<=", None),
+        Row("engine step in-process, no Celery (info)", engine * ms, "ms",
+            "bare Celery chain hop", result["hop"] * ms, "<=", None),
+        Row("Redis commands per durable step", durable_per_step, "cmds",
+            "Redis commands per Celery hop", hop_per, "<=", None),
+    ]  # fmt: skip
+
+
+if __name__ == "__main__":
+    cli_main(run)
