@@ -16,7 +16,7 @@ from .agent import Agent
 from .errors import AbandonedRunError, ConfigurationError, FencedError, RunFinishedError, StateError, StopStep
 from .events import EventType, close_open, make_event
 from .hooks import Hooks, StepInfo, call_hooks
-from .leases import Heartbeat, Leases, new_token
+from .leases import LeaseKeeper, Leases, new_token
 from .runs import RunStatus
 from .settings import Settings
 from .steps import Cancelled, StepContext, StepResult, cancelled, failed, model_turn, tool_step
@@ -45,6 +45,8 @@ class Engine:
         self.enqueue = enqueue
         self.hooks = list(hooks)
         self.leases = Leases(store.redis, store.keys)
+        s = self.settings
+        self.keeper = LeaseKeeper(self.leases, s.lease_ttl_ms, s.heartbeat_seconds, s.stop_poll_seconds)
 
     def execute(self, run_id: str, step: int) -> str:
         """Run one attempt of ``step``; return what happened (``committed``, ``stale``, ``busy`` ...)."""
@@ -72,24 +74,20 @@ class Engine:
         kind = state.next
         info = StepInfo(run_id, state.agent_id, state.session_id, step, kind, claim.attempt)
         hooks = [*self.hooks, *(agent.hooks if agent else [])]
-        s = self.settings
-        with EventWriter(self.store.log, run_id, token) as writer:
-            ctx = StepContext(state, agent, step, claim.attempt, token, self.store, s, writer, info)  # type: ignore[arg-type]
-            if claim.stop_reason:
-                ctx.stop.set()
-
-            def tick() -> None:
-                if self.store.stop_requested(run_id):
+        holding = self.keeper.hold(run_id, token)
+        try:
+            with EventWriter(self.store.log, run_id, token) as writer:
+                # agent may be None: _decide fails the run before anything uses it
+                ctx = StepContext(state, agent, step, claim.attempt, token, self.store, self.settings, writer, info)  # type: ignore[arg-type]
+                ctx.stop, ctx.lost = holding.stop, holding.lost
+                if claim.stop_reason:
                     ctx.stop.set()
-
-            with Heartbeat(
-                self.leases, run_id, token, s.lease_ttl_ms, s.heartbeat_seconds, tick, s.stop_poll_seconds
-            ) as hb:
-                ctx.lost = hb.lost
                 if claim.attempt > 1:
                     self._close_abandoned(ctx, claim)
                 result = self._decide(ctx, agent, hooks)
                 writer.flush()
+        finally:
+            self.keeper.drop(holding)
         first_status = result.state.status
         self.store.commit(result.state, token, step, step + 1, result.events, result.log_status)
         call_hooks(hooks, "after_commit", info)

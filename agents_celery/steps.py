@@ -289,11 +289,15 @@ def _new_call(agent: Agent, raw: dict[str, str]) -> ToolCall:
 
 def tool_step(ctx: StepContext) -> StepResult:
     """Run the tool calls of the last turn (concurrently), through the effect ledger."""
-    ctx.writer.emit(make_event(EventType.STEP_STARTED, step_name=f"tools:{ctx.step}", metadata=ctx.step_meta("tools")))
+    started = make_event(EventType.STEP_STARTED, step_name=f"tools:{ctx.step}", metadata=ctx.step_meta("tools"))
+    ctx.writer.write_now([started])
     ctx.check()
     todo = [c for c in ctx.state.tool_calls if not c.done]
-    with ThreadPoolExecutor(max_workers=max(1, len(todo)), thread_name_prefix="tool") as pool:
-        finished = dict(zip([c.id for c in todo], pool.map(lambda c: _run_call(ctx, c), todo), strict=True))
+    if len(todo) == 1:  # no pool for the common case
+        finished = {todo[0].id: _run_call(ctx, todo[0])}
+    else:
+        with ThreadPoolExecutor(max_workers=max(1, len(todo)), thread_name_prefix="tool") as pool:
+            finished = dict(zip([c.id for c in todo], pool.map(lambda c: _run_call(ctx, c), todo), strict=True))
     calls = [finished.get(c.id, c) for c in ctx.state.tool_calls]
     state = ctx.state.model_copy(update={"tool_calls": calls})
     if state.pending:  # a call may have run in a crashed attempt: a human decides

@@ -23,14 +23,25 @@ class EventWriter:
         self._log, self._run_id, self._token = log, run_id, token
         self._queue: queue.Queue[NewEvent | None] = queue.Queue()
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name=f"events-{run_id}", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None  # started by the first emit: tool steps need none
 
     def emit(self, event: NewEvent) -> None:
         """Queue an event; raises the writer's error (e.g. FencedError) if an earlier write failed."""
         if self._error is not None:
             raise self._error
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"events-{self._run_id}", daemon=True)
+            self._thread.start()
         self._queue.put(event)
+
+    def write_now(self, events: list[NewEvent]) -> None:
+        """Write ``events`` before returning (after anything queued), in one round trip when nothing is queued."""
+        if self._thread is None:
+            self._log.append(self._run_id, events, self._token)
+            return
+        for event in events:
+            self.emit(event)
+        self.flush()
 
     def flush(self) -> None:
         """Wait until every queued event is written; raise the writer's error if a write failed."""
@@ -40,8 +51,9 @@ class EventWriter:
 
     def close(self) -> None:
         """Stop the thread after what is queued (flush first to see errors)."""
-        self._queue.put(None)
-        self._thread.join(timeout=10)
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout=10)
 
     def __enter__(self) -> EventWriter:
         return self

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -318,3 +319,28 @@ def test_manifests_published_in_module_order(runtime: Runtime) -> None:
     confirm = {t["name"]: t["requires_confirmation"] for t in fake["tools"]}
     assert confirm["delete_file"] is True and confirm["get_time"] is False
     assert json.dumps(fake)
+
+
+def test_lease_keeper_renews_and_notices_stop(r: redis.Redis, fast_settings: Any) -> None:
+    from agents_celery.leases import LeaseKeeper, Leases
+    from agents_celery.store import RunStore
+
+    store = RunStore(r, fast_settings)
+    leases = Leases(r, store.keys)
+    run_id = "k" * 32
+    token = leases.acquire(run_id, 300)
+    assert token
+    keeper = LeaseKeeper(leases, ttl_ms=300, renew=0.05, poll=0.02)
+    holding = keeper.hold(run_id, token)
+    try:
+        t0 = time.monotonic()
+        # Renewed for well past the 300 ms TTL: still ours.
+        wait_for(lambda: holding.renewed > t0 + 0.6, timeout=5, what="renewals past the TTL")
+        assert r.get(store.keys.run(run_id).lease) == token.encode() and not holding.lost.is_set()
+        store.request_stop(run_id)
+        wait_for(holding.stop.is_set, timeout=2, what="the stop request to be seen")
+        r.set(store.keys.run(run_id).lease, "someone-else")
+        wait_for(holding.lost.is_set, timeout=2, what="the lost lease to be noticed")
+    finally:
+        keeper.drop(holding)
+        r.delete(store.keys.run(run_id).lease, store.keys.run(run_id).stop)
