@@ -44,12 +44,12 @@ def sweep(store: RunStore, enqueue: Enqueue, now_ms: int | None = None) -> list[
         k = keys.run(run_id)
         with store.redis.pipeline(transaction=False) as pipe:
             pipe.hmget(k.run, "log", "step", "agent_id")
-            pipe.exists(k.lease)
-            (log_status, step, agent_id), leased = pipe.execute()
+            pipe.pttl(k.lease)
+            (log_status, step, agent_id), lease_ms = pipe.execute()
         if log_status is None or log_status != b"live":
             store.unwatch(run_id)
-        elif leased:
-            store.watch(run_id, s.lease_ttl_seconds)
+        elif lease_ms > 0:  # a step holds it: look again right after it would expire, not a full TTL later
+            store.watch(run_id, lease_ms / 1000 + 0.05)
         else:
             store.watch(run_id, s.enqueue_grace_seconds)
             enqueue(run_id, int(step), agent_id.decode())
