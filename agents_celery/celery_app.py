@@ -121,7 +121,7 @@ def configure(
     setattr(app, EXTENSION, ext)
 
     @app.task(  # type: ignore[untyped-decorator]
-        name=STEP_TASK, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True
+        name=STEP_TASK, shared=False, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True
     )
     def step(self: Any, run_id: str, step: int, agent: str | None = None) -> str:
         """One step of one run: a model turn or the tool calls of a turn."""

@@ -6,5 +6,7 @@ It serves the agents modules named by ``AGENTS_CELERY_AGENTS``.
 from __future__ import annotations
 
 from .celery_app import create_celery_app
+from .observability import setup_logging
 
 app = create_celery_app()
+setup_logging(app)  # log lines inside a step carry run=... step=... attempt=...

@@ -23,4 +23,5 @@ def test_worker_with_a_missing_agents_module_exits_with_a_clear_error(worker_env
 def test_worker_loaded_the_agents_module_and_published_it(worker: Any, runtime: Any) -> None:
     names = [m["name"] for m in runtime.agents()]
     assert names.index("fake") < names.index("offline")  # module order (other modules may publish too)
-    assert "tests.agents_fixture" in worker.output() or "fake" in worker.output()
+    banner = worker.log.read_text(errors="replace")  # the whole log: the banner is at its start
+    assert "tests.agents_fixture" in banner or "fake" in banner

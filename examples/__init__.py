@@ -1,0 +1,1 @@
+"""Runnable examples: a demo agents module, and Flask and Django apps that already use Celery."""
