@@ -1,7 +1,7 @@
 """The HTTP API under load: SSE replay, 1,000 concurrent subscribers, end-to-end streamed runs.
 
-One API process: gunicorn, ``--worker-class gthread --workers 1`` as ``agents_celery/api/serve.py`` documents
-(threads sized to the subscribers), serving :func:`bench.api_app.create`.
+One API process: gunicorn, ``--worker-class gevent --workers 1 --worker-connections 2000`` as
+``agents_celery/api/serve.py`` documents, serving :func:`bench.api_app.create`.
 
 - Replay: ``GET /runs/<id>/events`` of a finished 10,000-event run, events/s, against raw XRANGE in Python.
 - Subscribers: 1,000 sockets subscribe to one live run, then its events are appended and it ends; how many got
@@ -37,11 +37,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_api(prefix: str, queue: str, threads: int) -> tuple[Proc, int]:
+def start_api(prefix: str, queue: str, connections: int = 2000) -> tuple[Proc, int]:
+    """One gunicorn gevent worker (the production command of ``agents_celery/api/serve.py``) on a free port."""
     port = free_port()
     cmd = [
-        sys.executable, "-m", "gunicorn", "bench.api_app:create()", "--worker-class", "gthread",
-        "--workers", "1", "--threads", str(threads), "--bind", f"127.0.0.1:{port}", "--timeout", "0",
+        sys.executable, "-m", "gunicorn", "bench.api_app:create()", "--worker-class", "gevent",
+        "--workers", "1", "--worker-connections", str(connections), "--bind", f"127.0.0.1:{port}",
         "--backlog", "2048", "--log-level", "warning",
     ]  # fmt: skip
     proc = Proc(cmd, bench_env(prefix, queue), f"{prefix}-api")
@@ -195,7 +196,7 @@ def run(quick: bool) -> list[Row]:
         leases = Leases(r, keys)
         server = FakeOpenAIServer(ScriptResponder(["Hello from the fake server, streamed at full speed."])).start()
         worker = agents_worker(prefix, queue, f"{prefix}-w", {"FAKE_OPENAI_URL": server.url})
-        api, port = start_api(prefix, queue, subs + 100)
+        api, port = start_api(prefix, queue, 2000)
         try:
             worker.wait_ready()
             log("sse: replay of a 10,000-event run over HTTP")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -409,8 +410,9 @@ def test_redis_down_is_503_at_once(worker_env: dict[str, str]) -> None:
         server.stop()
 
 
-def test_gunicorn_gthread_serves_streams(worker: Any, worker_env: dict[str, str], script: Any) -> None:
+def test_gunicorn_gevent_serves_streams(worker: Any, worker_env: dict[str, str], script: Any) -> None:
     pytest.importorskip("gunicorn")
+    pytest.importorskip("gevent")
     server = ApiServer(worker_env, gunicorn=True).wait_ready()
     try:
         script("Served by gunicorn.")
@@ -421,6 +423,49 @@ def test_gunicorn_gthread_serves_streams(worker: Any, worker_env: dict[str, str]
         assert httpx.get(server.url + "/health").json() == {"status": "ok"}
     finally:
         server.stop()
+
+
+def test_gevent_holds_more_streams_than_a_default_redis_pool(worker_env: dict[str, str], runtime: Any) -> None:
+    """150 concurrent subscribers of one live run (redis-py's default pool stops at 100): all get every event."""
+    pytest.importorskip("gevent")
+    from agents_celery.events import EventType, make_event
+
+    subs = 150
+    run_id = uuid.uuid4().hex
+    log = runtime.store.log
+    log.create(run_id, "s", "fake", [make_event(EventType.RUN_STARTED, thread_id="s", run_id=run_id)])
+    token = runtime.leases.acquire(run_id, 60_000)
+    server = ApiServer({**worker_env, "AGENTS_CELERY_KEEPALIVE_SECONDS": "0.3"}, gunicorn=True).wait_ready()
+    conns: list[socket.socket] = []
+    try:
+        request = f"GET /runs/{run_id}/events HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+        for _ in range(subs):
+            conn = socket.create_connection(("127.0.0.1", server.port), timeout=20)
+            conn.sendall(request)
+            conns.append(conn)
+        for conn in conns:  # every stream is open and past its replay
+            assert b"RUN_STARTED" in _read_until(conn, b"RUN_STARTED")
+        content = make_event(EventType.TEXT_MESSAGE_CONTENT, message_id="m", delta="hi")
+        log.append(run_id, [content] * 5, token)
+        done = make_event(EventType.RUN_FINISHED, thread_id="s", run_id=run_id, outcome={"type": "success"})
+        log.set_status(run_id, "ended", token, [done])
+        for conn in conns:
+            body = _read_until(conn, b"0\r\n\r\n")  # the chunked body's end: the stream closed after the run
+            assert body.count(b"event: TEXT_MESSAGE_CONTENT") == 5 and b"RUN_FINISHED" in body, body[-300:]
+    finally:
+        for conn in conns:
+            conn.close()
+        server.stop()
+
+
+def _read_until(conn: socket.socket, marker: bytes) -> bytes:
+    got = b""
+    while marker not in got:
+        data = conn.recv(65536)
+        if not data:
+            break
+        got += data
+    return got
 
 
 # -- fuzzing the OpenAPI spec: no 5xx ---------------------------------------------------------------------------

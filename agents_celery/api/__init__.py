@@ -12,7 +12,10 @@
 ``init_app`` stores the :class:`~agents_celery.Runtime` in ``app.extensions["agents_celery"]``; nothing is
 global. Config keys (``create_app`` also reads them from the environment): ``AGENTS_CELERY_KEEPALIVE_SECONDS``
 (idle SSE comment interval, default 15) and ``AGENTS_CELERY_BLOCK_SECONDS`` (how long ``stream=false`` waits
-for a run to end or pause, default 600; past it the JSON shows the run still running).
+for a run to end or pause, default 600; past it the JSON shows the run still running) and
+``AGENTS_CELERY_API_REDIS_MAX_CONNECTIONS`` (default 2000: how many streams one process can hold open; each
+holds one Redis connection of the API's stream client, see :mod:`agents_celery.api.streams`; the Runtime's
+own pool is widened to the same size). Serving it: :mod:`agents_celery.api.serve`.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from flask import Blueprint, Flask
 
 from ..runtime import Runtime
 from ..settings import Settings
-from .routes import EXTENSION, blueprint, http_error
+from .routes import EXTENSION, STREAMS, blueprint, http_error
+from .streams import MAX_CONNECTIONS, Streams, widen_pool
 
 __all__ = ["blueprint", "create_app", "init_app", "make_blueprint"]
 
@@ -39,6 +43,10 @@ def init_app(app: Flask, runtime: Runtime | None = None, settings: Settings | No
     app.extensions[EXTENSION] = rt
     app.config.setdefault("AGENTS_CELERY_KEEPALIVE_SECONDS", 15.0)
     app.config.setdefault("AGENTS_CELERY_BLOCK_SECONDS", 600.0)
+    app.config.setdefault("AGENTS_CELERY_API_REDIS_MAX_CONNECTIONS", MAX_CONNECTIONS)
+    size = int(app.config["AGENTS_CELERY_API_REDIS_MAX_CONNECTIONS"])
+    app.extensions[STREAMS] = Streams(rt, size)
+    widen_pool(rt, size)
     return rt
 
 
@@ -49,6 +57,9 @@ def create_app(runtime: Runtime | None = None, settings: Settings | None = None)
     for name in ("AGENTS_CELERY_KEEPALIVE_SECONDS", "AGENTS_CELERY_BLOCK_SECONDS"):
         if os.environ.get(name):
             app.config[name] = float(os.environ[name])
+    pool_size = os.environ.get("AGENTS_CELERY_API_REDIS_MAX_CONNECTIONS")
+    if pool_size:
+        app.config["AGENTS_CELERY_API_REDIS_MAX_CONNECTIONS"] = int(pool_size)
     init_app(app, runtime, settings)
     app.register_blueprint(make_blueprint())
     app.register_error_handler(404, http_error)

@@ -33,8 +33,11 @@ from . import sse
 from .agentos import AGNO_STATUS, tool_object
 from .bodies import BadRequestError, ContinueBody, ResumeBody, RunBody, int_param, parse
 from .openapi import spec
+from .streams import Streams
 
 EXTENSION = "agents_celery"
+#: Where ``init_app`` keeps the API's stream client (:class:`~agents_celery.api.streams.Streams`).
+STREAMS = "agents_celery.streams"
 
 blueprint = Blueprint("agents_celery", __name__)
 
@@ -60,6 +63,12 @@ def runtime() -> Runtime:
     """The Runtime that ``init_app`` stored on the current app."""
     rt: Runtime = current_app.extensions[EXTENSION]
     return rt
+
+
+def streams() -> Streams:
+    """The stream client that ``init_app`` stored on the current app."""
+    found: Streams = current_app.extensions[STREAMS]
+    return found
 
 
 def _keepalive() -> float:
@@ -178,12 +187,13 @@ def _finish(run_id: str, session_id: str, after: int, body_stream: bool, backgro
     """The answer to a start or continue: SSE, 202, or the run's JSON once it ends or pauses."""
     rt = runtime()
     if body_stream:
-        return sse.sse_response(sse.agentos_frames(rt, run_id, after, keepalive_seconds=_keepalive()))
+        frames = sse.agentos_frames(rt, streams(), run_id, after, keepalive_seconds=_keepalive())
+        return sse.sse_response(frames)
     if background:
         status = AGNO_STATUS[rt.get(run_id).status.value]
         return _json({"run_id": run_id, "session_id": session_id, "status": status}, 202)
     deadline = time.monotonic() + float(current_app.config.get("AGENTS_CELERY_BLOCK_SECONDS", 600.0))
-    for ev in sse.follow(rt, run_id, after, until_pause=True, keepalive_seconds=1.0):
+    for ev in sse.follow(rt, streams(), run_id, after, until_pause=True, keepalive_seconds=1.0):
         if ev is None and time.monotonic() > deadline:
             break  # the run goes on; the JSON says it is still running
     return _json(run_output(rt.get(run_id)))
@@ -278,7 +288,14 @@ def resume_run(agent_id: str, run_id: str) -> Response:
         }
         subscribed = {"event": "subscribed", "run_id": run_id, "last_event_index": info.last_offset}
         frames = sse.agentos_frames(
-            rt, run_id, after, head=[head], subscribed=(info.last_offset, subscribed), keepalive_seconds=_keepalive()
+            rt,
+            streams(),
+            run_id,
+            after,
+            head=[head],
+            subscribed=(info.last_offset, subscribed),
+            keepalive_seconds=_keepalive(),
+            info=info,
         )
     else:
         head = {
@@ -288,7 +305,9 @@ def resume_run(agent_id: str, run_id: str) -> Response:
             "total_events": info.next_offset,
             "last_event_index_requested": body.last_event_index,
         }
-        frames = sse.agentos_frames(rt, run_id, after, head=[head], keepalive_seconds=_keepalive())
+        frames = sse.agentos_frames(
+            rt, streams(), run_id, after, head=[head], keepalive_seconds=_keepalive(), info=info
+        )
     return sse.sse_response(frames)
 
 
@@ -329,6 +348,13 @@ def run_events(run_id: str) -> Response:
     if after >= info.last_offset and (info.status == "ended" or (until == "pause" and info.status == "paused")):
         return Response(status=204)  # nothing more will come: tells an EventSource to stop reconnecting
     frames = sse.log_frames(
-        runtime(), run_id, after, agui=fmt == "agui", until_pause=until == "pause", keepalive_seconds=_keepalive()
+        runtime(),
+        streams(),
+        run_id,
+        after,
+        agui=fmt == "agui",
+        until_pause=until == "pause",
+        keepalive_seconds=_keepalive(),
+        info=info,
     )
     return sse.sse_response(frames)

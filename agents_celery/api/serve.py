@@ -2,16 +2,28 @@
 
 Development: ``agents-celery api --host 127.0.0.1 --port 7777`` runs Flask's threaded server.
 
-Production: gunicorn with threads, one thread per open event stream (streams mostly wait in Redis)::
+Production: gunicorn's gevent worker, one greenlet per connection::
 
-    gunicorn "agents_celery.api:create_app()" --worker-class gthread --workers 2 --threads 100 \\
-        --bind 0.0.0.0:7777 --timeout 0
+    gunicorn "agents_celery.api:create_app()" --worker-class gevent --workers 2 \\
+        --worker-connections 2000 --bind 0.0.0.0:7777
 
-``--timeout 0`` (or a large value) because a gthread worker is only considered stuck when *all* threads
-block; streams send a keep-alive comment every 15 s, so a proxy in front needs a read timeout above that
-(and ``X-Accel-Buffering: no`` is already sent for nginx). We chose gthread over ``-k gevent``: redis-py
-and Celery's producer are blocking clients, which gevent only serves well after monkey-patching the whole
-process; threads need nothing. Size ``--threads`` to the number of concurrent streams per worker.
+An open event stream mostly waits in Redis (XREAD BLOCK), so a stream costs a greenlet and one Redis
+connection, not a thread: one worker process holds 1,000+ concurrent streams (measured: 1,000 subscribers of
+one run, all receiving, in ``bench/sse.py``). ``--worker-connections`` caps the connections a worker serves;
+``AGENTS_CELERY_API_REDIS_MAX_CONNECTIONS`` (default 2000) sizes the API's Redis pool to match (see
+:mod:`agents_celery.api.streams`). Capacity planning: each stream uses a client socket plus a Redis
+connection, so the process needs ``ulimit -n`` above ``2 x --worker-connections`` and Redis ``maxclients``
+(default 10,000) above ``workers x worker-connections`` plus the Celery workers.
+
+The gevent worker monkey-patches the process before it imports the app, which is what makes redis-py,
+Celery's producer (``send_task``) and Flask's streaming responses cooperative; do **not** add ``--preload``
+(the app would be imported before patching). Streams send a keep-alive comment every 15 s
+(``AGENTS_CELERY_KEEPALIVE_SECONDS``), so a proxy in front needs a read timeout above that
+(``X-Accel-Buffering: no`` is already sent for nginx). On a restart, open streams are cut after
+``--graceful-timeout`` (30 s); clients reconnect with ``Last-Event-ID`` and lose nothing.
+
+Without gevent, ``--worker-class gthread --threads N --worker-connections N`` also works, but a stream then
+holds a thread, and N threads serve at most N streams (and Python threads cost more memory than greenlets).
 """
 
 from __future__ import annotations
