@@ -19,4 +19,4 @@ RUN useradd --create-home --uid 10001 agents
 USER agents
 
 EXPOSE 7777 5555
-CMD ["gunicorn", "agents_celery.api:create_app()", "--bind", "0.0.0.0:7777", "--worker-class", "gthread", "--workers", "2", "--threads", "100", "--timeout", "0"]
+CMD ["gunicorn", "agents_celery.api:create_app()", "--bind", "0.0.0.0:7777", "--worker-class", "gevent", "--workers", "2", "--worker-connections", "2000"]
