@@ -255,15 +255,11 @@ def start_body(message: str, session_id: str | None, user_id: str | None) -> dic
     return body
 
 
-class RunStream:
-    """One run's events, from just after ``last_offset``; iterate it. Persist ``run_id`` and ``last_offset``.
-
-    Iteration stops after the run ends (or pauses, with ``until_pause``). Iterating again later goes on from
-    ``last_offset``, so after a ``continue_run`` the same stream can be read on.
-    """
+class StreamHandle:
+    """What the sync and async stream handles share: the run, and the cursor of what was delivered."""
 
     def __init__(
-        self, client: Client, run_id: str, agent_id: str | None, session_id: str | None, after: int, until_pause: bool
+        self, client: Any, run_id: str, agent_id: str | None, session_id: str | None, after: int, until_pause: bool
     ) -> None:
         self.client = client
         self.run_id = run_id
@@ -282,12 +278,22 @@ class RunStream:
         """Offset of the last event delivered (-1: none yet)."""
         return self.cursor.last_offset
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(run_id={self.run_id!r}, last_offset={self.last_offset})"
+
+
+class RunStream(StreamHandle):
+    """One run's events, from just after ``last_offset``; iterate it. Persist ``run_id`` and ``last_offset``.
+
+    Iteration stops after the run ends (or pauses, with ``until_pause``). Iterating again later goes on from
+    ``last_offset``, so after a ``continue_run`` the same stream can be read on.
+    """
+
+    client: Client
+
     def __iter__(self) -> Iterator[Event]:
         self.cursor.done = False
         return self.client._events(self)
-
-    def __repr__(self) -> str:
-        return f"RunStream(run_id={self.run_id!r}, last_offset={self.last_offset})"
 
 
 class Client:

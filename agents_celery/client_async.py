@@ -24,6 +24,7 @@ from .client import (
     ConnectionLostError,
     Cursor,
     SSEParser,
+    StreamHandle,
     _base_url,
     _headers,
     _Retry,
@@ -39,32 +40,10 @@ from .events import Event
 __all__ = ["AsyncClient", "AsyncRunStream"]
 
 
-class AsyncRunStream:
+class AsyncRunStream(StreamHandle):
     """One run's events after ``last_offset``, as an async iterator. Persist ``run_id`` and ``last_offset``."""
 
-    def __init__(
-        self,
-        client: AsyncClient,
-        run_id: str,
-        agent_id: str | None,
-        session_id: str | None,
-        after: int,
-        until_pause: bool,
-    ) -> None:
-        self.client = client
-        self.run_id = run_id
-        self.agent_id = agent_id
-        self.session_id = session_id
-        self.cursor = Cursor(run_id, after, until_pause)
-        self.reconnects = 0
-
-    @property
-    def id(self) -> str:
-        return self.run_id
-
-    @property
-    def last_offset(self) -> int:
-        return self.cursor.last_offset
+    client: AsyncClient
 
     def __aiter__(self) -> AsyncIterator[Event]:
         self.cursor.done = False

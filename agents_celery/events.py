@@ -38,7 +38,8 @@ class EventType(StrEnum):
     CUSTOM = "CUSTOM"
 
 
-_MODELS: dict[EventType, type[pydantic.BaseModel]] = {
+#: The ag-ui-protocol model of each event type (validation here, strict rendering in the API).
+AGUI_MODELS: dict[EventType, type[agui.BaseEvent]] = {
     EventType.RUN_STARTED: agui.RunStartedEvent,
     EventType.RUN_FINISHED: agui.RunFinishedEvent,
     EventType.RUN_ERROR: agui.RunErrorEvent,
@@ -90,7 +91,7 @@ def make_event(type: EventType | str, /, **fields: Any) -> NewEvent:
     if key is not None and set(fields) == {key, "delta", "timestamp"}:
         return _delta_event(kind, key, fields)
     try:
-        model = _MODELS[kind](type=kind.value, **fields)
+        model = AGUI_MODELS[kind].model_validate({**fields, "type": kind.value})
     except (pydantic.ValidationError, TypeError) as exc:
         raise EventValidationError(f"invalid {kind.value} event: {_first_error(exc)}") from None
     data = model.model_dump(mode="json", exclude_none=True)

@@ -16,26 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import ag_ui.core as agui
 import pydantic
 
-from ..events import Event, EventType
-
-_MODELS: dict[EventType, type[agui.BaseEvent]] = {
-    EventType.RUN_STARTED: agui.RunStartedEvent,
-    EventType.RUN_FINISHED: agui.RunFinishedEvent,
-    EventType.RUN_ERROR: agui.RunErrorEvent,
-    EventType.STEP_STARTED: agui.StepStartedEvent,
-    EventType.STEP_FINISHED: agui.StepFinishedEvent,
-    EventType.TEXT_MESSAGE_START: agui.TextMessageStartEvent,
-    EventType.TEXT_MESSAGE_CONTENT: agui.TextMessageContentEvent,
-    EventType.TEXT_MESSAGE_END: agui.TextMessageEndEvent,
-    EventType.TOOL_CALL_START: agui.ToolCallStartEvent,
-    EventType.TOOL_CALL_ARGS: agui.ToolCallArgsEvent,
-    EventType.TOOL_CALL_END: agui.ToolCallEndEvent,
-    EventType.TOOL_CALL_RESULT: agui.ToolCallResultEvent,
-    EventType.CUSTOM: agui.CustomEvent,
-}
+from ..events import AGUI_MODELS, Event, EventType
 
 
 def _strict(model: pydantic.BaseModel) -> Any:
@@ -51,7 +34,7 @@ def _strict(model: pydantic.BaseModel) -> Any:
 def to_agui(type_: EventType, timestamp: int, data: dict[str, Any]) -> dict[str, Any]:
     """One AG-UI 1.0 event (camelCase JSON) from stored fields; raises pydantic.ValidationError if invalid."""
     fields = {k: v for k, v in data.items() if k not in ("metadata", "raw_event")}
-    model = _MODELS[type_].model_validate({**fields, "type": type_.value, "timestamp": timestamp})
+    model = AGUI_MODELS[type_].model_validate({**fields, "type": type_.value, "timestamp": timestamp})
     out: dict[str, Any] = _strict(model).model_dump(mode="json", by_alias=True, exclude_none=True)
     return out
 
