@@ -19,7 +19,17 @@ from .hooks import Hooks, StepInfo, call_hooks
 from .leases import LeaseKeeper, Leases, new_token
 from .runs import RunStatus
 from .settings import Settings
-from .steps import Cancelled, StepContext, StepResult, cancelled, failed, model_turn, tool_step
+from .steps import (
+    Cancelled,
+    StepContext,
+    StepResult,
+    cancelled,
+    failed,
+    model_turn,
+    step_started,
+    tool_step,
+    with_step_finished,
+)
 from .store import Claim, RunStore
 from .writer import EventWriter
 
@@ -51,7 +61,8 @@ class Engine:
     def execute(self, run_id: str, step: int) -> str:
         """Run one attempt of ``step``; return what happened (``committed``, ``stale``, ``busy`` ...)."""
         token = new_token()
-        claim = self.store.claim(run_id, step, token)
+        started = (step_started("model", step, 1), step_started("tools", step, 1))
+        claim = self.store.claim(run_id, step, token, started)
         if claim.outcome != "OK":
             log.info("run=%s step=%d: nothing to do (%s)", run_id, step, claim.outcome.lower())
             return claim.outcome.lower()
@@ -82,9 +93,13 @@ class Engine:
                 ctx.stop, ctx.lost = holding.stop, holding.lost
                 if claim.stop_reason:
                     ctx.stop.set()
+                ctx.step_open = claim.attempt == 1  # the claim wrote this attempt's STEP_STARTED
                 if claim.attempt > 1:
                     self._close_abandoned(ctx, claim)
-                result = self._decide(ctx, agent, hooks)
+                    if claim.attempt <= self.settings.max_step_attempts:
+                        writer.emit(step_started(kind, step, claim.attempt))
+                        ctx.step_open = True
+                result = with_step_finished(ctx, self._decide(ctx, agent, hooks))
                 writer.flush()
         finally:
             self.keeper.drop(holding)
@@ -136,7 +151,8 @@ class Engine:
     def _after_commit(self, result: StepResult, step: int) -> None:
         state = result.state
         if result.log_status == "live":
-            self.store.watch(state.run_id, self.settings.enqueue_grace_seconds)
+            # The run stays in the sweeper's index while live; the commit's timestamp tells the sweeper
+            # when this enqueue was due, so no index write is needed per step.
             self.enqueue(state.run_id, step + 1, state.agent_id)
             return
         self.store.unwatch(state.run_id)

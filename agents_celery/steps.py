@@ -47,6 +47,8 @@ class StepContext:
     info: StepInfo
     stop: threading.Event = field(default_factory=threading.Event)
     lost: threading.Event = field(default_factory=threading.Event)
+    #: This attempt wrote a STEP_STARTED, so whatever ends it must write the STEP_FINISHED.
+    step_open: bool = False
 
     def check(self) -> None:
         """Raise Cancelled when a stop was requested, FencedError once the heartbeat lost the lease."""
@@ -194,9 +196,6 @@ def model_turn(ctx: StepContext) -> StepResult:
     state = ctx.state
     if state.turns >= ctx.settings.max_turns:
         return failed(ctx, state, AgentsCeleryError(f"the run took more than {ctx.settings.max_turns} model turns"))
-    ctx.writer.emit(
-        make_event(EventType.STEP_STARTED, step_name=f"model_turn:{ctx.step}", metadata=ctx.step_meta("model"))
-    )
     turn: _TurnStream | None = None
     for retry in range(ctx.settings.model_retries + 1):
         turn = _TurnStream(ctx)
@@ -237,9 +236,25 @@ def _sleep_unless_stopped(ctx: StepContext, seconds: float) -> None:
         raise Cancelled()
 
 
+def step_name(kind: str, step: int) -> str:
+    return f"model_turn:{step}" if kind == "model" else f"tools:{step}"
+
+
+def step_started(kind: str, step: int, attempt: int) -> NewEvent:
+    """The STEP_STARTED of an attempt (the claim writes a first attempt's; the engine a retried one's)."""
+    meta = {"step": step, "kind": kind, "attempt": attempt}
+    return make_event(EventType.STEP_STARTED, step_name=step_name(kind, step), metadata=meta)
+
+
 def _step_finished(ctx: StepContext, kind: str) -> NewEvent:
-    name = f"model_turn:{ctx.step}" if kind == "model" else f"tools:{ctx.step}"
-    return make_event(EventType.STEP_FINISHED, step_name=name, metadata=ctx.step_meta(kind))
+    return make_event(EventType.STEP_FINISHED, step_name=step_name(kind, ctx.step), metadata=ctx.step_meta(kind))
+
+
+def with_step_finished(ctx: StepContext, result: StepResult) -> StepResult:
+    """``result`` with the step's STEP_FINISHED in front of its run-ending events, if it has none."""
+    if not ctx.step_open or any(e.type is EventType.STEP_FINISHED for e in result.events):
+        return result
+    return StepResult(result.state, [_step_finished(ctx, ctx.info.kind), *result.events], result.log_status)
 
 
 def _after_turn(ctx: StepContext, turn: _TurnStream) -> StepResult:
@@ -289,8 +304,6 @@ def _new_call(agent: Agent, raw: dict[str, str]) -> ToolCall:
 
 def tool_step(ctx: StepContext) -> StepResult:
     """Run the tool calls of the last turn (concurrently), through the effect ledger."""
-    started = make_event(EventType.STEP_STARTED, step_name=f"tools:{ctx.step}", metadata=ctx.step_meta("tools"))
-    ctx.writer.write_now([started])
     ctx.check()
     todo = [c for c in ctx.state.tool_calls if not c.done]
     if len(todo) == 1:  # no pool for the common case

@@ -106,10 +106,15 @@ class RunStore:
             raise RedisUnavailableError(f"Redis does not answer: {exc}") from exc
         return load_state(raw), int(step or 0)
 
-    def claim(self, run_id: str, step: int, token: str) -> Claim:
-        """Take the lease for an attempt at ``step`` and load what it needs, in one round trip."""
+    def claim(self, run_id: str, step: int, token: str, started: tuple[NewEvent, NewEvent]) -> Claim:
+        """Take the lease for an attempt at ``step`` and load what it needs, in one round trip.
+
+        ``started`` holds the STEP_STARTED of a model turn and of a tool step; a first attempt writes the
+        one that fits (its offset is ``next_offset``), a retried one writes neither.
+        """
         k = self.keys.run(run_id)
-        reply = self._claim(keys=[k.run, k.lease, k.stop], args=[token, step, self.settings.lease_ttl_ms])
+        args: list[str | int] = [token, step, self.settings.lease_ttl_ms, started[0].json, started[1].json]
+        reply = self._claim(keys=[k.run, k.lease, k.stop, k.events], args=args)
         outcome = _text(reply[0])
         if outcome != "OK":
             return Claim(outcome)  # type: ignore[arg-type]
@@ -152,6 +157,8 @@ class RunStore:
             str(self.settings.retention_ms),
             str(self.settings.tombstone_ms),
             "1" if release else "0",
+            state.next,
+            str(state.updated_at),
         ] + [e.json for e in events]
         try:
             return int(self._commit(keys=[k.run, k.events, k.lease, k.effects, k.gone, k.stop], args=args))

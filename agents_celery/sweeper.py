@@ -1,10 +1,12 @@
 """The sweeper: gets runs moving again after a crash, in seconds rather than the broker's visibility timeout.
 
-Every committed step puts its run in the live index (``<p>:live``) with a deadline. The sweeper looks at
-runs past their deadline: if the lease is held the step is still working (deadline pushed back); if the
-run paused or ended it leaves the index; otherwise the lease expired (the worker died or hung) or the next
-step was never enqueued (the worker died between commit and enqueue), and the sweeper enqueues the run's
-current step again. Duplicate deliveries are harmless: the claim script lets one attempt in and the commit
+A run is in the live index (``<p>:live``, run id -> deadline) from its creation (or its continue) until it
+pauses or ends; steps do not touch the index. The sweeper looks at runs past their deadline: if the lease
+is held the step is still working (look again when the lease would expire); if the run paused or ended it
+leaves the index; if its last commit is younger than the enqueue grace its next step is probably waiting
+in the queue (look again when the grace is over); otherwise the lease expired (the worker died or hung) or
+the next step was never enqueued (the worker died between commit and enqueue), and the sweeper enqueues
+the run's current step again. Duplicate deliveries are harmless: the claim script lets one attempt in and the commit
 compares the step number.
 
 It runs in a thread of every worker (started when the worker is ready). A lock lets one sweep run per
@@ -39,17 +41,21 @@ def sweep(store: RunStore, enqueue: Enqueue, now_ms: int | None = None) -> list[
     now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
     found: Any = store.redis.zrangebyscore(keys.live, 0, now_ms, start=0, num=BATCH)
     due = [r.decode() for r in found]
+    grace_ms = int(s.enqueue_grace_seconds * 1000)
     requeued: list[str] = []
     for run_id in due:
         k = keys.run(run_id)
         with store.redis.pipeline(transaction=False) as pipe:
-            pipe.hmget(k.run, "log", "step", "agent_id")
+            pipe.hmget(k.run, "log", "step", "agent_id", "committed_ms")
             pipe.pttl(k.lease)
-            (log_status, step, agent_id), lease_ms = pipe.execute()
+            (log_status, step, agent_id, committed), lease_ms = pipe.execute()
+        waited_ms = now_ms - int(committed or 0)
         if log_status is None or log_status != b"live":
             store.unwatch(run_id)
         elif lease_ms > 0:  # a step holds it: look again right after it would expire, not a full TTL later
             store.watch(run_id, lease_ms / 1000 + 0.05)
+        elif waited_ms < grace_ms:  # committed just now: its next step is probably queued behind others
+            store.watch(run_id, (grace_ms - waited_ms) / 1000 + 0.05)
         else:
             store.watch(run_id, s.enqueue_grace_seconds)
             enqueue(run_id, int(step), agent_id.decode())

@@ -211,9 +211,26 @@ def in_process(prefix: str, n: int, profile: bool = False) -> RunTiming:
     store.redis.close()
     if prof:
         buf = io.StringIO()
-        pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(25)
+        pstats.Stats(prof, stream=buf).sort_stats(os.environ.get("BENCH_SORT", "cumulative")).print_stats(25)
         log("steps: in-process engine profile (cumulative):\n" + buf.getvalue())
     return RunTiming(elapsed, executed)
+
+
+def durable_settings_hop(prefix: str, steps: int, runs: int) -> float:
+    """Seconds per hop of the bare chain on a worker with acks_late, reject_on_worker_lost and prefetch 1."""
+    from .hop import configure
+
+    queue = f"{prefix}-hop-durable"
+    env = {**bench_env(prefix, queue), "BENCH_HOP_DURABLE": "1"}
+    hop_worker = celery_worker("bench.hop", env, queue, f"{prefix}-hop-durable")
+    try:
+        hop_worker.wait_ready()
+        configure(prefix, queue)
+        hop_chain(prefix, 5)
+        return median([hop_chain(prefix, steps) / steps for _ in range(runs)])
+    finally:
+        hop_worker.stop()
+        configure(prefix, f"{prefix}-hop")
 
 
 def run(quick: bool) -> list[Row]:
@@ -235,6 +252,7 @@ def run(quick: bool) -> list[Row]:
             with monitor() as hop_cmds:
                 hop_chain(prefix, 21)
             result["rt"].close()
+            durable_hop = durable_settings_hop(prefix, steps, runs)
         finally:
             worker.stop()
             hop_worker.stop()
@@ -248,6 +266,10 @@ def run(quick: bool) -> list[Row]:
             "bare Celery chain hop", result["hop"] * ms, "<=", 1.0),
         Row("durable step vs plain SET loop", result["durable"] * ms, "ms",
             "1 Redis SET per step, plain loop", loop * ms, "<=", None),
+        Row("bare hop with the step task's ack settings (info)", durable_hop * ms, "ms",
+            "bare Celery chain hop", result["hop"] * ms, "<=", None),
+        Row("durable step vs that hop (info)", result["durable"] * ms, "ms",
+            "hop with acks_late, prefetch 1", durable_hop * ms, "<=", None),
         Row("engine step in-process, no Celery (info)", engine * ms, "ms",
             "bare Celery chain hop", result["hop"] * ms, "<=", None),
         Row("Redis commands per durable step", durable_per_step, "cmds",

@@ -57,3 +57,16 @@ def test_one_sweep_per_interval_across_workers(r: redis.Redis, settings: Setting
     sweep(store, lambda *a: second.append(a), now_ms=now)  # another worker in the same interval
     assert any(a[0] == run_id for a in first)  # type: ignore[index]
     assert second == []
+
+
+def test_a_run_committed_just_now_is_left_to_its_queued_step(r: redis.Redis, settings: Settings) -> None:
+    store = RunStore(r, _private(settings))
+    run_id = _run(store)
+    now = int(time.time() * 1000)
+    r.hset(store.keys.run(run_id).run, "committed_ms", now - 100)  # its next step was enqueued 100 ms ago
+    sent: list[object] = []
+    assert sweep(store, lambda *a: sent.append(a), now_ms=now) == []
+    assert sent == []
+    # ... and is looked at again once the enqueue grace has passed.
+    deadline = r.zscore(store.keys.live, run_id)
+    assert deadline is not None and now < deadline <= now + settings.enqueue_grace_seconds * 1000 + 100
