@@ -1,19 +1,25 @@
-"""EventWriter: streams a step's events to the log from a background thread.
+"""EventWriter: streams a step's events to the log, at once when they trickle, batched when they pour.
 
-The step puts events on a queue and goes on; the writer thread appends whatever piled up while its
-previous write was in flight, in one round trip. Tokens reach readers with one Redis round trip of delay
-at low rates and are batched automatically at high ones.
+An event that arrives while nothing is queued, and not right on the heels of the previous write, is
+appended at once by the step's own thread: a model streaming tokens some milliseconds apart pays one
+round trip and no thread hand-off. An event that arrives in a burst (within ``BURST`` of the previous
+write, so more are probably waiting) goes on a queue instead; a writer thread appends whatever piled up
+while its previous write was in flight, in one round trip. Order is kept: the direct path is only taken
+when the queue is empty and nothing queued is still being written.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
 
 from .eventlog import EventLog
 from .events import NewEvent
 
 _BATCH = 500
+#: An event this soon (seconds) after the previous direct write counts as part of a burst.
+BURST = 0.0005
 
 
 class EventWriter:
@@ -23,25 +29,22 @@ class EventWriter:
         self._log, self._run_id, self._token = log, run_id, token
         self._queue: queue.Queue[NewEvent | None] = queue.Queue()
         self._error: BaseException | None = None
-        self._thread: threading.Thread | None = None  # started by the first emit: tool steps need none
+        self._thread: threading.Thread | None = None  # started by the first burst
+        self._last_direct = 0.0
 
     def emit(self, event: NewEvent) -> None:
-        """Queue an event; raises the writer's error (e.g. FencedError) if an earlier write failed."""
+        """Write or queue an event; raises the writer's error (e.g. FencedError) if a write failed."""
         if self._error is not None:
             raise self._error
+        idle = self._queue.unfinished_tasks == 0
+        if idle and time.monotonic() - self._last_direct >= BURST:
+            self._log.append(self._run_id, [event], self._token)
+            self._last_direct = time.monotonic()
+            return
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name=f"events-{self._run_id}", daemon=True)
             self._thread.start()
         self._queue.put(event)
-
-    def write_now(self, events: list[NewEvent]) -> None:
-        """Write ``events`` before returning (after anything queued), in one round trip when nothing is queued."""
-        if self._thread is None:
-            self._log.append(self._run_id, events, self._token)
-            return
-        for event in events:
-            self.emit(event)
-        self.flush()
 
     def flush(self) -> None:
         """Wait until every queued event is written; raise the writer's error if a write failed."""

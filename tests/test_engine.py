@@ -344,3 +344,27 @@ def test_lease_keeper_renews_and_notices_stop(r: redis.Redis, fast_settings: Any
     finally:
         keeper.drop(holding)
         r.delete(store.keys.run(run_id).lease, store.keys.run(run_id).stop)
+
+
+def test_event_writer_writes_trickles_at_once_and_batches_bursts(r: redis.Redis, fast_settings: Any) -> None:
+    from agents_celery.events import make_event
+    from agents_celery.leases import Leases
+    from agents_celery.store import RunStore
+    from agents_celery.writer import EventWriter
+
+    store = RunStore(r, fast_settings)
+    run_id = "w" * 32
+    store.log.create(run_id, "s", "a", [make_event(EventType.RUN_STARTED, thread_id="s", run_id=run_id)])
+    token = Leases(r, store.keys).acquire(run_id, 10_000)
+    assert token
+    with EventWriter(store.log, run_id, token) as writer:
+        writer.emit(make_event(EventType.TEXT_MESSAGE_START, message_id="m"))
+        assert store.log.info(run_id).next_offset == 2  # written before emit returned: no thread hand-off
+        for i in range(500):  # a burst: queued and batched by the writer thread
+            writer.emit(make_event(EventType.TEXT_MESSAGE_CONTENT, message_id="m", delta=f"t{i} "))
+        writer.flush()
+    events = store.log.read(run_id)
+    assert [e.offset for e in events] == list(range(502))
+    assert [e.data["delta"] for e in events[2:]] == [f"t{i} " for i in range(500)]
+    for key in vars(store.keys.run(run_id)).values():
+        r.delete(key)

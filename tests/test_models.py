@@ -351,3 +351,30 @@ def test_fake_server_survives_client_disconnect_and_stops_with_open_connections(
         started = time.monotonic()
     idle.close()
     assert time.monotonic() - started < 2
+
+
+def test_stream_lines_are_parsed_raw_and_errors_inside_the_stream_raise() -> None:
+    import openai
+
+    from agents_celery.models import _chunk_deltas, _sse_data
+
+    lines = iter(
+        [
+            ": keep-alive",
+            'data: {"choices":[{"delta":{"content":"Hi"}}]}',
+            "",
+            'data: {"choices":[{"delta":{"tool_calls":[{"index":0,"id":"c1",'
+            '"function":{"name":"f","arguments":"{}"}}]}}]}',
+            'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}',
+            "data: [DONE]",
+            'data: {"choices":[{"delta":{"content":"after done"}}]}',
+        ]
+    )
+    chunks = [c for data in _sse_data(lines) for c in _chunk_deltas(data)]
+    assert chunks == [
+        TextDelta("Hi"),
+        ToolCallDelta(0, "c1", "f", "{}"),
+        Usage(prompt_tokens=3, completion_tokens=2, total_tokens=5),
+    ]
+    with pytest.raises(openai.APIError, match="overloaded"):
+        list(_sse_data(iter(['data: {"error": {"message": "overloaded", "type": "server_error"}}'])))
