@@ -19,6 +19,7 @@ from .errors import (
     RunFinishedError,
     RunNotFoundError,
     RunNotPausedError,
+    RunTimeoutError,
     SchemaVersionError,
     SessionBusyError,
     StateError,
@@ -97,5 +98,6 @@ __all__ = [
     "ModelError",
     "StopStep",
     "AbandonedRunError",
+    "RunTimeoutError",
     "__version__",
 ]

@@ -22,7 +22,8 @@
     ├── SchemaVersionError            stored state with an unknown schema version
     ├── ModelError                    the model call failed (``retryable`` says whether to try again)
     ├── StopStep                      raised by a hook to stop the current step; the run fails with the reason
-    └── AbandonedRunError             a step failed more attempts than allowed; the run fails visibly
+    ├── AbandonedRunError             a step failed more attempts than allowed; the run fails visibly
+    └── RunTimeoutError               Runtime.run gave up waiting (also a TimeoutError); the run was stopped
 """
 
 from __future__ import annotations
@@ -158,3 +159,13 @@ class AbandonedRunError(AgentsCeleryError):
     """A step was attempted more times than ``max_step_attempts`` allows; the run is failed, not retried."""
 
     code = "abandoned"
+
+
+class RunTimeoutError(AgentsCeleryError, TimeoutError):
+    """``Runtime.run`` waited longer than its timeout; the run was stopped. ``run_id`` says which."""
+
+    code = "timeout"
+
+    def __init__(self, message: str, run_id: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id

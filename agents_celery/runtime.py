@@ -27,6 +27,7 @@ from .errors import (
     RunBusyError,
     RunFinishedError,
     RunNotPausedError,
+    RunTimeoutError,
     SessionBusyError,
     ToolArgumentsError,
     UnknownAgentError,
@@ -101,10 +102,14 @@ class RunStream:
 
     async def aevents(self, offset: int | None = None, *, until_pause: bool = True) -> AsyncIterator[Event]:
         """Async version of :meth:`events`."""
-        async for event in self.runtime.async_log.tail(
-            self.id, -1 if offset is None else offset, until_pause=until_pause
-        ):
-            yield event
+        # A client per call: an asyncio Redis client belongs to the event loop that created it.
+        client = aredis.Redis.from_url(self.runtime.settings.redis_url, socket_connect_timeout=2)
+        try:
+            log = AsyncEventLog(client, self.runtime.store.keys)
+            async for event in log.tail(self.id, -1 if offset is None else offset, until_pause=until_pause):
+                yield event
+        finally:
+            await client.aclose()
 
     def get(self) -> RunView:
         return self.runtime.get(self.id)
@@ -136,14 +141,6 @@ class Runtime:
         self.leases = Leases(self.redis, self.store.keys)
         self.celery_app = celery_app or create_celery_app(self.settings, agents={})
         self.local_agents = {a.name: a for a in agents}
-        self._async_log: AsyncEventLog | None = None
-
-    @property
-    def async_log(self) -> AsyncEventLog:
-        if self._async_log is None:
-            client = aredis.Redis.from_url(self.settings.redis_url, socket_connect_timeout=2)
-            self._async_log = AsyncEventLog(client, self.store.keys)
-        return self._async_log
 
     # -- agents ----------------------------------------------------------------------------------------
 
@@ -380,7 +377,9 @@ class Runtime:
         try:
             for _event in stream.events():
                 if deadline is not None and time.monotonic() > deadline:
-                    raise TimeoutError(f"run {stream.id!r} did not finish within {timeout}s; it was stopped")
+                    raise RunTimeoutError(
+                        f"run {stream.id!r} did not finish within {timeout}s; it was stopped", stream.id
+                    )
         except (KeyboardInterrupt, TimeoutError):
             with contextlib.suppress(RunFinishedError):
                 self.stop(stream.id, "caller gave up")

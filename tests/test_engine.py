@@ -368,3 +368,38 @@ def test_event_writer_writes_trickles_at_once_and_batches_bursts(r: redis.Redis,
     assert [e.data["delta"] for e in events[2:]] == [f"t{i} " for i in range(500)]
     for key in vars(store.keys.run(run_id)).values():
         r.delete(key)
+
+
+def test_run_is_caller_bound_a_timeout_stops_it(runtime: Runtime, script: Any) -> None:
+    from agents_celery.errors import RunTimeoutError
+
+    script(" ".join(f"slow{i}" for i in range(300)), token_delay=0.02)
+    with pytest.raises(RunTimeoutError) as info:
+        runtime.run("fake", "take your time", timeout=0.5)
+    assert isinstance(info.value, TimeoutError)
+    run_id = info.value.run_id
+    wait_for(lambda: runtime.get(run_id).status == "cancelled", what="the timed-out run to be cancelled")
+    events = events_of(runtime, run_id)
+    assert events[-1].data["outcome"]["type"] == "cancelled"
+    assert len([e for e in events if e.type is EventType.TEXT_MESSAGE_CONTENT]) < 300
+
+
+def test_async_events_follow_a_run(runtime: Runtime, script: Any) -> None:
+    import asyncio
+
+    script("Async hello.")
+    stream = runtime.stream("fake", "async please")
+
+    async def collect() -> list[Event]:
+        return [e async for e in stream.aevents()]
+
+    events = asyncio.run(asyncio.wait_for(collect(), timeout=30))
+    assert_contiguous(events)
+    assert text_of(events) == "Async hello." and events[-1].type is EventType.RUN_FINISHED
+
+
+def test_bad_configuration_fails_at_once() -> None:
+    from agents_celery.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="AGENTS_CELERY_REDIS_URL"):
+        Runtime(redis_url="http://not-redis:80")
