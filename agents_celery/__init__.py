@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .agent import Agent, load_agents
 from .celery_app import STEP_TASK, configure, create_celery_app
+from .decisions import Decision
 from .errors import (
     AbandonedRunError,
     AgentsCeleryError,
@@ -33,7 +34,7 @@ from .events import Event, EventType
 from .hooks import Hooks, LoggingHooks, MetricsHooks, StepInfo
 from .models import Model, OpenAIChat, ScriptedModel, ScriptedToolCall, ScriptedTurn
 from .runs import RunState, RunStatus
-from .runtime import Decision, RunStream, Runtime, RunView
+from .runtime import RunStream, Runtime, RunView
 from .settings import Settings, load_settings
 from .tools import Tool, ToolContext, tool
 

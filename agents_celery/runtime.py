@@ -7,29 +7,26 @@ Redis and sends step tasks by name, so it works from any process that can reach 
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import jsonschema
 import redis
 import redis.asyncio as aredis
 from celery import Celery
 
 from .agent import Agent
 from .celery_app import STEP_TASK, create_celery_app
+from .decisions import Decision, as_decision, decide, with_edited_args
 from .errors import (
-    DecisionError,
     RedisUnavailableError,
     RunBusyError,
     RunFinishedError,
     RunNotPausedError,
     RunTimeoutError,
     SessionBusyError,
-    ToolArgumentsError,
     UnknownAgentError,
     ValidationError,
 )
@@ -39,17 +36,6 @@ from .leases import Leases
 from .runs import RunState, RunStatus, ToolCall
 from .settings import Settings, load_settings
 from .store import RunStore
-
-
-@dataclass(frozen=True)
-class Decision:
-    """A human's answer to one paused tool call."""
-
-    tool_call_id: str
-    confirmed: bool = True
-    note: str | None = None
-    #: Replacement arguments (validated against the tool's parameters).
-    tool_args: dict[str, Any] | None = None
 
 
 @dataclass
@@ -273,7 +259,7 @@ class Runtime:
         if state.status != RunStatus.PAUSED:
             raise RunNotPausedError(f"run {run_id!r} is {state.status.value}, not paused; nothing to continue")
         manifest = self.agent_manifest(state.agent_id)
-        calls = self._decide(state, [_as_decision(d) for d in decisions or []], manifest)
+        calls = decide(state, [as_decision(d) for d in decisions or []], manifest)
         token = self._idle_lease(run_id)
         if token is None:
             raise RunBusyError(f"run {run_id!r} is being continued or stopped by another caller right now")
@@ -281,7 +267,7 @@ class Runtime:
             state, step2 = self.store.load(run_id)
             if state.status != RunStatus.PAUSED or step2 != step:
                 raise RunNotPausedError(f"run {run_id!r} is {state.status.value}, not paused; nothing to continue")
-            messages = _with_edited_args(state.messages, calls)
+            messages = with_edited_args(state.messages, calls)
             new = state.model_copy(update={"tool_calls": calls, "messages": messages}).moved_to(RunStatus.RUNNING)
             decided = [
                 {"tool_call_id": c.id, "decision": c.decision} for c in calls if c.requires_confirmation or c.rerun
@@ -298,27 +284,6 @@ class Runtime:
         finally:
             self.leases.release(run_id, token)
         return RunStream(self, run_id, state.session_id, state.agent_id)
-
-    def _decide(self, state: RunState, decisions: list[Decision], manifest: dict[str, Any]) -> list[ToolCall]:
-        pending = {c.id: c for c in state.pending}
-        by_id: dict[str, Decision] = {}
-        for d in decisions:
-            if d.tool_call_id not in pending:
-                raise DecisionError(
-                    f"tool call {d.tool_call_id!r} is not pending in run {state.run_id!r}; pending: {sorted(pending)}"
-                )
-            by_id[d.tool_call_id] = d
-        if decisions and set(by_id) != set(pending):
-            missing = sorted(set(pending) - set(by_id))
-            raise DecisionError(f"decide every pending tool call or none (none approves all); missing: {missing}")
-        params = {t["name"]: t.get("parameters") for t in manifest.get("tools", [])}
-        out = []
-        for call in state.tool_calls:
-            if call.id not in pending:
-                out.append(call)
-                continue
-            out.append(_apply(call, by_id.get(call.id, Decision(call.id)), params.get(call.name)))
-        return out
 
     # -- stopping ---------------------------------------------------------------------------------------
 
@@ -388,50 +353,3 @@ class Runtime:
 
     def close(self) -> None:
         self.redis.close()
-
-
-def _as_decision(value: Decision | dict[str, Any]) -> Decision:
-    if isinstance(value, Decision):
-        return value
-    if not isinstance(value, dict) or not isinstance(value.get("tool_call_id"), str):
-        raise DecisionError(f"each decision needs a 'tool_call_id' string; got {value!r}")
-    args = value.get("tool_args")
-    if args is not None and not isinstance(args, dict):
-        raise ToolArgumentsError(f"tool_args of {value['tool_call_id']!r} must be a JSON object")
-    confirmed = value.get("confirmed", True)
-    if not isinstance(confirmed, bool):
-        raise DecisionError(f"'confirmed' of {value['tool_call_id']!r} must be true or false")
-    return Decision(value["tool_call_id"], confirmed, value.get("confirmation_note") or value.get("note"), args)
-
-
-def _apply(call: ToolCall, d: Decision, schema: dict[str, Any] | None) -> ToolCall:
-    update: dict[str, Any] = {"decision": "approved" if d.confirmed else "rejected", "note": d.note}
-    if call.pause_reason == "may_have_run":
-        update["rerun"] = d.confirmed
-        if not d.confirmed:
-            update["note"] = d.note or "The tool may or may not have completed in a crashed attempt; not re-run."
-    if d.tool_args is not None and d.confirmed:
-        if schema is not None:
-            try:
-                jsonschema.validate(d.tool_args, schema)
-            except jsonschema.ValidationError as exc:
-                where = "/".join(str(p) for p in exc.absolute_path) or "arguments"
-                raise ToolArgumentsError(
-                    f"edited arguments for {call.name!r} are invalid at {where}: {exc.message}"
-                ) from None
-        update["arguments"] = json.dumps(d.tool_args)
-        update["error"] = None
-    return call.model_copy(update=update)
-
-
-def _with_edited_args(messages: list[dict[str, Any]], calls: list[ToolCall]) -> list[dict[str, Any]]:
-    """The conversation with the last assistant turn's tool-call arguments replaced by the edited ones."""
-    if not messages or messages[-1].get("role") != "assistant":
-        return messages
-    args = {c.id: c.arguments for c in calls}
-    last = dict(messages[-1])
-    last["tool_calls"] = [
-        {**tc, "function": {**tc["function"], "arguments": args.get(tc["id"], tc["function"]["arguments"])}}
-        for tc in last.get("tool_calls", [])
-    ]
-    return [*messages[:-1], last]

@@ -1,0 +1,104 @@
+"""Decisions on paused tool calls: approve, reject with a note, approve with edited arguments.
+
+Plain functions over run state, so they can be tested without Redis; :meth:`Runtime.continue_run` applies
+them and commits the result.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+
+from .errors import DecisionError, ToolArgumentsError
+from .runs import RunState, ToolCall
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A human's answer to one paused tool call."""
+
+    tool_call_id: str
+    confirmed: bool = True
+    note: str | None = None
+    #: Replacement arguments (validated against the tool's parameters).
+    tool_args: dict[str, Any] | None = None
+
+
+def decide(state: RunState, decisions: list[Decision], manifest: dict[str, Any]) -> list[ToolCall]:
+    """The run's tool calls with ``decisions`` applied; nothing is written.
+
+    Raises:
+        DecisionError: a decision names no pending call, or some pending calls are left undecided.
+        ToolArgumentsError: edited arguments fail the tool's parameter schema (from its manifest).
+    """
+    pending = {c.id: c for c in state.pending}
+    by_id: dict[str, Decision] = {}
+    for d in decisions:
+        if d.tool_call_id not in pending:
+            raise DecisionError(
+                f"tool call {d.tool_call_id!r} is not pending in run {state.run_id!r}; pending: {sorted(pending)}"
+            )
+        by_id[d.tool_call_id] = d
+    if decisions and set(by_id) != set(pending):
+        missing = sorted(set(pending) - set(by_id))
+        raise DecisionError(f"decide every pending tool call or none (none approves all); missing: {missing}")
+    params = {t["name"]: t.get("parameters") for t in manifest.get("tools", [])}
+    out = []
+    for call in state.tool_calls:
+        if call.id not in pending:
+            out.append(call)
+            continue
+        out.append(_apply(call, by_id.get(call.id, Decision(call.id)), params.get(call.name)))
+    return out
+
+
+def as_decision(value: Decision | dict[str, Any]) -> Decision:
+    """A Decision from itself or from its JSON form (``tool_call_id``, ``confirmed``, ``confirmation_note``,
+    ``tool_args``), as HTTP and CLI callers send it."""
+    if isinstance(value, Decision):
+        return value
+    if not isinstance(value, dict) or not isinstance(value.get("tool_call_id"), str):
+        raise DecisionError(f"each decision needs a 'tool_call_id' string; got {value!r}")
+    args = value.get("tool_args")
+    if args is not None and not isinstance(args, dict):
+        raise ToolArgumentsError(f"tool_args of {value['tool_call_id']!r} must be a JSON object")
+    confirmed = value.get("confirmed", True)
+    if not isinstance(confirmed, bool):
+        raise DecisionError(f"'confirmed' of {value['tool_call_id']!r} must be true or false")
+    return Decision(value["tool_call_id"], confirmed, value.get("confirmation_note") or value.get("note"), args)
+
+
+def _apply(call: ToolCall, d: Decision, schema: dict[str, Any] | None) -> ToolCall:
+    update: dict[str, Any] = {"decision": "approved" if d.confirmed else "rejected", "note": d.note}
+    if call.pause_reason == "may_have_run":
+        update["rerun"] = d.confirmed
+        if not d.confirmed:
+            update["note"] = d.note or "The tool may or may not have completed in a crashed attempt; not re-run."
+    if d.tool_args is not None and d.confirmed:
+        if schema is not None:
+            try:
+                jsonschema.validate(d.tool_args, schema)
+            except jsonschema.ValidationError as exc:
+                where = "/".join(str(p) for p in exc.absolute_path) or "arguments"
+                raise ToolArgumentsError(
+                    f"edited arguments for {call.name!r} are invalid at {where}: {exc.message}"
+                ) from None
+        update["arguments"] = json.dumps(d.tool_args)
+        update["error"] = None
+    return call.model_copy(update=update)
+
+
+def with_edited_args(messages: list[dict[str, Any]], calls: list[ToolCall]) -> list[dict[str, Any]]:
+    """The conversation with the last assistant turn's tool-call arguments replaced by the edited ones."""
+    if not messages or messages[-1].get("role") != "assistant":
+        return messages
+    args = {c.id: c.arguments for c in calls}
+    last = dict(messages[-1])
+    last["tool_calls"] = [
+        {**tc, "function": {**tc["function"], "arguments": args.get(tc["id"], tc["function"]["arguments"])}}
+        for tc in last.get("tool_calls", [])
+    ]
+    return [*messages[:-1], last]

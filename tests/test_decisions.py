@@ -1,0 +1,63 @@
+"""Decisions on paused tool calls, without Redis: what continue will commit."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agents_celery.decisions import Decision, as_decision, decide, with_edited_args
+from agents_celery.errors import DecisionError, ToolArgumentsError
+from agents_celery.runs import RunState, RunStatus, ToolCall
+
+SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+MANIFEST = {"name": "a", "tools": [{"name": "delete_file", "parameters": SCHEMA}]}
+
+
+def _paused() -> RunState:
+    calls = [
+        ToolCall(id="c1", name="delete_file", arguments='{"path": "/a"}', requires_confirmation=True,
+                 decision="pending", pause_reason="confirmation_required"),
+        ToolCall(id="c2", name="delete_file", arguments='{"path": "/b"}', requires_confirmation=True,
+                 decision="pending", pause_reason="may_have_run"),
+        ToolCall(id="c3", name="get_time", arguments="{}"),
+    ]  # fmt: skip
+    return RunState(run_id="r", agent_id="a", session_id="s", status=RunStatus.PAUSED, tool_calls=calls)
+
+
+def test_no_decisions_approve_every_pending_call() -> None:
+    calls = decide(_paused(), [], MANIFEST)
+    assert [c.decision for c in calls] == ["approved", "approved", None]
+    assert calls[1].rerun is True  # approving a call that may have run re-runs it
+
+
+def test_reject_with_note_and_edit_arguments() -> None:
+    calls = decide(
+        _paused(),
+        [as_decision({"tool_call_id": "c1", "confirmed": True, "tool_args": {"path": "/edited"}}),
+         Decision("c2", confirmed=False, note="leave it")],
+        MANIFEST,
+    )  # fmt: skip
+    assert json.loads(calls[0].arguments) == {"path": "/edited"} and calls[0].decision == "approved"
+    assert calls[1].decision == "rejected" and calls[1].note == "leave it" and not calls[1].rerun
+    assistant = {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
+                 "function": {"name": "delete_file", "arguments": '{"path": "/a"}'}}]}  # fmt: skip
+    edited = with_edited_args([{"role": "user", "content": "x"}, assistant], calls)
+    assert edited[-1]["tool_calls"][0]["function"]["arguments"] == calls[0].arguments
+
+
+@pytest.mark.parametrize(
+    ("decisions", "error"),
+    [
+        ([{"tool_call_id": "c9"}], DecisionError),  # names no pending call
+        ([{"tool_call_id": "c3"}], DecisionError),  # not pending (needs no decision)
+        ([{"tool_call_id": "c1"}], DecisionError),  # c2 left undecided
+        ([{"confirmed": True}], DecisionError),  # no id
+        ([{"tool_call_id": "c1", "confirmed": "yes"}, {"tool_call_id": "c2"}], DecisionError),
+        ([{"tool_call_id": "c1", "tool_args": {"path": 3}}, {"tool_call_id": "c2"}], ToolArgumentsError),
+        ([{"tool_call_id": "c1", "tool_args": "not an object"}, {"tool_call_id": "c2"}], ToolArgumentsError),
+    ],
+)
+def test_bad_decisions_are_refused(decisions: list[dict[str, object]], error: type[Exception]) -> None:
+    with pytest.raises(error):
+        decide(_paused(), [as_decision(d) for d in decisions], MANIFEST)
