@@ -13,7 +13,17 @@ import time
 
 import redis
 
-from agents_celery import Agent, Hooks, OpenAIChat, ScriptedModel, ScriptedToolCall, ScriptedTurn, StepInfo, tool
+from agents_celery import (
+    Agent,
+    Hooks,
+    OpenAIChat,
+    ScriptedModel,
+    ScriptedToolCall,
+    ScriptedTurn,
+    StepInfo,
+    StopStep,
+    tool,
+)
 from agents_celery.tools import ToolContext
 
 _PREFIX = os.environ.get("AGENTS_CELERY_KEY_PREFIX", "ac")
@@ -90,6 +100,30 @@ class CrashHooks(Hooks):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+@tool
+async def async_lookup(word: str) -> str:
+    """An async tool: looks a word up (counts its executions)."""
+    import asyncio
+
+    await asyncio.sleep(0)
+    _redis.incr(count_key("async_lookup"))
+    return word.upper()
+
+
+@tool
+def guarded(path: str) -> str:
+    """A tool a hook refuses to run (StopStep)."""
+    return f"ran {path}"
+
+
+class GuardHooks(Hooks):
+    """Stops the step when a tool called ``guarded`` is about to run."""
+
+    def before_tool_call(self, step: StepInfo, tool_name: str, arguments: dict[str, object]) -> None:
+        if tool_name == "guarded":
+            raise StopStep(f"policy forbids touching {arguments.get('path')!r}")
+
+
 @tool(idempotent=True)
 def crash_worker() -> str:
     """Kills the worker running it, every time (declared idempotent, so every attempt re-runs it)."""
@@ -97,7 +131,7 @@ def crash_worker() -> str:
     return "unreachable"
 
 
-TOOLS = [get_time, add, delete_file, slow_count, idempotent_count, crash_worker]
+TOOLS = [get_time, add, delete_file, slow_count, idempotent_count, crash_worker, async_lookup, guarded]
 
 fake = Agent(
     name="fake",
@@ -105,7 +139,7 @@ fake = Agent(
     model=OpenAIChat("fake-model", base_url=os.environ.get("FAKE_OPENAI_URL", "http://127.0.0.1:9/v1"), api_key="k"),
     tools=TOOLS,
     description="Talks to the local fake OpenAI server.",
-    hooks=[CrashHooks()],
+    hooks=[CrashHooks(), GuardHooks()],
 )
 
 offline = Agent(

@@ -403,3 +403,21 @@ def test_bad_configuration_fails_at_once() -> None:
 
     with pytest.raises(ConfigurationError, match="AGENTS_CELERY_REDIS_URL"):
         Runtime(redis_url="http://not-redis:80")
+
+
+def test_async_tool_runs_on_the_worker(runtime: Runtime, script: Any, r: redis.Redis, key_prefix: str) -> None:
+    before = count(r, key_prefix, "async_lookup")
+    script(ScriptedTurn("", [ScriptedToolCall("async_lookup", {"word": "durable"})]), "Looked up.")
+    stream = runtime.stream("fake", "look it up")
+    events = events_of(runtime, stream.id)
+    assert [e.data["content"] for e in events if e.type is EventType.TOOL_CALL_RESULT] == ["DURABLE"]
+    assert count(r, key_prefix, "async_lookup") == before + 1
+
+
+def test_a_hook_raising_stop_step_fails_the_run(runtime: Runtime, script: Any) -> None:
+    script(ScriptedTurn("", [ScriptedToolCall("guarded", {"path": "/etc"})]), "never")
+    stream = runtime.stream("fake", "touch /etc")
+    events = events_of(runtime, stream.id)
+    assert events[-1].type is EventType.RUN_ERROR and "policy forbids" in events[-1].data["message"]
+    assert not [e for e in events if e.type is EventType.TOOL_CALL_RESULT]
+    assert runtime.get(stream.id).status == "failed"
