@@ -13,10 +13,10 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import redis
 from celery import Celery, signals
 
 from .agent import Agent, load_agents
+from .connections import connect
 from .engine import Engine
 from .hooks import Hooks, LoggingHooks
 from .settings import Settings, load_settings
@@ -44,7 +44,7 @@ def durable_defaults(settings: Settings) -> dict[str, Any]:
         "worker_prefetch_multiplier": 1,
         # The Redis broker redelivers unacked messages only after this. The sweeper recovers crashed steps
         # in seconds, so this only bounds duplicate deliveries of very long steps; keep it long.
-        "broker_transport_options": {"visibility_timeout": 3600},
+        "broker_transport_options": {"visibility_timeout": 3600, **settings.broker_transport_options},
         # On SIGTERM (a deploy), let running steps finish for this long, then hand them back.
         "worker_soft_shutdown_timeout": settings.soft_shutdown_seconds,
         "worker_enable_soft_shutdown_on_idle": True,
@@ -77,7 +77,7 @@ class AgentsCelery:
         """The engine of this process (built after fork, so each pool child has its own Redis pool)."""
         with self._lock:
             if self._engine is None or self._pid != os.getpid():
-                client = redis.Redis.from_url(self.settings.redis_url, health_check_interval=30)
+                client = connect(self.settings.redis_url, health_check_interval=30)
                 self._engine = Engine(RunStore(client, self.settings), self.agents, self.enqueue, self.hooks)
                 self._pid = os.getpid()
             return self._engine
@@ -116,7 +116,11 @@ def configure(
     registry = agents if isinstance(agents, Mapping) else load_agents(agents)
     if not app.conf.broker_url:
         app.conf.broker_url = settings.celery_broker_url
-    app.conf.update(durable_defaults(settings))
+    defaults = durable_defaults(settings)
+    # Keep transport options the app already has (a Sentinel master name, its own visibility timeout).
+    existing = dict(app.conf.broker_transport_options or {})
+    defaults["broker_transport_options"] = {**defaults["broker_transport_options"], **existing}
+    app.conf.update(defaults)
     ext = AgentsCelery(app, settings, registry, hooks if hooks is not None else [LoggingHooks()])
     setattr(app, EXTENSION, ext)
 

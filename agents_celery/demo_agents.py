@@ -14,9 +14,8 @@ from __future__ import annotations
 import os
 import time
 
-import redis
-
 from .agent import Agent
+from .connections import connect
 from .models import ScriptedModel, ScriptedToolCall, ScriptedTurn
 from .tools import ToolContext, tool
 
@@ -40,7 +39,7 @@ def get_weather(city: str) -> str:
 @tool(idempotent=True)
 def build_report(topic: str, ctx: ToolContext) -> str:
     """Build a report on a topic (slow). Idempotent: running it twice gives the same report."""
-    client = redis.Redis.from_url(os.environ.get("AGENTS_CELERY_REDIS_URL", "redis://localhost:6379/0"))
+    client = connect(os.environ.get("AGENTS_CELERY_REDIS_URL", "redis://localhost:6379/0"))
     key = tool_pid_key(os.environ.get("AGENTS_CELERY_KEY_PREFIX", "ac"), ctx.run_id)
     try:
         client.rpush(key, os.getpid())

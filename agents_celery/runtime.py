@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
-import redis.asyncio as aredis
 from celery import Celery
 
 from .agent import Agent
 from .celery_app import STEP_TASK, create_celery_app
+from .connections import connect, connect_async
 from .decisions import Decision, as_decision, decide, with_edited_args
 from .errors import (
     RedisUnavailableError,
@@ -89,7 +89,7 @@ class RunStream:
     async def aevents(self, offset: int | None = None, *, until_pause: bool = True) -> AsyncIterator[Event]:
         """Async version of :meth:`events`."""
         # A client per call: an asyncio Redis client belongs to the event loop that created it.
-        client = aredis.Redis.from_url(self.runtime.settings.redis_url, socket_connect_timeout=2)
+        client = connect_async(self.runtime.settings.redis_url, socket_connect_timeout=2)
         try:
             log = AsyncEventLog(client, self.runtime.store.keys)
             async for event in log.tail(self.id, -1 if offset is None else offset, until_pause=until_pause):
@@ -122,7 +122,7 @@ class Runtime:
         agents: Sequence[Agent] = (),
     ) -> None:
         self.settings = settings or load_settings(redis_url=redis_url)
-        self.redis = redis.Redis.from_url(self.settings.redis_url, socket_connect_timeout=2, health_check_interval=30)
+        self.redis = connect(self.settings.redis_url, socket_connect_timeout=2, health_check_interval=30)
         self.store = RunStore(self.redis, self.settings)
         self.leases = Leases(self.redis, self.store.keys)
         self.celery_app = celery_app or create_celery_app(self.settings, agents={})

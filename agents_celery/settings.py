@@ -79,8 +79,25 @@ class Settings(BaseSettings):
 
     @property
     def celery_broker_url(self) -> str:
-        """The broker URL, falling back to the Redis URL."""
-        return self.broker_url or self.redis_url
+        """The broker URL, falling back to the Redis URL (a Sentinel URL becomes kombu's form)."""
+        if self.broker_url:
+            return self.broker_url
+        if urlparse(self.redis_url).scheme in ("redis+sentinel", "sentinel"):
+            from .connections import parse_sentinel
+
+            s = parse_sentinel(self.redis_url)
+            auth = f":{s.password}@" if s.password else ""
+            return ";".join(f"sentinel://{auth}{host}:{port}/{s.db}" for host, port in s.hosts)
+        return self.redis_url
+
+    @property
+    def broker_transport_options(self) -> dict[str, Any]:
+        """Transport options the broker URL needs (the Sentinel service name when it came from the Redis URL)."""
+        if not self.broker_url and urlparse(self.redis_url).scheme in ("redis+sentinel", "sentinel"):
+            from .connections import parse_sentinel
+
+            return {"master_name": parse_sentinel(self.redis_url).service}
+        return {}
 
     @property
     def retention_ms(self) -> int:

@@ -11,8 +11,6 @@ import os
 import signal
 import time
 
-import redis
-
 from agents_celery import (
     Agent,
     Hooks,
@@ -24,10 +22,11 @@ from agents_celery import (
     StopStep,
     tool,
 )
+from agents_celery.connections import connect
 from agents_celery.tools import ToolContext
 
 _PREFIX = os.environ.get("AGENTS_CELERY_KEY_PREFIX", "ac")
-_redis = redis.Redis.from_url(os.environ.get("AGENTS_CELERY_REDIS_URL", "redis://127.0.0.1:6379/9"))
+_redis = connect(os.environ.get("AGENTS_CELERY_REDIS_URL", "redis://127.0.0.1:6379/9"))
 
 
 def count_key(name: str) -> str:

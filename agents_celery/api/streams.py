@@ -10,8 +10,7 @@ of failing at once. Its socket timeout (:data:`SOCKET_TIMEOUT_SECONDS`) exceeds 
 
 from __future__ import annotations
 
-import redis
-
+from ..connections import connect
 from ..eventlog import EventLog
 from ..runtime import Runtime
 
@@ -28,15 +27,15 @@ class Streams:
     :class:`~agents_celery.eventlog.EventLog` on it (log status checks go through the same connection)."""
 
     def __init__(self, runtime: Runtime, max_connections: int = MAX_CONNECTIONS) -> None:
-        pool = redis.BlockingConnectionPool.from_url(
+        self.redis = connect(
             runtime.settings.redis_url,
+            blocking_pool=True,
             max_connections=max_connections,
             timeout=POOL_WAIT_SECONDS,
             socket_connect_timeout=2,
             socket_timeout=SOCKET_TIMEOUT_SECONDS,
             health_check_interval=30,
         )
-        self.redis = redis.Redis(connection_pool=pool)
         self.keys = runtime.store.keys
         self.log = EventLog(
             self.redis,

@@ -1,0 +1,97 @@
+"""Redis clients from the URLs the settings accept, Sentinel included.
+
+- ``redis://``, ``rediss://``, ``unix://``: as redis-py reads them.
+- ``redis+socket:///path/to/redis.sock?db=N``: a unix socket, in the form Celery's broker URLs use.
+- ``redis+sentinel://[:password@]host:port[,host:port...]/service_name[/db]`` (or ``sentinel://``): asks the
+  Sentinels for the current master of ``service_name`` and follows failovers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlparse
+
+import redis
+import redis.asyncio as aredis
+import redis.asyncio.sentinel as asentinel
+import redis.sentinel
+
+from .errors import ConfigurationError
+
+SENTINEL_SCHEMES = {"redis+sentinel", "sentinel"}
+
+
+@dataclass(frozen=True)
+class SentinelURL:
+    """The parts of a Sentinel URL."""
+
+    hosts: list[tuple[str, int]]
+    service: str
+    db: int
+    password: str | None
+
+
+def parse_sentinel(url: str) -> SentinelURL:
+    """Split ``redis+sentinel://[:password@]h1:p1,h2:p2/service[/db]``; ConfigurationError when malformed."""
+    parsed = urlparse(url)
+    netloc = parsed.netloc
+    password = None
+    if "@" in netloc:
+        auth, netloc = netloc.rsplit("@", 1)
+        password = unquote(auth.split(":", 1)[1]) if ":" in auth else unquote(auth)
+    hosts = []
+    for part in filter(None, netloc.split(",")):
+        host, _, port = part.rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigurationError(f"AGENTS_CELERY_REDIS_URL: bad Sentinel address {part!r} in {url!r}")
+        hosts.append((host, int(port)))
+    path = [p for p in parsed.path.split("/") if p]
+    if not hosts or not path or (len(path) > 1 and not path[1].isdigit()):
+        raise ConfigurationError(
+            f"AGENTS_CELERY_REDIS_URL: expected redis+sentinel://host:port[,host:port]/service_name[/db], got {url!r}"
+        )
+    return SentinelURL(hosts, path[0], int(path[1]) if len(path) > 1 else 0, password or None)
+
+
+def _socket(url: str) -> tuple[str, int]:
+    parsed = urlparse(url)
+    db = parse_qs(parsed.query).get("db", ["0"])[0]
+    return parsed.path, int(db) if db.isdigit() else 0
+
+
+def connect(url: str, *, blocking_pool: bool = False, **options: Any) -> redis.Redis:
+    """A sync client for ``url``. ``options`` go to the connections (timeouts, ``max_connections`` ...);
+    ``blocking_pool`` makes a full pool wait (``timeout`` seconds) instead of failing (not with Sentinel)."""
+    scheme = urlparse(url).scheme
+    if scheme in SENTINEL_SCHEMES:
+        s = parse_sentinel(url)
+        options.pop("timeout", None)
+        timeout = options.get("socket_connect_timeout")
+        sentinel = redis.sentinel.Sentinel(s.hosts, socket_connect_timeout=timeout)  # type: ignore[no-untyped-call]
+        master: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+            s.service, db=s.db, password=s.password, **options
+        )
+        return master
+    pool_class = redis.BlockingConnectionPool if blocking_pool else redis.ConnectionPool
+    if scheme == "redis+socket":
+        path, db = _socket(url)
+        pool = pool_class(connection_class=redis.UnixDomainSocketConnection, path=path, db=db, **options)
+    else:
+        pool = pool_class.from_url(url, **options)
+    return redis.Redis(connection_pool=pool)
+
+
+def connect_async(url: str, **options: Any) -> aredis.Redis:
+    """An asyncio client for ``url`` (same URL forms as :func:`connect`)."""
+    scheme = urlparse(url).scheme
+    if scheme in SENTINEL_SCHEMES:
+        s = parse_sentinel(url)
+        timeout = options.get("socket_connect_timeout")
+        sentinel = asentinel.Sentinel(s.hosts, socket_connect_timeout=timeout)  # type: ignore[no-untyped-call]
+        master: aredis.Redis = sentinel.master_for(s.service, db=s.db, password=s.password, **options)
+        return master
+    if scheme == "redis+socket":
+        path, db = _socket(url)
+        return aredis.Redis(unix_socket_path=path, db=db, **options)
+    return aredis.Redis.from_url(url, **options)
