@@ -72,6 +72,16 @@ class AgentsCelery:
         """Send the task for the step (by name: the sender needs no agent code)."""
         self.app.send_task(STEP_TASK, args=[run_id, step], kwargs={"agent": agent_id}, queue=self.settings.queue)
 
+    def backlog(self) -> int:
+        """Messages waiting in the step queue (0 when the broker cannot tell: the sweeper then re-enqueues)."""
+        try:
+            with self.app.connection_for_write() as conn:
+                declared = conn.default_channel.queue_declare(queue=self.settings.queue, passive=True)
+                return int(declared.message_count)
+        except Exception as exc:  # a queue not declared yet, a broker blip: fail open
+            log.debug("sweeper: queue length unknown: %s", exc)
+            return 0
+
     @property
     def engine(self) -> Engine:
         """The engine of this process (built after fork, so each pool child has its own Redis pool)."""
@@ -86,7 +96,7 @@ class AgentsCelery:
         """Publish manifests and start the sweeper (in the worker's main process)."""
         store = self.engine.store
         store.publish_manifests([a.manifest() for a in self.agents.values()])
-        self.sweeper = SweeperThread(store, self.enqueue)
+        self.sweeper = SweeperThread(store, self.enqueue, self.backlog)
         self.sweeper.start()
         log.info("agents-celery worker ready: agents %s, queue %r", list(self.agents), self.settings.queue)
 

@@ -70,3 +70,28 @@ def test_a_run_committed_just_now_is_left_to_its_queued_step(r: redis.Redis, set
     # ... and is looked at again once the enqueue grace has passed.
     deadline = r.zscore(store.keys.live, run_id)
     assert deadline is not None and now < deadline <= now + settings.enqueue_grace_seconds * 1000 + 100
+
+
+def test_a_backlog_holds_back_runs_never_picked_up_but_not_crashed_ones(r: redis.Redis, settings: Settings) -> None:
+    store = RunStore(r, _private(settings))
+    waiting, crashed = _run(store), _run(store)
+    r.hset(store.keys.run(crashed).run, "attempt", 1)  # an attempt claimed it and its lease is gone
+    sent: list[tuple[str, int, str]] = []
+    requeued = sweep(store, lambda *a: sent.append(a), now_ms=int(time.time() * 1000) + 10, backlog=lambda: 7)
+    assert requeued == [crashed]
+    r.delete(store.keys.sweeper)
+    requeued = sweep(store, lambda *a: sent.append(a), now_ms=int(time.time() * 1000) + 60_000, backlog=lambda: 0)
+    assert waiting in requeued  # the queue drained and the step still never started: enqueue it again
+
+
+def test_the_worker_reads_its_queue_length_from_the_broker(fast_settings: Settings) -> None:
+    from agents_celery.celery_app import create_celery_app, extension
+
+    app = create_celery_app(fast_settings.model_copy(update={"queue": f"backlog-{new_id()[:6]}"}), agents={})
+    ext = extension(app)
+    assert ext.backlog() == 0  # an unknown queue counts as empty (the sweeper fails open)
+    for i in range(3):
+        ext.enqueue(f"run{i}", 0, "nobody")  # no worker consumes this queue
+    assert ext.backlog() == 3
+    with app.connection_for_write() as conn:
+        conn.default_channel.queue_purge(ext.settings.queue)
