@@ -411,8 +411,9 @@ def test_redis_down_is_503_at_once(worker_env: dict[str, str]) -> None:
 
 
 def test_gunicorn_gevent_serves_streams(worker: Any, worker_env: dict[str, str], script: Any) -> None:
-    pytest.importorskip("gunicorn")
-    pytest.importorskip("gevent")
+    import gevent  # noqa: F401  (dev dependencies: a missing one fails the test, never skips it)
+    import gunicorn  # noqa: F401
+
     server = ApiServer(worker_env, gunicorn=True).wait_ready()
     try:
         script("Served by gunicorn.")
@@ -427,7 +428,8 @@ def test_gunicorn_gevent_serves_streams(worker: Any, worker_env: dict[str, str],
 
 def test_gevent_holds_more_streams_than_a_default_redis_pool(worker_env: dict[str, str], runtime: Any) -> None:
     """150 concurrent subscribers of one live run (redis-py's default pool stops at 100): all get every event."""
-    pytest.importorskip("gevent")
+    import gevent  # noqa: F401
+
     from agents_celery.events import EventType, make_event
 
     subs = 150
@@ -474,7 +476,7 @@ def _read_until(conn: socket.socket, marker: bytes) -> bytes:
 
 
 def test_fuzz_no_server_errors(api: ApiServer) -> None:
-    schemathesis = pytest.importorskip("schemathesis")
+    import schemathesis
     from hypothesis import HealthCheck, given, settings
     from schemathesis.checks import not_a_server_error
 

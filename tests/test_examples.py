@@ -115,12 +115,12 @@ def test_flask_app_streams_a_run(flask_app: Flask) -> None:
 
 @pytest.fixture
 def django_client(worker_env: dict[str, str], worker: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    pytest.importorskip("django")
+    import django
+
     for name, value in worker_env.items():
         if name.startswith("AGENTS_CELERY_") or name == "CELERY_BROKER_URL":
             monkeypatch.setenv(name, value)
     monkeypatch.setenv("DJANGO_SETTINGS_MODULE", "examples.django_app.settings")
-    import django
     from django.test import Client
 
     django.setup()

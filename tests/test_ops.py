@@ -105,12 +105,6 @@ def runtime_for(env: dict[str, str]) -> Runtime:
     return Runtime(settings=settings)
 
 
-def api_available() -> bool:
-    return (ROOT / "agents_celery" / "api" / "__init__.py").exists()
-
-
-needs_api = pytest.mark.skipif(not api_available(), reason="agents_celery.api is not there yet")
-
 # -- Procfile and docker-compose ------------------------------------------------------------------------
 
 
@@ -278,7 +272,6 @@ def test_flower_shows_each_runs_steps(events_env: dict[str, str], events_worker:
 # -- health with Redis down, and the whole Procfile under honcho ------------------------------------------
 
 
-@needs_api
 def test_health_is_503_quickly_when_redis_is_down() -> None:
     closed = free_port()  # nothing listens there
     port = free_port()
@@ -299,7 +292,6 @@ def test_health_is_503_quickly_when_redis_is_down() -> None:
     assert took < 5, f"/health took {took:.1f}s with Redis down"
 
 
-@needs_api
 def test_procfile_runs_under_honcho(key_prefix: str) -> None:
     """``honcho start``: the API answers /health, the worker serves examples.agents, Flower answers."""
     web_port, flower_port = free_port(), free_port()
@@ -391,8 +383,9 @@ sys.exit(main(["worker", *sys.argv[2:]]))
 @pytest.fixture
 def traced_worker(key_prefix: str, tmp_path: Path) -> Iterator[tuple[Proc, Path, dict[str, str]]]:
     """A real worker process with OpenTelemetry on, writing its spans as JSON lines to a file."""
-    pytest.importorskip("opentelemetry.instrumentation.celery")
-    pytest.importorskip("opentelemetry.sdk")
+    import opentelemetry.instrumentation.celery
+    import opentelemetry.sdk  # noqa: F401
+
     env = env_for(f"agents-otel-{uuid.uuid4().hex[:8]}", key_prefix)
     spans = tmp_path / "spans.jsonl"
     cmd = [
