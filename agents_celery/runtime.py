@@ -329,6 +329,11 @@ class Runtime:
         done = make_event(
             EventType.RUN_FINISHED, thread_id=state.session_id, run_id=run_id, outcome={"type": "cancelled"}
         )
+        if state.status == RunStatus.PAUSED:
+            # A paused run's log ends with RUN_FINISHED (interrupt); AG-UI clients accept only a new
+            # RUN_STARTED after it, so the cancellation opens a segment of its own.
+            meta = {"continued": True, "stopping": True}
+            closers.append(make_event(EventType.RUN_STARTED, thread_id=state.session_id, run_id=run_id, metadata=meta))
         self.store.commit(state.moved_to(RunStatus.CANCELLED), token, step, step, [*closers, done], "ended")
         self.store.unwatch(run_id)
         self.store.session_release(state.session_id, run_id)

@@ -209,6 +209,8 @@ def test_stop_while_paused(runtime: Runtime, script: Any) -> None:
     runtime.stop(run_id)
     events = events_of(runtime, run_id)
     assert events[-1].type is EventType.RUN_FINISHED and events[-1].data["outcome"]["type"] == "cancelled"
+    # AG-UI allows only a new RUN_STARTED after the pause's RUN_FINISHED: the cancellation opens one.
+    assert events[-3].is_pause and events[-2].type is EventType.RUN_STARTED
     assert runtime.get(run_id).status == "cancelled"
     with pytest.raises(RunFinishedError):
         runtime.stop(run_id)

@@ -93,9 +93,14 @@ def all_events(rt: Runtime, run_id: str, timeout: float = 60) -> list[Event]:
 def assert_invariants(events: list[Event]) -> None:
     """Contiguous offsets and a well-formed AG-UI sequence."""
     assert [e.offset for e in events] == list(range(len(events))), "gap or duplicate offset"
+    assert events[0].type is EventType.RUN_STARTED
     open_text: set[str] = set()
     open_calls: set[str] = set()
+    finished = False
     for e in events:
+        # AG-UI clients accept nothing after RUN_FINISHED / RUN_ERROR but a new RUN_STARTED.
+        assert not finished or e.type is EventType.RUN_STARTED, f"{e.type} after the run finished, at {e.offset}"
+        finished = e.type in (EventType.RUN_FINISHED, EventType.RUN_ERROR)
         if e.type is EventType.TEXT_MESSAGE_START:
             open_text.add(e.data["message_id"])
         elif e.type is EventType.TEXT_MESSAGE_CONTENT:

@@ -137,8 +137,10 @@ class AgentOSRenderer:
     def _body(self, ev: Event) -> dict[str, Any] | None:
         data = ev.data
         if ev.type is EventType.RUN_STARTED:
-            continued = bool((data.get("metadata") or {}).get("continued"))
-            return {"event": "RunContinued" if continued else "RunStarted"}
+            meta = data.get("metadata") or {}
+            if meta.get("stopping"):
+                return None  # only there so an AG-UI stream may end a paused run; AgentOS sees RunCancelled
+            return {"event": "RunContinued" if meta.get("continued") else "RunStarted"}
         if ev.type is EventType.TEXT_MESSAGE_CONTENT:
             return {"event": "RunContent", "content": data.get("delta", ""), "content_type": "str"}
         if ev.type is EventType.TOOL_CALL_END:
