@@ -4,7 +4,8 @@
 every option it does not know is passed to Celery (``--pool``, ``--concurrency``, ``-Q``, ``-n`` ...).
 
 ``run``, ``tail``, ``stop`` and ``show`` talk to Redis and the broker named by the environment (the Python
-:class:`~agents_celery.runtime.Runtime`, no HTTP); ``demo`` brings its own. Exit status of ``run``/``tail``:
+:class:`~agents_celery.runtime.Runtime`), or to an API process with ``--url`` (or ``AGENTS_CELERY_API_URL``);
+``demo`` brings its own. Exit status of ``run``/``tail``:
 0 completed (or detached, or paused without an answer), 1 failed or cancelled, 2 a bad request (unknown agent or
 run, wrong state, Redis down).
 """
@@ -22,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .events import Event
+    from .remote import Driver
     from .runs import ToolCall
-    from .runtime import Runtime, RunView
+    from .runtime import RunView
 
 
 def _worker(args: argparse.Namespace, rest: list[str]) -> int:
@@ -52,7 +54,7 @@ def _api(args: argparse.Namespace, rest: list[str]) -> int:
     return int(serve(host=args.host, port=args.port))
 
 
-# -- client commands: run, tail, stop, show (the Runtime, straight to Redis), demo --------------------------
+# -- client commands: run, tail, stop, show (the Runtime, or the HTTP API with --url), demo -----------------
 
 EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
 
@@ -187,7 +189,7 @@ def _ask_json(out: _Printer) -> dict[str, Any] | None:
         out.line('  a JSON object, please, such as {"path": "/tmp/x"}')
 
 
-def _follow(rt: Runtime, run_id: str, after: int, out: _Printer) -> int:
+def _follow(rt: Driver, run_id: str, after: int, out: _Printer) -> int:
     """Print the run's events after ``after`` live, answer pauses, until it ends; Ctrl-C asks stop or detach."""
     position = [after]
     try:
@@ -196,7 +198,7 @@ def _follow(rt: Runtime, run_id: str, after: int, out: _Printer) -> int:
         return _interrupted(rt, run_id, position[0], out)
 
 
-def _follow_loop(rt: Runtime, run_id: str, position: list[int], out: _Printer) -> int:
+def _follow_loop(rt: Driver, run_id: str, position: list[int], out: _Printer) -> int:
     from .errors import StateError, ValidationError
     from .runs import RunStatus
 
@@ -221,7 +223,7 @@ def _follow_loop(rt: Runtime, run_id: str, position: list[int], out: _Printer) -
             out.line(f"✗ {exc}", "red")
 
 
-def _continue(rt: Runtime, run_id: str, decisions: list[dict[str, Any]], patience: float = 10.0) -> None:
+def _continue(rt: Driver, run_id: str, decisions: list[dict[str, Any]], patience: float = 10.0) -> None:
     """``continue_run``, retried while the run is busy (the worker that paused it may still hold its lease)."""
     from .errors import RunBusyError
 
@@ -238,7 +240,7 @@ def _continue(rt: Runtime, run_id: str, decisions: list[dict[str, Any]], patienc
             delay = min(delay * 2, 0.5)
 
 
-def _interrupted(rt: Runtime, run_id: str, last: int, out: _Printer) -> int:
+def _interrupted(rt: Driver, run_id: str, last: int, out: _Printer) -> int:
     from .errors import RunFinishedError
 
     try:
@@ -267,13 +269,25 @@ def _summary(view: RunView, started: float, out: _Printer) -> int:
     return EXIT_OK if ok else EXIT_FAILED
 
 
-def _with_runtime(command: Callable[[Runtime, _Printer], int]) -> int:
-    from .errors import AgentsCeleryError
+def _driver(url: str | None) -> Driver:
+    if url:
+        from .remote import RemoteRuntime
+
+        return RemoteRuntime(url)
     from .runtime import Runtime
 
+    return Runtime()
+
+
+def _with_runtime(command: Callable[[Driver, _Printer], int], args: argparse.Namespace) -> int:
+    """Run ``command`` on the Runtime (Redis and the broker from the environment), or over the HTTP API when
+    ``--url`` or ``AGENTS_CELERY_API_URL`` names one."""
+    from .errors import AgentsCeleryError
+
     out = _Printer()
+    url = getattr(args, "url", None) or os.environ.get("AGENTS_CELERY_API_URL")
     try:
-        rt = Runtime()
+        rt = _driver(url)
     except AgentsCeleryError as exc:
         print(f"agents-celery: {exc}", file=sys.stderr)
         return EXIT_ERROR
@@ -290,34 +304,34 @@ def _with_runtime(command: Callable[[Runtime, _Printer], int]) -> int:
 
 
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
-    def command(rt: Runtime, out: _Printer) -> int:
+    def command(rt: Driver, out: _Printer) -> int:
         stream = rt.stream(args.agent, args.message, session_id=args.session)
         out.line(f"run {stream.id} · agent {stream.agent_id} · session {stream.session_id}", "dim")
         return _follow(rt, stream.id, -1, out)
 
-    return _with_runtime(command)
+    return _with_runtime(command, args)
 
 
 def _tail(args: argparse.Namespace, rest: list[str]) -> int:
-    def command(rt: Runtime, out: _Printer) -> int:
+    def command(rt: Driver, out: _Printer) -> int:
         stream = rt.get_stream(args.run_id)
         out.line(f"run {stream.id} · agent {stream.agent_id} · events after offset {args.after}", "dim")
         return _follow(rt, stream.id, args.after, out)
 
-    return _with_runtime(command)
+    return _with_runtime(command, args)
 
 
 def _stop(args: argparse.Namespace, rest: list[str]) -> int:
-    def command(rt: Runtime, out: _Printer) -> int:
+    def command(rt: Driver, out: _Printer) -> int:
         view = rt.stop(args.run_id, "stopped from the command line")
         out.line(f"stop requested for run {view.run_id}; it is {view.status.value} now", "bold")
         return EXIT_OK
 
-    return _with_runtime(command)
+    return _with_runtime(command, args)
 
 
 def _show(args: argparse.Namespace, rest: list[str]) -> int:
-    def command(rt: Runtime, out: _Printer) -> int:
+    def command(rt: Driver, out: _Printer) -> int:
         view = rt.get(args.run_id)
         if args.json:
             print(json.dumps(view.to_dict(), indent=2))
@@ -338,7 +352,7 @@ def _show(args: argparse.Namespace, rest: list[str]) -> int:
             out.line(f"answer with: agents-celery tail {view.run_id} --after {view.last_offset}")
         return EXIT_OK
 
-    return _with_runtime(command)
+    return _with_runtime(command, args)
 
 
 def _demo(args: argparse.Namespace, rest: list[str]) -> int:
@@ -364,6 +378,8 @@ def _add_client_commands(sub: Any) -> None:
     show.add_argument("run_id")
     show.add_argument("--json", action="store_true", help="print the run as JSON")
     show.set_defaults(handler=_show)
+    for command in (run, tail, stop, show):
+        command.add_argument("--url", help="drive the run over the HTTP API at this URL (env AGENTS_CELERY_API_URL)")
     demo = sub.add_parser(
         "demo", help="reconnect and crash-recovery demo (starts its own workers, and Redis if needed)"
     )

@@ -199,6 +199,9 @@ class Cursor:
         self.last_offset = after
         self.until_pause = until_pause
         self.done = False
+        #: The last event delivered was a pause. Whether the stream ends there is the server's call: a pause
+        #: that a continue already followed is history; a stream closed right after one is asked again.
+        self.at_pause = False
 
     def accept(self, event: Event) -> bool:
         """True when ``event`` is the next one to deliver; False for one already delivered."""
@@ -210,7 +213,8 @@ class Cursor:
                 "contiguous, so this is a bug in the server or a proxy rewriting the stream"
             )
         self.last_offset = event.offset
-        self.done = event.is_terminal or (self.until_pause and event.is_pause)
+        self.done = event.is_terminal
+        self.at_pause = event.is_pause
         return True
 
     def request(self) -> tuple[dict[str, Any], dict[str, str]]:
@@ -395,6 +399,8 @@ class Client:
                 for event in self._connect(cursor):
                     failures = 0
                     yield event
+                if not cursor.done and cursor.until_pause and cursor.at_pause:
+                    continue  # closed at a pause: ask again at once; 204 if the run is still paused
                 if not cursor.done:
                     raise _StreamBroken("the stream ended before the run did")
             except (httpx.TransportError, _StreamBroken, _Retry) as exc:

@@ -129,6 +129,8 @@ class AsyncClient:
                 async for event in self._connect(cursor):
                     failures = 0
                     yield event
+                if not cursor.done and cursor.until_pause and cursor.at_pause:
+                    continue  # closed at a pause: ask again at once; 204 if the run is still paused
                 if not cursor.done:
                     raise _StreamBroken("the stream ended before the run did")
             except (httpx.TransportError, _StreamBroken, _Retry) as exc:

@@ -241,3 +241,27 @@ def test_bad_requests_exit_2_with_the_reason(worker: Any, worker_env: dict[str, 
     missing = cli(worker_env, "show", "0" * 32)
     assert missing.returncode == 2
     assert "RunNotFoundError" in missing.stderr
+
+
+def test_run_tail_show_and_stop_over_the_http_api(worker: Any, worker_env: dict[str, str], fake_openai: Any) -> None:
+    """``--url``: the same commands driven through an API process instead of Redis."""
+    from .api_support import ApiServer
+
+    api = ApiServer(worker_env).wait_ready()
+    remote = {**worker_env, "AGENTS_CELERY_REDIS_URL": "redis://127.0.0.1:9/0"}  # no Redis: HTTP only
+    try:
+        fake_openai.responder = ScriptResponder(
+            [ScriptedTurn("Deleting. ", [ScriptedToolCall("delete_file", {"path": "/tmp/url.txt"})]), "Done."]
+        )
+        result = cli(remote, "run", "fake", "Delete /tmp/url.txt", "--url", api.url, stdin="y\n")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "needs your approval" in result.stdout and "deleted /tmp/url.txt" in result.stdout
+        run_id = run_id_of(result.stdout)
+        tail = cli(remote, "tail", run_id, "--after", "3", "--url", api.url)
+        assert tail.returncode == 0 and "Done." in tail.stdout, tail.stdout + tail.stderr
+        shown = cli({**remote, "AGENTS_CELERY_API_URL": api.url}, "show", run_id, "--json")
+        assert json.loads(shown.stdout)["status"] == "completed"
+        stopped = cli(remote, "stop", run_id, "--url", api.url)
+        assert stopped.returncode == 2 and "RunFinishedError" in stopped.stderr  # 409 mapped back to the error
+    finally:
+        api.stop()
