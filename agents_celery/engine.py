@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 
+import redis
+
 from .agent import Agent
 from .errors import AbandonedRunError, ConfigurationError, FencedError, RunFinishedError, StateError, StopStep
 from .events import EventType, close_open, make_event
@@ -132,6 +134,13 @@ class Engine:
         except Cancelled:
             return cancelled(ctx, ctx.state)
         except StopStep as exc:
+            return failed(ctx, ctx.state, exc)
+        except (FencedError, RunFinishedError, StateError, redis.RedisError):
+            raise  # superseded, or Redis away: the sweeper gives the step to another attempt
+        except Exception as exc:
+            # A bug in a model adapter, a hook or here: another attempt would fail the same way, so fail the
+            # run now with the reason instead of burning its attempts.
+            log.exception("run=%s step=%d: unexpected error; the run fails", ctx.state.run_id, ctx.step)
             return failed(ctx, ctx.state, exc)
 
     def _close_abandoned(self, ctx: StepContext, claim: Claim) -> None:

@@ -82,6 +82,7 @@ class LeaseKeeper:
         self._held: dict[int, Holding] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._closed = threading.Event()
 
     def hold(self, run_id: str, token: str) -> Holding:
         holding = Holding(run_id, token)
@@ -96,9 +97,14 @@ class LeaseKeeper:
         with self._lock:
             self._held.pop(id(holding), None)
 
+    def close(self) -> None:
+        """Stop the thread (a process's keeper normally lives as long as the process)."""
+        self._closed.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
     def _run(self) -> None:
-        while True:
-            time.sleep(self._poll)
+        while not self._closed.wait(self._poll):
             with self._lock:
                 held = list(self._held.values())
             if held:

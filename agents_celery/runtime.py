@@ -125,6 +125,7 @@ class Runtime:
         self.redis = connect(self.settings.redis_url, socket_connect_timeout=2, health_check_interval=30)
         self.store = RunStore(self.redis, self.settings)
         self.leases = Leases(self.redis, self.store.keys)
+        self._owns_celery_app = celery_app is None
         self.celery_app = celery_app or create_celery_app(self.settings, agents={})
         self.local_agents = {a.name: a for a in agents}
 
@@ -357,4 +358,7 @@ class Runtime:
         return self.get(stream.id)
 
     def close(self) -> None:
+        """Close the Redis client, and the broker connections of the Celery app this Runtime made."""
         self.redis.close()
+        if self._owns_celery_app:
+            self.celery_app.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Iterator
 
 from agents_celery import (
     Agent,
@@ -141,6 +142,16 @@ fake = Agent(
     hooks=[CrashHooks(), GuardHooks()],
 )
 
+
+class BrokenModel:
+    """A model adapter with a bug: it raises something that is not a ModelError."""
+
+    name = "broken"
+
+    def stream(self, messages: list[dict[str, object]], tools: list[dict[str, object]]) -> Iterator[object]:
+        raise KeyError("choices")
+
+
 offline = Agent(
     name="offline",
     instructions="You are an offline test agent.",
@@ -153,3 +164,5 @@ offline = Agent(
     tools=TOOLS,
     description="Scripted, no network.",
 )
+
+broken = Agent(name="broken", instructions="", model=BrokenModel(), description="Its model adapter has a bug.")

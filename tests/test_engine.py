@@ -345,6 +345,7 @@ def test_lease_keeper_renews_and_notices_stop(r: redis.Redis, fast_settings: Any
         wait_for(holding.lost.is_set, timeout=2, what="the lost lease to be noticed")
     finally:
         keeper.drop(holding)
+        keeper.close()
         r.delete(store.keys.run(run_id).lease, store.keys.run(run_id).stop)
 
 
@@ -423,3 +424,13 @@ def test_a_hook_raising_stop_step_fails_the_run(runtime: Runtime, script: Any) -
     assert events[-1].type is EventType.RUN_ERROR and "policy forbids" in events[-1].data["message"]
     assert not [e for e in events if e.type is EventType.TOOL_CALL_RESULT]
     assert runtime.get(stream.id).status == "failed"
+
+
+def test_an_unexpected_error_fails_the_run_at_once_with_its_reason(runtime: Runtime) -> None:
+    stream = runtime.stream("broken", "hello")
+    events = events_of(runtime, stream.id)
+    assert events[-1].type is EventType.RUN_ERROR and "KeyError" in events[-1].data["code"]
+    assert "choices" in events[-1].data["message"]
+    attempts = [e.data["metadata"]["attempt"] for e in events if e.type is EventType.STEP_STARTED]
+    assert attempts == [1]  # not retried: another attempt would fail the same way
+    assert runtime.get(stream.id).error == {"type": "KeyError", "message": "'choices'"}
