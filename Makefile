@@ -21,15 +21,18 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy
 
-# The whole suite, slow crash tests included (CI runs exactly this).
+# The whole suite, slow crash tests included (CI runs exactly this). Starts a Redis if none answers.
 test: install
+	PY=$(PY) scripts/ensure-redis
 	$(PY) -m pytest
 
 # Everything but the slow crash tests, for quick local loops.
 test-fast: install
+	PY=$(PY) scripts/ensure-redis
 	$(PY) -m pytest -m "not slow"
 
 bench: install
+	PY=$(PY) scripts/ensure-redis
 	$(PY) -m bench
 
 demo: install
