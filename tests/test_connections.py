@@ -63,10 +63,13 @@ def sentinel() -> Iterator[str]:
     url = f"redis+sentinel://127.0.0.1:{port}/mymaster/9"
 
     def answers() -> bool:
+        client = connect(url, socket_connect_timeout=0.5)
         try:
-            return bool(connect(url, socket_connect_timeout=0.5).ping())
+            return bool(client.ping())
         except Exception:
             return False
+        finally:
+            client.close()
 
     try:
         wait_for(answers, timeout=15, what="the sentinel to find its master")

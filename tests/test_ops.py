@@ -357,6 +357,7 @@ def test_setup_logging_puts_the_context_hook_first(settings: Any) -> None:
     assert isinstance(hooks[0], observability.LogContextHooks)
     assert sum(isinstance(h, observability.LogContextHooks) for h in hooks) == 1
     assert "%(run_context)s" in app.conf.worker_log_format
+    app.close()
 
 
 TRACED_WORKER = """

@@ -88,10 +88,13 @@ def test_the_worker_reads_its_queue_length_from_the_broker(fast_settings: Settin
     from agents_celery.celery_app import create_celery_app, extension
 
     app = create_celery_app(fast_settings.model_copy(update={"queue": f"backlog-{new_id()[:6]}"}), agents={})
-    ext = extension(app)
-    assert ext.backlog() == 0  # an unknown queue counts as empty (the sweeper fails open)
-    for i in range(3):
-        ext.enqueue(f"run{i}", 0, "nobody")  # no worker consumes this queue
-    assert ext.backlog() == 3
-    with app.connection_for_write() as conn:
-        conn.default_channel.queue_purge(ext.settings.queue)
+    try:
+        ext = extension(app)
+        assert ext.backlog() == 0  # an unknown queue counts as empty (the sweeper fails open)
+        for i in range(3):
+            ext.enqueue(f"run{i}", 0, "nobody")  # no worker consumes this queue
+        assert ext.backlog() == 3
+        with app.connection_for_write() as conn:
+            conn.default_channel.queue_purge(ext.settings.queue)
+    finally:
+        app.close()  # its broker connections
