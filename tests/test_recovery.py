@@ -361,3 +361,27 @@ def test_kill_with_rabbitmq_broker(key_prefix: str, fake_openai: Any, fast_setti
     finally:
         c.stop()
         runtime.close()
+
+
+def test_prefork_pool_child_killed_mid_tool(
+    rt: Runtime, cluster: Cluster, fake_openai: Any, r: redis.Redis, key_prefix: str
+) -> None:
+    """Celery's default pool: a pool child killed with -9 mid-tool; the parent replaces it and the run recovers."""
+    worker = Worker(cluster.env, concurrency=2, pool="prefork")
+    cluster.workers.append(worker)
+    worker.wait_ready()
+    key = f"prefork-{uuid.uuid4().hex[:6]}"
+    fake_openai.responder = ScriptResponder(
+        [ScriptedTurn("", [ScriptedToolCall("idempotent_count", {"key": key, "seconds": 3})]), "All done."]
+    )
+    stream = rt.stream("fake", "count in a pool child")
+    wait_for(lambda: counter(r, key_prefix, key) == 1, what="the tool to start in a pool child")
+    child = worker_of(r, key_prefix, stream.id)
+    assert child != worker.proc.pid  # the step runs in a child, not in the worker's main process
+    os.kill(child, signal.SIGKILL)
+    wait_for(lambda: counter(r, key_prefix, key) == 2, timeout=30, what="the re-run in another pool child")
+    assert worker.proc.poll() is None  # the worker itself lived on
+    events = all_events(rt, stream.id)
+    assert_invariants(events)
+    assert rt.get(stream.id).status == "completed" and last_message_text(events) == "All done."
+    assert counter(r, key_prefix, key) == 2  # declared idempotent: re-run once, after the crash
