@@ -372,11 +372,9 @@ exporter = ConsoleSpanExporter(out=out, formatter=lambda s: s.to_json(indent=Non
 provider.add_span_processor(SimpleSpanProcessor(exporter))
 trace.set_tracer_provider(provider)
 
-from agents_celery import observability
 from agents_celery.cli import main
-from agents_celery.worker import app
+from agents_celery.worker import app  # instruments itself: AGENTS_CELERY_TRACING=1 is in its environment
 
-observability.instrument(app)
 sys.exit(main(["worker", *sys.argv[2:]]))
 """
 
@@ -387,7 +385,7 @@ def traced_worker(key_prefix: str, tmp_path: Path) -> Iterator[tuple[Proc, Path,
     import opentelemetry.instrumentation.celery
     import opentelemetry.sdk  # noqa: F401
 
-    env = env_for(f"agents-otel-{uuid.uuid4().hex[:8]}", key_prefix)
+    env = {**env_for(f"agents-otel-{uuid.uuid4().hex[:8]}", key_prefix), "AGENTS_CELERY_TRACING": "1"}
     spans = tmp_path / "spans.jsonl"
     cmd = [
         sys.executable, "-c", TRACED_WORKER, str(spans),
@@ -408,14 +406,15 @@ def read_spans(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def test_api_request_and_steps_share_a_trace(traced_worker: tuple[Proc, Path, dict[str, str]]) -> None:
-    from flask import Flask, jsonify
+def test_api_request_and_steps_share_a_trace(
+    traced_worker: tuple[Proc, Path, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from agents_celery import observability
+    from agents_celery.api import create_app
 
     worker, spans_file, env = traced_worker
     exporter = InMemorySpanExporter()
@@ -424,17 +423,18 @@ def test_api_request_and_steps_share_a_trace(traced_worker: tuple[Proc, Path, di
     trace.set_tracer_provider(provider)
 
     runtime = runtime_for(env)
-    web = Flask("traced")
-    assert observability.instrument_tracing(runtime.celery_app, web)
-
-    @web.post("/runs")
-    def start() -> Any:
-        return jsonify(run_id=runtime.stream("offline", "What time is it?").id)
+    monkeypatch.setenv("AGENTS_CELERY_TRACING", "1")
+    web = create_app(runtime=runtime)  # the real API, traced because AGENTS_CELERY_TRACING is set
 
     trace_id = uuid.uuid4().hex
     parent = f"00-{trace_id}-{uuid.uuid4().hex[:16]}-01"
     try:
-        run_id = web.test_client().post("/runs", headers={"traceparent": parent}).get_json()["run_id"]
+        started = web.test_client().post(
+            "/agents/offline/runs",
+            json={"message": "What time is it?", "stream": False, "background": True},
+            headers={"traceparent": parent},
+        )
+        run_id = started.get_json()["run_id"]
         wait_for(lambda: runtime.get(run_id).status.value == "completed", timeout=30, what="run completed")
     finally:
         runtime.close()
@@ -443,7 +443,7 @@ def test_api_request_and_steps_share_a_trace(traced_worker: tuple[Proc, Path, di
     def step_spans() -> list[dict[str, Any]]:
         return [s for s in read_spans(spans_file) if s["name"] == "run/agents_celery.step"]
 
-    request = next(s for s in exporter.get_finished_spans() if s.name == "POST /runs")
+    request = next(s for s in exporter.get_finished_spans() if s.name.startswith("POST /agents/"))
     assert f"{request.context.trace_id:032x}" == trace_id  # the caller's traceparent is continued
     (publish,) = [s for s in exporter.get_finished_spans() if s.name == "apply_async/agents_celery.step"]
     assert publish.context.trace_id == request.context.trace_id and publish.parent.span_id == request.context.span_id

@@ -15,7 +15,9 @@ global. Config keys (``create_app`` also reads them from the environment): ``AGE
 for a run to end or pause, default 600; past it the JSON shows the run still running) and
 ``AGENTS_CELERY_API_REDIS_MAX_CONNECTIONS`` (default 2000: how many streams one process can hold open; each
 holds one Redis connection of the API's stream client, see :mod:`agents_celery.api.streams`; the Runtime's
-own pool is widened to the same size). Serving it: :mod:`agents_celery.api.serve`.
+own pool is widened to the same size). With ``AGENTS_CELERY_TRACING=1`` ``create_app`` opens an OpenTelemetry
+span per request and carries it into the step tasks (see :mod:`agents_celery.observability`). Serving it:
+:mod:`agents_celery.api.serve`.
 """
 
 from __future__ import annotations
@@ -60,8 +62,17 @@ def create_app(runtime: Runtime | None = None, settings: Settings | None = None)
     pool_size = os.environ.get("AGENTS_CELERY_API_REDIS_MAX_CONNECTIONS")
     if pool_size:
         app.config["AGENTS_CELERY_API_REDIS_MAX_CONNECTIONS"] = int(pool_size)
-    init_app(app, runtime, settings)
+    rt = init_app(app, runtime, settings)
     app.register_blueprint(make_blueprint())
     app.register_error_handler(404, http_error)
     app.register_error_handler(405, http_error)
+    if tracing_requested():
+        from ..observability import instrument_tracing
+
+        instrument_tracing(rt.celery_app, app)  # a span per request, carried into the steps it enqueues
     return app
+
+
+def tracing_requested() -> bool:
+    """``AGENTS_CELERY_TRACING`` is set to a true value (OpenTelemetry must be installed and configured)."""
+    return os.environ.get("AGENTS_CELERY_TRACING", "").lower() in ("1", "true", "yes", "on")
