@@ -493,3 +493,15 @@ def test_fuzz_no_server_errors(api: ApiServer) -> None:
 
         check()
     assert len(tested) >= 10, tested  # schemathesis leaves out the spec's own route
+
+
+def test_api_with_agents_lists_them_before_any_worker_published(worker_env: dict[str, str]) -> None:
+    """``agents-celery api --agents MODULE``: the module's agents are known even with no worker around."""
+    env = {**worker_env, "AGENTS_CELERY_KEY_PREFIX": f"{worker_env['AGENTS_CELERY_KEY_PREFIX']}:lonely"}
+    server = ApiServer(env).wait_ready()  # the env names tests.agents_fixture; nothing published here
+    try:
+        names = [a["name"] for a in httpx.get(server.url + "/agents", timeout=10).json()]
+        assert names[:2] == ["fake", "offline"]
+        assert httpx.get(server.url + "/agents/fake", timeout=10).status_code == 200
+    finally:
+        server.stop()

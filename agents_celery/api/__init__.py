@@ -26,8 +26,9 @@ import os
 
 from flask import Blueprint, Flask
 
+from ..agent import load_agents
 from ..runtime import Runtime
-from ..settings import Settings
+from ..settings import Settings, load_settings
 from .routes import EXTENSION, STREAMS, blueprint, http_error
 from .streams import MAX_CONNECTIONS, Streams, widen_pool
 
@@ -40,8 +41,16 @@ def make_blueprint() -> Blueprint:
 
 
 def init_app(app: Flask, runtime: Runtime | None = None, settings: Settings | None = None) -> Runtime:
-    """Give ``app`` a Runtime (a new one from ``settings`` / the environment when none is passed)."""
-    rt = runtime or Runtime(settings=settings)
+    """Give ``app`` a Runtime (a new one from ``settings`` / the environment when none is passed).
+
+    A new Runtime knows the agents of ``AGENTS_CELERY_AGENTS`` (``agents-celery api --agents``) even
+    before a worker has published them; without it the API lists what workers published.
+    """
+    if runtime is None:
+        settings = settings or load_settings()
+        local = list(load_agents(settings.agents).values()) if settings.agents else []
+        runtime = Runtime(settings=settings, agents=local)
+    rt = runtime
     app.extensions[EXTENSION] = rt
     app.config.setdefault("AGENTS_CELERY_KEEPALIVE_SECONDS", 15.0)
     app.config.setdefault("AGENTS_CELERY_BLOCK_SECONDS", 600.0)
