@@ -72,9 +72,12 @@ def uninstrument_celery() -> None:
 
 @pytest.fixture
 def flask_app(fast_settings: Settings, worker: Any) -> Iterator[Flask]:
+    from agents_celery.api import close_app
     from examples.flask_app import create_app
 
-    yield create_app(fast_settings)
+    app = create_app(fast_settings)
+    yield app
+    close_app(app)
     uninstrument_celery()
 
 

@@ -414,7 +414,7 @@ def test_api_request_and_steps_share_a_trace(
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from agents_celery.api import create_app
+    from agents_celery.api import close_app, create_app
 
     worker, spans_file, env = traced_worker
     exporter = InMemorySpanExporter()
@@ -437,7 +437,7 @@ def test_api_request_and_steps_share_a_trace(
         run_id = started.get_json()["run_id"]
         wait_for(lambda: runtime.get(run_id).status.value == "completed", timeout=30, what="run completed")
     finally:
-        runtime.close()
+        close_app(web)  # its Runtime and its stream client
         uninstrument_celery()  # process-wide: later tests must not trace
 
     def step_spans() -> list[dict[str, Any]]:

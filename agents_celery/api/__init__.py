@@ -32,7 +32,7 @@ from ..settings import Settings, load_settings
 from .routes import EXTENSION, STREAMS, blueprint, http_error
 from .streams import MAX_CONNECTIONS, Streams, widen_pool
 
-__all__ = ["blueprint", "create_app", "init_app", "make_blueprint"]
+__all__ = ["blueprint", "close_app", "create_app", "init_app", "make_blueprint"]
 
 
 def make_blueprint() -> Blueprint:
@@ -59,6 +59,16 @@ def init_app(app: Flask, runtime: Runtime | None = None, settings: Settings | No
     app.extensions[STREAMS] = Streams(rt, size)
     widen_pool(rt, size)
     return rt
+
+
+def close_app(app: Flask) -> None:
+    """Close the Redis clients ``init_app`` gave ``app`` (its Runtime's and its stream client's)."""
+    streams = app.extensions.pop(STREAMS, None)
+    if streams is not None:
+        streams.close()
+    runtime = app.extensions.pop(EXTENSION, None)
+    if runtime is not None:
+        runtime.close()
 
 
 def create_app(runtime: Runtime | None = None, settings: Settings | None = None) -> Flask:
