@@ -217,6 +217,27 @@ class Cursor:
         self.at_pause = event.is_pause
         return True
 
+    def closed(self) -> bool:
+        """Called when a connection's stream ended: True to reconnect at once (it closed at a pause: 204
+        answers if the run is still paused); raises _StreamBroken when it ended before the run did."""
+        if self.done:
+            return False
+        if self.until_pause and self.at_pause:
+            return True
+        raise _StreamBroken("the stream ended before the run did")
+
+    def failed(self, failures: int, backoff: Backoff, exc: Exception) -> float:
+        """Seconds to wait before reconnecting after ``failures`` failures in a row; ConnectionLostError
+        (carrying what to resume from) once they are more than the backoff allows."""
+        if failures > backoff.attempts:
+            raise ConnectionLostError(
+                f"lost the stream of run {self.run_id!r} after {failures - 1} reconnects ({exc}); "
+                f"resume with follow({self.run_id!r}, after={self.last_offset})",
+                self.run_id,
+                self.last_offset,
+            ) from exc
+        return backoff.delay(failures)
+
     def request(self) -> tuple[dict[str, Any], dict[str, str]]:
         """Query parameters and headers of the (re)connecting ``GET /runs/<id>/events``."""
         params: dict[str, Any] = {"after": self.last_offset, "until": "pause" if self.until_pause else "end"}
@@ -399,21 +420,12 @@ class Client:
                 for event in self._connect(cursor):
                     failures = 0
                     yield event
-                if not cursor.done and cursor.until_pause and cursor.at_pause:
-                    continue  # closed at a pause: ask again at once; 204 if the run is still paused
-                if not cursor.done:
-                    raise _StreamBroken("the stream ended before the run did")
+                cursor.closed()
             except (httpx.TransportError, _StreamBroken, _Retry) as exc:
                 failures += 1
-                if failures > self.backoff.attempts:
-                    raise ConnectionLostError(
-                        f"lost the stream of run {cursor.run_id!r} after {failures - 1} reconnects ({exc}); "
-                        f"resume with follow({cursor.run_id!r}, after={cursor.last_offset})",
-                        cursor.run_id,
-                        cursor.last_offset,
-                    ) from exc
+                delay = cursor.failed(failures, self.backoff, exc)
                 stream.reconnects += 1
-                time.sleep(self.backoff.delay(failures))
+                time.sleep(delay)
 
     def _connect(self, cursor: Cursor) -> Iterator[Event]:
         params, headers = cursor.request()

@@ -21,7 +21,6 @@ from .client import (
     BUSY_RETRIES,
     RETRY_STATUSES,
     Backoff,
-    ConnectionLostError,
     Cursor,
     SSEParser,
     StreamHandle,
@@ -129,21 +128,12 @@ class AsyncClient:
                 async for event in self._connect(cursor):
                     failures = 0
                     yield event
-                if not cursor.done and cursor.until_pause and cursor.at_pause:
-                    continue  # closed at a pause: ask again at once; 204 if the run is still paused
-                if not cursor.done:
-                    raise _StreamBroken("the stream ended before the run did")
+                cursor.closed()
             except (httpx.TransportError, _StreamBroken, _Retry) as exc:
                 failures += 1
-                if failures > self.backoff.attempts:
-                    raise ConnectionLostError(
-                        f"lost the stream of run {cursor.run_id!r} after {failures - 1} reconnects ({exc}); "
-                        f"resume with follow({cursor.run_id!r}, after={cursor.last_offset})",
-                        cursor.run_id,
-                        cursor.last_offset,
-                    ) from exc
+                delay = cursor.failed(failures, self.backoff, exc)
                 stream.reconnects += 1
-                await asyncio.sleep(self.backoff.delay(failures))
+                await asyncio.sleep(delay)
 
     async def _connect(self, cursor: Cursor) -> AsyncIterator[Event]:
         params, headers = cursor.request()

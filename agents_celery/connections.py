@@ -95,3 +95,17 @@ def connect_async(url: str, **options: Any) -> aredis.Redis:
         path, db = _socket(url)
         return aredis.Redis(unix_socket_path=path, db=db, **options)
     return aredis.Redis.from_url(url, **options)
+
+
+def answers(url: str, timeout: float = 0.5) -> bool:
+    """Whether a Redis answers PING at ``url`` within ``timeout`` seconds."""
+    try:
+        client = connect(url, socket_connect_timeout=timeout, socket_timeout=timeout)
+    except (redis.RedisError, ConfigurationError, ValueError):
+        return False
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()

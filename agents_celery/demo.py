@@ -29,9 +29,11 @@ from typing import Any, TypeVar
 import redis
 from rich.console import Console
 
+from .connections import answers
 from .embedded import EmbeddedRedis
 from .errors import AgentsCeleryError
 from .events import Event, EventType
+from .processes import stop_process
 from .runs import RunStatus
 from .runtime import Runtime
 from .settings import load_settings
@@ -76,13 +78,7 @@ def choose_redis() -> RedisChoice:
 
 
 def _answers(url: str) -> bool:
-    client = redis.Redis.from_url(url, socket_connect_timeout=0.3, socket_timeout=0.3)
-    try:
-        return bool(client.ping())
-    except redis.RedisError:
-        return False
-    finally:
-        client.close()
+    return answers(url, timeout=0.3)
 
 
 class DemoWorker:
@@ -112,13 +108,7 @@ class DemoWorker:
         self.proc.wait(timeout=10)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        stop_process(self.proc, timeout=10)
 
 
 def wait_until(predicate: Callable[[], T], timeout: float, what: str) -> T:

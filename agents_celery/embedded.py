@@ -17,8 +17,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-import redis
-
+from .connections import answers
 from .errors import ConfigurationError
 
 __all__ = ["EmbeddedRedis", "find_redis_server"]
@@ -95,15 +94,7 @@ class EmbeddedRedis:
         raise ConfigurationError(f"embedded redis-server ({self.executable}) did not start:\n{log}")
 
     def _answers(self) -> bool:
-        if not self.socket.exists():
-            return False
-        client = redis.Redis(unix_socket_path=str(self.socket), socket_connect_timeout=0.5)
-        try:
-            return bool(client.ping())
-        except redis.RedisError:
-            return False
-        finally:
-            client.close()
+        return self.socket.exists() and answers(self.url)
 
     def _log(self) -> str:
         try:

@@ -50,11 +50,6 @@ class Leases:
         """Give the lease up if it is still ours."""
         return bool(self._release(keys=[self.keys.run(run_id).lease], args=[token]))
 
-    def holder(self, run_id: str) -> str | None:
-        """The current token, or None when the lease is free."""
-        value = self.redis.get(self.keys.run(run_id).lease)
-        return value.decode() if isinstance(value, bytes) else value
-
 
 @dataclass
 class Holding:

@@ -29,6 +29,8 @@ from typing import Any, Literal
 
 import redis
 
+from agents_celery.processes import stop_process
+
 ROOT = Path(__file__).resolve().parent.parent
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/11")
 
@@ -262,13 +264,7 @@ class Proc:
         self._close()
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        stop_process(self.proc)
         self._close()
 
     def _close(self) -> None:

@@ -15,6 +15,8 @@ from typing import Any
 
 import httpx
 
+from agents_celery.processes import stop_process
+
 from .cluster import ROOT
 
 
@@ -55,13 +57,7 @@ class ApiServer:
         return self.log.read_text(errors="replace")[-5000:]
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        stop_process(self.proc, timeout=10)
         self._out.close()
 
 

@@ -11,6 +11,8 @@ import time
 import uuid
 from pathlib import Path
 
+from agents_celery.processes import stop_process
+
 ROOT = Path(__file__).resolve().parent.parent
 
 #: Fast timings so crash recovery takes about two seconds in tests.
@@ -78,12 +80,5 @@ class Worker:
             self.proc.wait(timeout=30)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        stop_process(self.proc)
         self._out.close()

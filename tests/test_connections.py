@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from agents_celery import Runtime
-from agents_celery.connections import connect, parse_sentinel
+from agents_celery.connections import answers, connect, parse_sentinel
 from agents_celery.embedded import EmbeddedRedis, find_redis_server
 from agents_celery.errors import ConfigurationError
 from agents_celery.settings import load_settings
@@ -62,17 +62,8 @@ def sentinel() -> Iterator[str]:
     )
     url = f"redis+sentinel://127.0.0.1:{port}/mymaster/9"
 
-    def answers() -> bool:
-        client = connect(url, socket_connect_timeout=0.5)
-        try:
-            return bool(client.ping())
-        except Exception:
-            return False
-        finally:
-            client.close()
-
     try:
-        wait_for(answers, timeout=15, what="the sentinel to find its master")
+        wait_for(lambda: answers(url), timeout=15, what="the sentinel to find its master")
         yield url
     finally:
         proc.terminate()
