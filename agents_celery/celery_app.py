@@ -19,6 +19,7 @@ from .agent import Agent, load_agents
 from .connections import connect
 from .engine import Engine
 from .hooks import Hooks, LoggingHooks
+from .publisher import StepPublisher
 from .settings import Settings, load_settings
 from .store import RunStore
 from .sweeper import SweeperThread
@@ -67,10 +68,11 @@ class AgentsCelery:
         self._pid = 0
         self._lock = threading.Lock()
         self.sweeper: SweeperThread | None = None
+        self.publisher = StepPublisher(app, STEP_TASK, settings.queue)
 
     def enqueue(self, run_id: str, step: int, agent_id: str) -> None:
         """Send the task for the step (by name: the sender needs no agent code)."""
-        self.app.send_task(STEP_TASK, args=[run_id, step], kwargs={"agent": agent_id}, queue=self.settings.queue)
+        self.publisher.send(run_id, step, agent_id)
 
     def backlog(self) -> int:
         """Messages waiting in the step queue (0 when the broker cannot tell: the sweeper then re-enqueues)."""

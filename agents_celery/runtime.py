@@ -33,6 +33,7 @@ from .errors import (
 from .eventlog import AsyncEventLog
 from .events import Event, EventType, close_open, make_event
 from .leases import Leases
+from .publisher import StepPublisher
 from .runs import RunState, RunStatus, ToolCall
 from .settings import Settings, load_settings
 from .store import RunStore
@@ -128,6 +129,7 @@ class Runtime:
         self._owns_celery_app = celery_app is None
         self.celery_app = celery_app or create_celery_app(self.settings, agents={})
         self.local_agents = {a.name: a for a in agents}
+        self._publisher = StepPublisher(self.celery_app, STEP_TASK, self.settings.queue)
 
     # -- agents ----------------------------------------------------------------------------------------
 
@@ -218,7 +220,7 @@ class Runtime:
             raise SessionBusyError(f"session {session_id!r} was taken by another run just now; try again")
 
     def _enqueue(self, run_id: str, step: int, agent_id: str) -> None:
-        self.celery_app.send_task(STEP_TASK, args=[run_id, step], kwargs={"agent": agent_id}, queue=self.settings.queue)
+        self._publisher.send(run_id, step, agent_id)
 
     def get_stream(self, run_id: str) -> RunStream:
         """A stream handle for an existing run (RunNotFoundError / RunExpiredError otherwise)."""
@@ -360,5 +362,6 @@ class Runtime:
     def close(self) -> None:
         """Close the Redis client, and the broker connections of the Celery app this Runtime made."""
         self.redis.close()
+        self._publisher.close()
         if self._owns_celery_app:
             self.celery_app.close()
