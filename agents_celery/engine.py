@@ -102,11 +102,11 @@ class Engine:
                         writer.emit(step_started(kind, step, claim.attempt))
                         ctx.step_open = True
                 result = with_step_finished(ctx, self._decide(ctx, agent, hooks))
-                writer.flush()
+                unwritten = writer.take()  # committed with the checkpoint, in the same round trip
         finally:
             self.keeper.drop(holding)
         first_status = result.state.status
-        self.store.commit(result.state, token, step, step + 1, result.events, result.log_status)
+        self.store.commit(result.state, token, step, step + 1, [*unwritten, *result.events], result.log_status)
         call_hooks(hooks, "after_commit", info)
         self._after_commit(result, step)
         call_hooks(hooks, "after_step", info, first_status.value)

@@ -18,6 +18,7 @@ import ag_ui.core as agui
 import pydantic
 
 from .errors import EventValidationError
+from .plainevents import PlainShape
 
 
 class EventType(StrEnum):
@@ -55,6 +56,8 @@ AGUI_MODELS: dict[EventType, type[agui.BaseEvent]] = {
     EventType.CUSTOM: agui.CustomEvent,
 }
 
+_PLAIN = {kind: PlainShape(model) for kind, model in AGUI_MODELS.items()}
+
 # Deltas come fast; their shape is simple enough to check by hand instead of through pydantic.
 _DELTA_KEYS = {
     EventType.TEXT_MESSAGE_CONTENT: "message_id",
@@ -90,6 +93,9 @@ def make_event(type: EventType | str, /, **fields: Any) -> NewEvent:
     key = _DELTA_KEYS.get(kind)
     if key is not None and set(fields) == {key, "delta", "timestamp"}:
         return _delta_event(kind, key, fields)
+    plain = _PLAIN[kind].dump(kind.value, fields)
+    if plain is not None:
+        return NewEvent(kind, plain)
     try:
         model = AGUI_MODELS[kind].model_validate({**fields, "type": kind.value})
     except (pydantic.ValidationError, TypeError) as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from typing import Any
 
@@ -353,7 +354,7 @@ def test_event_writer_writes_trickles_at_once_and_batches_bursts(r: redis.Redis,
     from agents_celery.events import make_event
     from agents_celery.leases import Leases
     from agents_celery.store import RunStore
-    from agents_celery.writer import EventWriter
+    from agents_celery.writer import EventWriter, _flusher
 
     store = RunStore(r, fast_settings)
     run_id = "w" * 32
@@ -363,12 +364,35 @@ def test_event_writer_writes_trickles_at_once_and_batches_bursts(r: redis.Redis,
     with EventWriter(store.log, run_id, token) as writer:
         writer.emit(make_event(EventType.TEXT_MESSAGE_START, message_id="m"))
         assert store.log.info(run_id).next_offset == 2  # written before emit returned: no thread hand-off
-        for i in range(500):  # a burst: queued and batched by the writer thread
+        for i in range(500):  # a burst: kept pending, appended in batches by the process's flusher thread
             writer.emit(make_event(EventType.TEXT_MESSAGE_CONTENT, message_id="m", delta=f"t{i} "))
-        writer.flush()
+        wait_for(lambda: store.log.info(run_id).next_offset == 502, timeout=5, what="the flusher to write the burst")
     events = store.log.read(run_id)
     assert [e.offset for e in events] == list(range(502))
     assert [e.data["delta"] for e in events[2:]] == [f"t{i} " for i in range(500)]
+    # At the end of a step, what is still pending goes to the commit instead. The flusher is kept busy
+    # meanwhile, so the split is exact: the first event written at once, the rest taken.
+    started, release = threading.Event(), threading.Event()
+
+    class Busy:
+        def _flush_pending(self) -> None:
+            started.set()
+            release.wait(10)
+
+    _flusher().submit(Busy())  # type: ignore[arg-type]
+    assert started.wait(5)
+    try:
+        with EventWriter(store.log, run_id, token) as writer:
+            for i in range(300):
+                writer.emit(make_event(EventType.TEXT_MESSAGE_CONTENT, message_id="m", delta=f"u{i} "))
+            taken = writer.take()
+            with pytest.raises(RuntimeError):
+                writer.emit(make_event(EventType.TEXT_MESSAGE_END, message_id="m"))
+    finally:
+        release.set()
+    written = [e.data["delta"] for e in store.log.read(run_id, after=501)]
+    assert written == ["u0 "]
+    assert [json.loads(e.json)["delta"] for e in taken] == [f"u{i} " for i in range(1, 300)]
     for key in vars(store.keys.run(run_id)).values():
         r.delete(key)
 
