@@ -77,6 +77,7 @@ class Engine:
             outcome = "fenced"
         finally:
             if outcome != "committed":  # the commit gave the lease up in the same round trip
+                self.store.states.forget(run_id)
                 self.leases.release(run_id, token)
         return outcome
 

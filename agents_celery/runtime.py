@@ -124,7 +124,7 @@ class Runtime:
     ) -> None:
         self.settings = settings or load_settings(redis_url=redis_url)
         self.redis = connect(self.settings.redis_url, socket_connect_timeout=2, health_check_interval=30)
-        self.store = RunStore(self.redis, self.settings)
+        self.store = RunStore(self.redis, self.settings, cached_states=0)  # it never claims a step
         self.leases = Leases(self.redis, self.store.keys)
         self._owns_celery_app = celery_app is None
         self.celery_app = celery_app or create_celery_app(self.settings, agents={})

@@ -88,10 +88,11 @@ return first
 # Compare-and-set of the run state on its step number, with events and the log status, atomically.
 # KEYS: run, events, lease, effects, gone, stop.
 # ARGV: token, expected_step, new_step, state_json, log_status, retention_ms, tombstone_ms, release,
-#       next_kind, now_ms, events...
+#       next_kind, now_ms, state_id, events...
 # With release = '1' the lease is given up in the same call (the attempt has nothing left to write).
 # ``next_kind`` (model | tools) lets the next claim write its STEP_STARTED; ``committed_ms`` tells the
-# sweeper how long ago the next step was due to be enqueued.
+# sweeper how long ago the next step was due to be enqueued; ``state_id`` names this version of the state,
+# so a claim by the process that wrote it can skip sending it back.
 COMMIT = (
     _APPEND
     + _GUARD
@@ -101,9 +102,9 @@ local refused = guard(KEYS[1], KEYS[3], ARGV[1])
 if refused then return redis.error_reply(refused) end
 local step = redis.call('HGET', KEYS[1], 'step')
 if step ~= ARGV[2] then return redis.error_reply('CONFLICT step is ' .. tostring(step)) end
-local first = append(KEYS[1], KEYS[2], 11)
+local first = append(KEYS[1], KEYS[2], 12)
 redis.call('HSET', KEYS[1], 'state', ARGV[4], 'step', ARGV[3], 'log', ARGV[5], 'next_kind', ARGV[9],
-  'committed_ms', ARGV[10])
+  'committed_ms', ARGV[10], 'state_id', ARGV[11])
 if ARGV[8] == '1' then redis.call('DEL', KEYS[3]) end
 if ARGV[3] ~= ARGV[2] then redis.call('HSET', KEYS[1], 'attempt', 0) end  -- a new step: attempts start over
 if ARGV[5] == 'ended' then
@@ -116,11 +117,13 @@ return first
 # Takes the lease for one attempt at step ARGV[2] and returns what the attempt needs, in one round trip.
 # A first attempt also writes its STEP_STARTED (ARGV[4] for a model turn, ARGV[5] for a tool step); a
 # retried one leaves that to the engine, which first closes what the crashed attempt left open.
-# KEYS: run, lease, stop, events. ARGV: token, step, ttl_ms, model step-started json, tools step-started json
-# -> {'OK', attempt, first offset of this step's first attempt, next offset, state json, stop reason or ''}
+# The state comes back empty when its ``state_id`` is ARGV[6]: the caller holds that version already.
+# KEYS: run, lease, stop, events.
+# ARGV: token, step, ttl_ms, model step-started json, tools step-started json, known state id or ''
+# -> {'OK', attempt, first offset of this step's first attempt, next offset, state json or '', stop reason or ''}
 #    {'STALE', committed step} | {'BUSY'} | {'ENDED'} | {'NOTFOUND'}
 CLAIM = """
-local r = redis.call('HMGET', KEYS[1], 'log', 'step', 'state', 'next', 'next_kind')
+local r = redis.call('HMGET', KEYS[1], 'log', 'step', 'state', 'next', 'next_kind', 'state_id')
 if not r[1] then return {'NOTFOUND'} end
 if r[1] == 'ended' then return {'ENDED'} end
 if r[2] ~= ARGV[2] then return {'STALE', r[2]} end
@@ -133,7 +136,9 @@ if attempt == 1 then
   redis.call('HINCRBY', KEYS[1], 'next', 1)
 end
 local stop = redis.call('GET', KEYS[3]) or ''
-return {'OK', tostring(attempt), redis.call('HGET', KEYS[1], 'step_offset') or '', r[4], r[3] or '', stop}
+local state = r[3] or ''
+if ARGV[6] ~= '' and r[6] == ARGV[6] then state = '' end
+return {'OK', tostring(attempt), redis.call('HGET', KEYS[1], 'step_offset') or '', r[4], state, stop}
 """
 
 # KEYS: lease. ARGV: token, ttl_ms -> 1 renewed, 0 lost

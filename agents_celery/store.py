@@ -7,7 +7,10 @@ run's lease token. Session and global keys are written with separate commands (t
 from __future__ import annotations
 
 import json
+import threading
 import time
+import uuid
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -69,6 +72,34 @@ class Effect:
     error: str | None = None
 
 
+class StateCache:
+    """The last few run states this process committed, by run id, with the id of that version.
+
+    Only a claim that finds the same version in Redis (no one committed since) uses an entry; an attempt
+    that ends without committing forgets its run, so nothing it changed in memory is reused.
+    """
+
+    def __init__(self, size: int = 128) -> None:
+        self._size = size
+        self._entries: OrderedDict[str, tuple[str, RunState]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, run_id: str) -> tuple[str, RunState] | None:
+        with self._lock:
+            return self._entries.get(run_id)
+
+    def keep(self, run_id: str, state_id: str, state: RunState) -> None:
+        with self._lock:
+            self._entries[run_id] = (state_id, state)
+            self._entries.move_to_end(run_id)
+            while self._entries and len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+
+    def forget(self, run_id: str) -> None:
+        with self._lock:
+            self._entries.pop(run_id, None)
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -76,7 +107,7 @@ def _text(value: Any) -> str:
 class RunStore:
     """Redis-backed run state. Shared by workers (sync) and callers (Runtime, API)."""
 
-    def __init__(self, client: redis.Redis, settings: Settings) -> None:
+    def __init__(self, client: redis.Redis, settings: Settings, *, cached_states: int = 128) -> None:
         self.redis = client
         self.settings = settings
         self.keys = Keys(settings.key_prefix)
@@ -86,6 +117,8 @@ class RunStore:
         self._effect_begin = client.register_script(_EFFECT_BEGIN)
         self._effect_done = client.register_script(_EFFECT_DONE)
         self._effect_reset = client.register_script(_EFFECT_RESET)
+        #: Versions of live runs' states this process committed: its next claim of the run skips the load.
+        self.states = StateCache(cached_states)
 
     # -- runs --------------------------------------------------------------------------------------
 
@@ -113,18 +146,25 @@ class RunStore:
         one that fits (its offset is ``next_offset``), a retried one writes neither.
         """
         k = self.keys.run(run_id)
+        known = self.states.get(run_id)
         args: list[str | int] = [token, step, self.settings.lease_ttl_ms, started[0].json, started[1].json]
+        args.append(known[0] if known else "")
         reply = self._claim(keys=[k.run, k.lease, k.stop, k.events], args=args)
         outcome = _text(reply[0])
         if outcome != "OK":
             return Claim(outcome)  # type: ignore[arg-type]
-        _, attempt, previous, nxt, state, stop = (_text(v) for v in reply)
+        _, attempt, previous, nxt, raw, stop = (_text(v) for v in reply)
+        if raw:
+            state = load_state(raw)
+        else:
+            assert known is not None, "the claim sends the state back unless we hold its version"
+            state = known[1]
         return Claim(
             "OK",
             attempt=int(attempt),
             step_offset=int(previous) if previous else None,
             next_offset=int(nxt),
-            state=load_state(state),
+            state=state,
             stop_reason=stop,
         )
 
@@ -148,6 +188,7 @@ class RunStore:
         """
         k = self.keys.run(state.run_id)
         state = state.model_copy(update={"updated_at": int(time.time() * 1000)})
+        state_id = uuid.uuid4().hex
         args = [
             token,
             str(expected_step),
@@ -159,14 +200,19 @@ class RunStore:
             "1" if release else "0",
             state.next,
             str(state.updated_at),
+            state_id,
         ] + [e.json for e in events]
+        self.states.forget(state.run_id)
         try:
-            return int(self._commit(keys=[k.run, k.events, k.lease, k.effects, k.gone, k.stop], args=args))
+            first = int(self._commit(keys=[k.run, k.events, k.lease, k.effects, k.gone, k.stop], args=args))
         except redis.ResponseError as exc:
             mapped = refusal(exc, state.run_id)
             if mapped is not None:
                 raise mapped from None
             raise
+        if log_status == "live":
+            self.states.keep(state.run_id, state_id, state)
+        return first
 
     # -- stop --------------------------------------------------------------------------------------
 

@@ -1,0 +1,85 @@
+"""RunStore against a real Redis: a claim skips loading the state this process committed, and only then."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from agents_celery.events import EventType, make_event
+from agents_celery.runs import RunState, RunStatus
+from agents_celery.settings import Settings
+from agents_celery.steps import step_started
+from agents_celery.store import RunStore
+
+from .conftest import new_id
+
+pytestmark = pytest.mark.timeout(30)
+
+STARTED = (step_started("model", 0, 1), step_started("tools", 0, 1))
+
+
+def _run(store: RunStore) -> str:
+    run_id = new_id()
+    state = RunState(run_id=run_id, agent_id="a", session_id="s")
+    store.create(state, [make_event(EventType.RUN_STARTED, thread_id="s", run_id=run_id)])
+    return run_id
+
+
+def _cleanup(r: redis.Redis, store: RunStore, run_id: str) -> None:
+    for key in vars(store.keys.run(run_id)).values():
+        r.delete(key)
+
+
+def test_a_claim_reuses_the_state_this_process_committed(r: redis.Redis, settings: Settings) -> None:
+    store = RunStore(r, settings)
+    run_id = _run(store)
+    try:
+        claim = store.claim(run_id, 0, "t0", STARTED)
+        assert claim.state is not None and claim.state.messages == []
+        committed = claim.state.model_copy(update={"messages": [{"role": "user", "content": "hi"}], "turns": 1})
+        store.commit(committed, "t0", 0, 1, [], "live")
+        again = store.claim(run_id, 1, "t1", STARTED)
+        assert again.outcome == "OK" and again.state is not None
+        assert again.state.messages == [{"role": "user", "content": "hi"}] and again.state.turns == 1
+        assert again.state is store.states.get(run_id)[1]  # type: ignore[index]  # not parsed again
+    finally:
+        _cleanup(r, store, run_id)
+
+
+def test_a_commit_by_another_process_is_loaded_not_taken_from_memory(r: redis.Redis, settings: Settings) -> None:
+    mine, theirs = RunStore(r, settings), RunStore(r, settings)
+    run_id = _run(mine)
+    try:
+        claim = mine.claim(run_id, 0, "t0", STARTED)
+        assert claim.state is not None
+        mine.commit(claim.state.model_copy(update={"turns": 1}), "t0", 0, 1, [], "live")
+        other = theirs.claim(run_id, 1, "t1", STARTED)
+        assert other.state is not None and other.state.turns == 1
+        theirs.commit(other.state.model_copy(update={"turns": 2}), "t1", 1, 2, [], "live")
+        back = mine.claim(run_id, 2, "t2", STARTED)
+        assert back.state is not None and back.state.turns == 2
+        assert mine.states.get(run_id)[1].turns == 1  # type: ignore[index]  # the stale copy was not used
+    finally:
+        _cleanup(r, mine, run_id)
+
+
+def test_runs_that_end_or_fail_to_commit_are_not_kept(r: redis.Redis, settings: Settings) -> None:
+    store = RunStore(r, settings)
+    run_id = _run(store)
+    try:
+        claim = store.claim(run_id, 0, "t0", STARTED)
+        assert claim.state is not None
+        store.commit(claim.state.moved_to(RunStatus.RUNNING), "t0", 0, 1, [], "live")
+        assert store.states.get(run_id) is not None
+        claim = store.claim(run_id, 1, "t1", STARTED)
+        assert claim.state is not None
+        with pytest.raises(Exception):  # noqa: B017  # a stale step number: refused, and forgotten
+            store.commit(claim.state, "t1", 0, 2, [], "live")
+        assert store.states.get(run_id) is None
+        store.commit(claim.state.moved_to(RunStatus.COMPLETED), "t1", 1, 2, [], "ended")
+        assert store.states.get(run_id) is None
+        keeps_none = RunStore(r, settings, cached_states=0)  # what a Runtime uses: it never claims
+        keeps_none.states.keep(run_id, "v", claim.state)
+        assert keeps_none.states.get(run_id) is None
+    finally:
+        _cleanup(r, store, run_id)
