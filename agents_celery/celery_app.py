@@ -74,6 +74,10 @@ class AgentsCelery:
         """Send the task for the step (by name: the sender needs no agent code)."""
         self.publisher.send(run_id, step, agent_id)
 
+    def task_for(self, run_id: str, step: int, agent_id: str) -> tuple[str, str] | None:
+        """The step's queue key and message, for the commit script to push when the broker is our Redis."""
+        return self.publisher.task_for(run_id, step, agent_id, self.settings.redis_url)
+
     def backlog(self) -> int:
         """Messages waiting in the step queue (0 when the broker cannot tell: the sweeper then re-enqueues)."""
         try:
@@ -90,7 +94,8 @@ class AgentsCelery:
         with self._lock:
             if self._engine is None or self._pid != os.getpid():
                 client = connect(self.settings.redis_url, health_check_interval=30)
-                self._engine = Engine(RunStore(client, self.settings), self.agents, self.enqueue, self.hooks)
+                store = RunStore(client, self.settings)
+                self._engine = Engine(store, self.agents, self.enqueue, self.hooks, task_for=self.task_for)
                 self._pid = os.getpid()
             return self._engine
 

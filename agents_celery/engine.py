@@ -3,8 +3,8 @@
 ``execute(run_id, step)``: take the run's lease (one Lua call that also loads the checkpoint), close what
 a crashed earlier attempt left open, do the step (:mod:`agents_celery.steps`) with a heartbeat renewing
 the lease, commit the new checkpoint by compare-and-set on the step number (fenced by the lease), then
-enqueue the next step. A delivery for a step that is already committed, or that another attempt holds,
-does nothing and emits nothing.
+enqueue the next step (the commit script pushes it itself when the broker is the same Redis). A delivery
+for a step that is already committed, or that another attempt holds, does nothing and emits nothing.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 
 #: Sends the task for ``(run_id, step, agent_id)``.
 Enqueue = Callable[[str, int, str], None]
+#: The step queue's key and the message for ``(run_id, step, agent_id)`` when the commit can push it itself.
+TaskFor = Callable[[str, int, str], "tuple[str, str] | None"]
 
 
 class Engine:
@@ -50,8 +52,10 @@ class Engine:
         agents: Mapping[str, Agent],
         enqueue: Enqueue,
         hooks: Sequence[Hooks] = (),
+        task_for: TaskFor | None = None,
     ) -> None:
         self.store = store
+        self.task_for = task_for
         self.settings: Settings = store.settings
         self.agents = agents
         self.enqueue = enqueue
@@ -107,9 +111,13 @@ class Engine:
         finally:
             self.keeper.drop(holding)
         first_status = result.state.status
-        self.store.commit(result.state, token, step, step + 1, [*unwritten, *result.events], result.log_status)
+        task = None
+        if result.log_status == "live" and self.task_for is not None:
+            task = self.task_for(run_id, step + 1, result.state.agent_id)
+        events = [*unwritten, *result.events]
+        self.store.commit(result.state, token, step, step + 1, events, result.log_status, task=task)
         call_hooks(hooks, "after_commit", info)
-        self._after_commit(result, step)
+        self._after_commit(result, step, enqueued=task is not None)
         call_hooks(hooks, "after_step", info, first_status.value)
         return "committed"
 
@@ -158,12 +166,13 @@ class Engine:
         for ev in closers:
             ctx.writer.emit(ev)
 
-    def _after_commit(self, result: StepResult, step: int) -> None:
+    def _after_commit(self, result: StepResult, step: int, enqueued: bool) -> None:
         state = result.state
         if result.log_status == "live":
             # The run stays in the sweeper's index while live; the commit's timestamp tells the sweeper
             # when this enqueue was due, so no index write is needed per step.
-            self.enqueue(state.run_id, step + 1, state.agent_id)
+            if not enqueued:
+                self.enqueue(state.run_id, step + 1, state.agent_id)
             return
         self.store.unwatch(state.run_id)
         if result.log_status == "ended":

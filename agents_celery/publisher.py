@@ -10,6 +10,10 @@ to the queue's list with a client it keeps. Workers cannot tell the difference.
 It falls back to ``send_task`` whenever that shortcut could change behaviour: another broker (RabbitMQ,
 Sentinel, TLS, several URLs), transport options it does not know, a receiver of Celery's publish
 signals (tracing propagates context through them) or ``task_send_sent_event``.
+
+When the broker is the very Redis that holds run state (the default: one URL for both), the engine goes one
+step further and has the commit script push the next step's message (:meth:`StepPublisher.task_for`): the
+checkpoint and the next task are written atomically, in the round trip the commit makes anyway.
 """
 
 from __future__ import annotations
@@ -47,6 +51,14 @@ class StepPublisher:
             return
         client, key = direct
         client.lpush(key, self.envelope(args, kwargs))
+
+    def task_for(self, run_id: str, step: int, agent_id: str, redis_url: str) -> tuple[str, str] | None:
+        """The list key and message to push for this step, when the broker is the Redis at ``redis_url``
+        (same URL: same server and database), so a script there can push it; None otherwise."""
+        direct = self.direct_route()
+        if direct is None or self._route is None or self._route[0] != redis_url:
+            return None
+        return direct[1], self.envelope([run_id, step], {"agent": agent_id})
 
     def direct_route(self) -> tuple[redis.Redis, str] | None:
         """The broker client and list key to LPUSH to, or None when ``send_task`` must be used.

@@ -86,9 +86,12 @@ return first
 )
 
 # Compare-and-set of the run state on its step number, with events and the log status, atomically.
-# KEYS: run, events, lease, effects, gone, stop.
+# KEYS: run, events, lease, effects, gone, stop[, step queue].
 # ARGV: token, expected_step, new_step, state_json, log_status, retention_ms, tombstone_ms, release,
-#       next_kind, now_ms, state_id, events...
+#       next_kind, now_ms, state_id, next step's task message or '', events...
+# With a task message (the broker is this Redis), it is LPUSHed to the step queue only if the commit
+# succeeds: the checkpoint and the next step's task are written together, and there is no window in which
+# a crash leaves a committed step without its next task.
 # With release = '1' the lease is given up in the same call (the attempt has nothing left to write).
 # ``next_kind`` (model | tools) lets the next claim write its STEP_STARTED; ``committed_ms`` tells the
 # sweeper how long ago the next step was due to be enqueued; ``state_id`` names this version of the state,
@@ -102,7 +105,7 @@ local refused = guard(KEYS[1], KEYS[3], ARGV[1])
 if refused then return redis.error_reply(refused) end
 local step = redis.call('HGET', KEYS[1], 'step')
 if step ~= ARGV[2] then return redis.error_reply('CONFLICT step is ' .. tostring(step)) end
-local first = append(KEYS[1], KEYS[2], 12)
+local first = append(KEYS[1], KEYS[2], 13)
 redis.call('HSET', KEYS[1], 'state', ARGV[4], 'step', ARGV[3], 'log', ARGV[5], 'next_kind', ARGV[9],
   'committed_ms', ARGV[10], 'state_id', ARGV[11])
 if ARGV[8] == '1' then redis.call('DEL', KEYS[3]) end
@@ -110,6 +113,7 @@ if ARGV[3] ~= ARGV[2] then redis.call('HSET', KEYS[1], 'attempt', 0) end  -- a n
 if ARGV[5] == 'ended' then
   expire_run({KEYS[1], KEYS[2], KEYS[4], KEYS[6]}, tonumber(ARGV[6]), tonumber(ARGV[7]))
 end
+if ARGV[12] ~= '' then redis.call('LPUSH', KEYS[7], ARGV[12]) end
 return first
 """
 )

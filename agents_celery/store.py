@@ -178,10 +178,13 @@ class RunStore:
         log_status: LogStatus,
         *,
         release: bool = True,
+        task: tuple[str, str] | None = None,
     ) -> int:
         """Compare-and-set the state on its step number, with events and the log status; first offset.
 
-        With ``release`` (the default) the lease is given up in the same round trip.
+        With ``release`` (the default) the lease is given up in the same round trip. ``task`` (the step
+        queue's key and the next step's message, when the broker is this Redis) is pushed in the same script,
+        only if the commit succeeds.
 
         Raises:
             FencedError: the lease is no longer ours. StateError: another attempt committed this step.
@@ -201,10 +204,12 @@ class RunStore:
             state.next,
             str(state.updated_at),
             state_id,
+            task[1] if task else "",
         ] + [e.json for e in events]
+        keys = [k.run, k.events, k.lease, k.effects, k.gone, k.stop] + ([task[0]] if task else [])
         self.states.forget(state.run_id)
         try:
-            first = int(self._commit(keys=[k.run, k.events, k.lease, k.effects, k.gone, k.stop], args=args))
+            first = int(self._commit(keys=keys, args=args))
         except redis.ResponseError as exc:
             mapped = refusal(exc, state.run_id)
             if mapped is not None:

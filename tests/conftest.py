@@ -73,7 +73,10 @@ def new_id() -> str:
 
 # -- real workers and a fake OpenAI server --------------------------------------------------------------
 
-TEST_BROKER_URL = os.environ.get("AGENTS_CELERY_TEST_BROKER_URL", "redis://127.0.0.1:6379/10")
+# The default deployment: one Redis (and database) for run state and the Celery broker, so the commit script
+# pushes the next step's task itself. SEPARATE_BROKER_URL serves the tests of a broker elsewhere.
+TEST_BROKER_URL = os.environ.get("AGENTS_CELERY_TEST_BROKER_URL", TEST_REDIS_URL)
+SEPARATE_BROKER_URL = os.environ.get("AGENTS_CELERY_TEST_SEPARATE_BROKER_URL", "redis://127.0.0.1:6379/10")
 
 
 @pytest.fixture(scope="session")

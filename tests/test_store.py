@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import redis
 
+from agents_celery.errors import StateError
 from agents_celery.events import EventType, make_event
 from agents_celery.runs import RunState, RunStatus
 from agents_celery.settings import Settings
@@ -73,7 +74,7 @@ def test_runs_that_end_or_fail_to_commit_are_not_kept(r: redis.Redis, settings: 
         assert store.states.get(run_id) is not None
         claim = store.claim(run_id, 1, "t1", STARTED)
         assert claim.state is not None
-        with pytest.raises(Exception):  # noqa: B017  # a stale step number: refused, and forgotten
+        with pytest.raises(StateError):  # a stale step number: refused, and forgotten
             store.commit(claim.state, "t1", 0, 2, [], "live")
         assert store.states.get(run_id) is None
         store.commit(claim.state.moved_to(RunStatus.COMPLETED), "t1", 1, 2, [], "ended")
@@ -82,4 +83,23 @@ def test_runs_that_end_or_fail_to_commit_are_not_kept(r: redis.Redis, settings: 
         keeps_none.states.keep(run_id, "v", claim.state)
         assert keeps_none.states.get(run_id) is None
     finally:
+        _cleanup(r, store, run_id)
+
+
+def test_a_commit_pushes_the_next_task_only_if_it_succeeds(r: redis.Redis, settings: Settings) -> None:
+    """With the broker in this Redis, the checkpoint and the next step's task are written by one script."""
+    store = RunStore(r, settings)
+    run_id = _run(store)
+    queue = f"{settings.key_prefix}:test-queue-{new_id()[:6]}"
+    try:
+        claim = store.claim(run_id, 0, "t0", STARTED)
+        assert claim.state is not None
+        with pytest.raises(StateError):  # refused (stale step number): no task
+            store.commit(claim.state, "t0", 5, 6, [], "live", task=(queue, "message-for-step-6"))
+        assert r.llen(queue) == 0
+        store.commit(claim.state, "t0", 0, 1, [], "live", task=(queue, "message-for-step-1"))
+        assert r.lrange(queue, 0, -1) == [b"message-for-step-1"]
+        assert r.hget(store.keys.run(run_id).run, "step") == b"1"
+    finally:
+        r.delete(queue)
         _cleanup(r, store, run_id)
