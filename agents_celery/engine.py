@@ -101,6 +101,7 @@ class Engine:
                 if claim.stop_reason:
                     ctx.stop.set()
                 ctx.step_open = claim.attempt == 1  # the claim wrote this attempt's STEP_STARTED
+                ctx.effects = claim.effects
                 if claim.attempt > 1:
                     self._close_abandoned(ctx, claim)
                     if claim.attempt <= self.settings.max_step_attempts:

@@ -126,6 +126,18 @@ class RunState(BaseModel):
         return [c for c in self.tool_calls if c.decision == "pending"]
 
     @property
+    def ledger_calls(self) -> list[str]:
+        """Ids of the calls the next tool step starts through the effect ledger: not done, not rejected, not
+        invalid, not waiting for a human, and not approved re-runs (those reset their entry first)."""
+        if self.next != "tools":
+            return []
+        return [
+            c.id
+            for c in self.tool_calls
+            if not c.done and c.error is None and not c.rerun and c.decision not in ("rejected", "pending")
+        ]
+
+    @property
     def new_messages(self) -> list[dict[str, Any]]:
         """The messages this run added (the user message and every turn since)."""
         return self.messages[self.history_len :]

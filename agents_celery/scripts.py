@@ -88,14 +88,15 @@ return first
 # Compare-and-set of the run state on its step number, with events and the log status, atomically.
 # KEYS: run, events, lease, effects, gone, stop[, step queue].
 # ARGV: token, expected_step, new_step, state_json, log_status, retention_ms, tombstone_ms, release,
-#       next_kind, now_ms, state_id, next step's task message or '', events...
+#       next_kind, now_ms, state_id, next step's task message or '', ledger calls json, events...
 # With a task message (the broker is this Redis), it is LPUSHed to the step queue only if the commit
 # succeeds: the checkpoint and the next step's task are written together, and there is no window in which
 # a crash leaves a committed step without its next task.
 # With release = '1' the lease is given up in the same call (the attempt has nothing left to write).
 # ``next_kind`` (model | tools) lets the next claim write its STEP_STARTED; ``committed_ms`` tells the
 # sweeper how long ago the next step was due to be enqueued; ``state_id`` names this version of the state,
-# so a claim by the process that wrote it can skip sending it back.
+# so a claim by the process that wrote it can skip sending it back; ``ledger calls`` (a JSON list of tool
+# call ids) are the calls the next tool step starts, which its claim records in the effect ledger.
 COMMIT = (
     _APPEND
     + _GUARD
@@ -105,9 +106,9 @@ local refused = guard(KEYS[1], KEYS[3], ARGV[1])
 if refused then return redis.error_reply(refused) end
 local step = redis.call('HGET', KEYS[1], 'step')
 if step ~= ARGV[2] then return redis.error_reply('CONFLICT step is ' .. tostring(step)) end
-local first = append(KEYS[1], KEYS[2], 13)
+local first = append(KEYS[1], KEYS[2], 14)
 redis.call('HSET', KEYS[1], 'state', ARGV[4], 'step', ARGV[3], 'log', ARGV[5], 'next_kind', ARGV[9],
-  'committed_ms', ARGV[10], 'state_id', ARGV[11])
+  'committed_ms', ARGV[10], 'state_id', ARGV[11], 'ledger_calls', ARGV[13])
 if ARGV[8] == '1' then redis.call('DEL', KEYS[3]) end
 if ARGV[3] ~= ARGV[2] then redis.call('HSET', KEYS[1], 'attempt', 0) end  -- a new step: attempts start over
 if ARGV[5] == 'ended' then
@@ -122,12 +123,16 @@ return first
 # A first attempt also writes its STEP_STARTED (ARGV[4] for a model turn, ARGV[5] for a tool step); a
 # retried one leaves that to the engine, which first closes what the crashed attempt left open.
 # The state comes back empty when its ``state_id`` is ARGV[6]: the caller holds that version already.
-# KEYS: run, lease, stop, events.
+# For a tool step, the claim also starts its calls in the effect ledger (what EFFECT_BEGIN does for one call):
+# each call in the run's ``ledger_calls`` without an entry gets ``started`` with this attempt's token; the
+# entries found are returned, '' where this claim started the call.
+# KEYS: run, lease, stop, events, effects.
 # ARGV: token, step, ttl_ms, model step-started json, tools step-started json, known state id or ''
-# -> {'OK', attempt, first offset of this step's first attempt, next offset, state json or '', stop reason or ''}
+# -> {'OK', attempt, first offset of this step's first attempt, next offset, state json or '', stop reason or '',
+#     {call ids}, {their ledger entries or ''}}
 #    {'STALE', committed step} | {'BUSY'} | {'ENDED'} | {'NOTFOUND'}
 CLAIM = """
-local r = redis.call('HMGET', KEYS[1], 'log', 'step', 'state', 'next', 'next_kind', 'state_id')
+local r = redis.call('HMGET', KEYS[1], 'log', 'step', 'state', 'next', 'next_kind', 'state_id', 'ledger_calls')
 if not r[1] then return {'NOTFOUND'} end
 if r[1] == 'ended' then return {'ENDED'} end
 if r[2] ~= ARGV[2] then return {'STALE', r[2]} end
@@ -142,7 +147,16 @@ end
 local stop = redis.call('GET', KEYS[3]) or ''
 local state = r[3] or ''
 if ARGV[6] ~= '' and r[6] == ARGV[6] then state = '' end
-return {'OK', tostring(attempt), redis.call('HGET', KEYS[1], 'step_offset') or '', r[4], state, stop}
+local ids, entries = {}, {}
+if r[5] == 'tools' and r[7] and r[7] ~= '' and r[7] ~= '[]' then
+  ids = cjson.decode(r[7])
+  local started = cjson.encode({status = 'started', token = ARGV[1]})
+  for i, id in ipairs(ids) do
+    local entry = redis.call('HGET', KEYS[5], id)
+    if entry then entries[i] = entry else redis.call('HSET', KEYS[5], id, started); entries[i] = '' end
+  end
+end
+return {'OK', tostring(attempt), redis.call('HGET', KEYS[1], 'step_offset') or '', r[4], state, stop, ids, entries}
 """
 
 # KEYS: lease. ARGV: token, ttl_ms -> 1 renewed, 0 lost

@@ -23,7 +23,7 @@ from .hooks import StepInfo, call_hooks
 from .models import TextDelta, ToolCallDelta, TurnAccumulator, Usage
 from .runs import RunFailure, RunState, RunStatus, ToolCall
 from .settings import Settings
-from .store import RunStore
+from .store import Effect, RunStore
 from .tools import ToolContext
 from .writer import EventWriter
 
@@ -49,6 +49,8 @@ class StepContext:
     lost: threading.Event = field(default_factory=threading.Event)
     #: This attempt wrote a STEP_STARTED, so whatever ends it must write the STEP_FINISHED.
     step_open: bool = False
+    #: Calls the claim already started in the effect ledger (see :attr:`agents_celery.store.Claim.effects`).
+    effects: dict[str, Effect | None] = field(default_factory=dict)
 
     def check(self) -> None:
         """Raise Cancelled when a stop was requested, FencedError once the heartbeat lost the lease."""
@@ -334,7 +336,10 @@ def _run_call(ctx: StepContext, call: ToolCall) -> ToolCall:
     tool = ctx.agent.tools[call.name]
     if call.rerun:
         ctx.store.effect_reset(ctx.state.run_id, call.id, ctx.token)
-    entry = ctx.store.effect_begin(ctx.state.run_id, call.id, ctx.token)
+    if not call.rerun and call.id in ctx.effects:  # the claim started it (one round trip fewer)
+        entry = ctx.effects[call.id]
+    else:
+        entry = ctx.store.effect_begin(ctx.state.run_id, call.id, ctx.token)
     if entry is not None and entry.status == "done":
         return _with_result(call, entry.result or "", entry.error)
     if entry is not None and not tool.idempotent:

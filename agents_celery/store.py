@@ -12,7 +12,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import redis
@@ -61,6 +61,9 @@ class Claim:
     next_offset: int = 0
     state: RunState | None = None
     stop_reason: str = ""
+    #: A tool step's calls the claim started in the effect ledger: the entry an earlier attempt left, or None
+    #: where this claim recorded ``started`` (the call is this attempt's to run).
+    effects: dict[str, Effect | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,13 @@ class StateCache:
     def forget(self, run_id: str) -> None:
         with self._lock:
             self._entries.pop(run_id, None)
+
+
+def _effect(raw: str) -> Effect | None:
+    if not raw:
+        return None
+    entry = json.loads(raw)
+    return Effect(entry["status"], entry.get("result"), entry.get("error"))
 
 
 def _text(value: Any) -> str:
@@ -149,11 +159,13 @@ class RunStore:
         known = self.states.get(run_id)
         args: list[str | int] = [token, step, self.settings.lease_ttl_ms, started[0].json, started[1].json]
         args.append(known[0] if known else "")
-        reply = self._claim(keys=[k.run, k.lease, k.stop, k.events], args=args)
+        reply = self._claim(keys=[k.run, k.lease, k.stop, k.events, k.effects], args=args)
         outcome = _text(reply[0])
         if outcome != "OK":
             return Claim(outcome)  # type: ignore[arg-type]
-        _, attempt, previous, nxt, raw, stop = (_text(v) for v in reply)
+        _, attempt, previous, nxt, raw, stop = (_text(v) for v in reply[:6])
+        ids, entries = reply[6] or [], reply[7] or []
+        effects = {_text(i): _effect(_text(e)) for i, e in zip(ids, entries, strict=True)}
         if raw:
             state = load_state(raw)
         else:
@@ -166,6 +178,7 @@ class RunStore:
             next_offset=int(nxt),
             state=state,
             stop_reason=stop,
+            effects=effects,
         )
 
     def commit(
@@ -205,6 +218,7 @@ class RunStore:
             str(state.updated_at),
             state_id,
             task[1] if task else "",
+            json.dumps(state.ledger_calls) if log_status == "live" else "",
         ] + [e.json for e in events]
         keys = [k.run, k.events, k.lease, k.effects, k.gone, k.stop] + ([task[0]] if task else [])
         self.states.forget(state.run_id)
@@ -238,10 +252,7 @@ class RunStore:
         except redis.ResponseError as exc:
             mapped = refusal(exc, run_id)
             raise (mapped or exc) from None
-        if not raw:
-            return None
-        entry = json.loads(raw)
-        return Effect(entry["status"], entry.get("result"), entry.get("error"))
+        return _effect(raw)
 
     def effect_done(self, run_id: str, tool_call_id: str, token: str, result: str, error: str | None) -> bool:
         """Record a finished tool call's result (only the attempt that started it may)."""

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import redis
 
 from agents_celery.errors import StateError
 from agents_celery.events import EventType, make_event
-from agents_celery.runs import RunState, RunStatus
+from agents_celery.runs import RunState, RunStatus, ToolCall
 from agents_celery.settings import Settings
 from agents_celery.steps import step_started
-from agents_celery.store import RunStore
+from agents_celery.store import Effect, RunStore
 
 from .conftest import new_id
 
@@ -102,4 +104,29 @@ def test_a_commit_pushes_the_next_task_only_if_it_succeeds(r: redis.Redis, setti
         assert r.hget(store.keys.run(run_id).run, "step") == b"1"
     finally:
         r.delete(queue)
+        _cleanup(r, store, run_id)
+
+
+def test_a_tool_step_claim_starts_its_calls_in_the_effect_ledger(r: redis.Redis, settings: Settings) -> None:
+    store = RunStore(r, settings)
+    run_id = _run(store)
+    try:
+        claim = store.claim(run_id, 0, "t0", STARTED)
+        assert claim.state is not None and claim.effects == {}  # a model turn starts nothing
+        calls = [
+            ToolCall(id="call_a", name="noop"),
+            ToolCall(id="call_b", name="noop", decision="rejected"),
+            ToolCall(id="call_c", name="noop", error="bad arguments"),
+            ToolCall(id="call_d", name="noop", result="done already"),
+        ]
+        store.commit(claim.state.model_copy(update={"next": "tools", "tool_calls": calls}), "t0", 0, 1, [], "live")
+        first = store.claim(run_id, 1, "t1", STARTED)
+        assert first.effects == {"call_a": None}  # started by this claim; the others never touch the ledger
+        entry = json.loads(r.hget(store.keys.run(run_id).effects, "call_a"))  # type: ignore[arg-type]
+        assert entry == {"status": "started", "token": "t1"}
+        r.delete(store.keys.run(run_id).lease)  # the attempt dies before running the call
+        second = store.claim(run_id, 1, "t2", STARTED)
+        assert second.attempt == 2 and second.effects == {"call_a": Effect("started")}  # it may have run
+        assert store.effect_done(run_id, "call_a", "t2", "ok", None) is False  # not the attempt that started it
+    finally:
         _cleanup(r, store, run_id)
