@@ -1,7 +1,7 @@
 """EventWriter: streams a step's events to the log, at once when they trickle, batched when they pour.
 
-An event that arrives while nothing is pending, and not right on the heels of the previous write, is
-appended at once by the step's own thread: a model streaming tokens some milliseconds apart pays one
+An event that arrives while nothing is pending, and not right on the heels of the previous write (or of
+the step's start), is appended at once by the step's own thread: a model streaming tokens some milliseconds apart pays one
 round trip and no thread hand-off. An event that arrives in a burst (within ``BURST`` of the previous
 write, so more are probably coming) is kept pending instead, and the process's one flusher thread appends
 whatever piled up in one round trip as soon as it gets to run (typically while the step waits on the
@@ -40,7 +40,9 @@ class EventWriter:
         self._scheduled = False  # the flusher has this writer in its queue
         self._closed = False
         self._error: BaseException | None = None
-        self._last_direct = 0.0
+        # The step's start counts as a write: what a fast step emits at once rides its commit, while a
+        # model's first token (tens of ms in) is written at once.
+        self._last_direct = time.monotonic()
 
     def emit(self, event: NewEvent) -> None:
         """Write or keep an event; raises an earlier write's error (e.g. FencedError)."""
