@@ -9,7 +9,11 @@ Per run (``<p>:run:{<run_id>}...``):
 - ``<p>:run:{<rid>}`` *hash* — the run record. Fields: ``state`` (RunState JSON), ``step`` (number of
   committed steps), ``next`` (next event offset), ``log`` (``live`` | ``paused`` | ``ended``),
   ``attempt`` (attempts of the current step), ``step_offset`` (first offset of the step's first attempt),
-  ``session_id``, ``agent_id``. No TTL while the run is live or paused; ``retention`` once it ended.
+  ``next_kind`` (``model`` | ``tools``: which STEP_STARTED the next claim writes), ``committed_ms`` (when
+  the last commit happened: the sweeper's clock for a next step that never started), ``state_id`` (version
+  of ``state``: a worker holding that version skips loading it), ``ledger_calls`` (JSON list of the tool
+  call ids the next tool step's claim starts in the effect ledger), ``session_id``, ``agent_id``. No TTL
+  while the run is live or paused; ``retention`` once it ended.
 - ``<p>:run:{<rid>}:events`` *stream* — the event log. Entry id ``<offset>-1`` (so the id *is* the
   offset), one field ``event`` holding the event JSON. Never trimmed; same TTL as the run record.
 - ``<p>:run:{<rid>}:lease`` *string* — token of the attempt that owns the run now. ``PX lease_ttl``,
