@@ -1,12 +1,12 @@
 """EventWriter: streams a step's events to the log, at once when they trickle, batched when they pour.
 
-An event that arrives while nothing is pending, and not right on the heels of the previous write (or of
-the step's start), is appended at once by the step's own thread: a model streaming tokens some milliseconds apart pays one
-round trip and no thread hand-off. An event that arrives in a burst (within ``BURST`` of the previous
-write, so more are probably coming) is kept pending instead, and the process's one flusher thread appends
-whatever piled up in one round trip as soon as it gets to run (typically while the step waits on the
-model's socket). When the step ends, :meth:`EventWriter.take` hands the events still pending to the
-commit, which writes them with the new checkpoint: a fast turn's deltas cost no round trip of their own.
+An event that arrives while nothing is pending, and not right on the heels of the previous write (or of the
+step's start), is appended at once by the step's own thread: a model streaming tokens some milliseconds
+apart pays one round trip and no thread hand-off. An event that arrives in a burst (within ``BURST`` of the
+previous write, so more are probably coming) is kept pending instead, and the process's one flusher thread
+appends whatever piled up in one round trip as soon as it gets to run (typically while the step waits on the
+model's socket). When the step ends, :meth:`EventWriter.take` hands the events still pending to the commit,
+which writes them with the new checkpoint: a fast turn's deltas cost no round trip of their own.
 
 Order is kept: the step's thread writes directly only when nothing is pending or being flushed, and
 ``take`` waits for a flush in flight. One thread (the step's) emits into a writer.
