@@ -294,6 +294,15 @@ def agents_worker(prefix: str, queue: str, name: str, extra: dict[str, str] | No
     return celery_worker("bench.worker", bench_env(prefix, queue, extra), queue, name)
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system, all threads) a process has used so far, from ``/proc`` (0.0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def stop_all() -> None:
     for proc in list(_LIVE):
         with contextlib.suppress(Exception):
