@@ -9,7 +9,8 @@ to the queue's list with a client it keeps. Workers cannot tell the difference.
 
 It falls back to ``send_task`` whenever that shortcut could change behaviour: another broker (RabbitMQ,
 Sentinel, TLS, several URLs), transport options it does not know, a receiver of Celery's publish
-signals (tracing propagates context through them) or ``task_send_sent_event``.
+signals (tracing propagates context through them), ``task_send_sent_event``, compression, a default
+priority or task annotations.
 
 When the broker is the very Redis that holds run state (the default: one URL for both), the engine goes one
 step further and has the commit script push the next step's message (:meth:`StepPublisher.task_for`): the
@@ -77,7 +78,9 @@ class StepPublisher:
 
     def _configured_route(self) -> tuple[str, str] | None:
         conf = self.app.conf
-        if conf.task_send_sent_event or conf.broker_use_ssl:
+        if conf.task_send_sent_event or conf.broker_use_ssl or conf.task_compression:
+            return None
+        if conf.task_default_priority is not None or conf.task_annotations:  # they change the message
             return None
         url = conf.broker_write_url or conf.broker_url
         if not isinstance(url, str) or ";" in url or urlparse(url).scheme != "redis":

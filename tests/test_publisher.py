@@ -91,6 +91,9 @@ def test_a_publish_signal_receiver_gets_send_task(app_and_queue: tuple[Celery, s
         ({"broker_use_ssl": {"ssl_cert_reqs": "required"}}, "TLS"),
         ({"task_send_sent_event": True}, "task-sent events"),
         ({"broker_transport_options": {"priority_steps": [0, 5]}}, "transport options it does not know"),
+        ({"task_compression": "gzip"}, "compressed bodies"),
+        ({"task_default_priority": 5}, "a priority queue"),
+        ({"task_annotations": {"agents_celery.step": {"time_limit": 30}}}, "annotations that change headers"),
     ],
 )
 def test_other_setups_use_send_task(
