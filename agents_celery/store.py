@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import redis
 
-from .errors import RedisUnavailableError, RunExpiredError, RunNotFoundError
+from .errors import RedisUnavailableError, RunExpiredError, RunNotFoundError, StateError
 from .eventlog import EventLog, LogStatus
 from .events import NewEvent
 from .keys import Keys
@@ -168,9 +168,10 @@ class RunStore:
         effects = {_text(i): _effect(_text(e)) for i, e in zip(ids, entries, strict=True)}
         if raw:
             state = load_state(raw)
-        else:
-            assert known is not None, "the claim sends the state back unless we hold its version"
+        elif known is not None:  # the claim sends no state only when we hold its current version
             state = known[1]
+        else:
+            raise StateError(f"run {run_id!r} has no stored state")
         return Claim(
             "OK",
             attempt=int(attempt),
