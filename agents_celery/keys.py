@@ -14,6 +14,9 @@ Per run (``<p>:run:{<run_id>}...``):
   of ``state``: a worker holding that version skips loading it), ``ledger_calls`` (JSON list of the tool
   call ids the next tool step's claim starts in the effect ledger), ``session_id``, ``agent_id``. No TTL
   while the run is live or paused; ``retention`` once it ended.
+- ``<p>:run:{<rid>}:messages`` *list* — the run's conversation (one OpenAI message JSON per element) for
+  state schema 2, which stores ``state`` without it: a commit appends the new messages instead of rewriting
+  the conversation. Same TTL as the run record.
 - ``<p>:run:{<rid>}:events`` *stream* — the event log. Entry id ``<offset>-1`` (so the id *is* the
   offset), one field ``event`` holding the event JSON. Never trimmed; same TTL as the run record.
 - ``<p>:run:{<rid>}:lease`` *string* — token of the attempt that owns the run now. ``PX lease_ttl``,
@@ -56,6 +59,7 @@ class RunKeys:
     effects: str
     stop: str
     gone: str
+    messages: str
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,7 @@ class Keys:
             effects=f"{base}:effects",
             stop=f"{base}:stop",
             gone=f"{base}:gone",
+            messages=f"{base}:messages",
         )
 
     def session(self, session_id: str) -> SessionKeys:

@@ -9,6 +9,9 @@ Transitions (anything else is refused)::
 
 The state is committed by compare-and-set on ``step`` (see :mod:`agents_celery.store`). Its JSON carries
 ``schema_version``; loading an unknown version fails fast, naming the versions this code supports.
+Version 2 stores the conversation (``messages``) in a list beside the JSON, so a commit appends the new
+messages instead of rewriting them all; version 1 (messages inside the JSON) is still read, and the next
+commit writes it as version 2.
 """
 
 from __future__ import annotations
@@ -17,12 +20,12 @@ import json
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 from .errors import SchemaVersionError, StateError
 
-SCHEMA_VERSION = 1
-SUPPORTED_VERSIONS = (1,)
+SCHEMA_VERSION = 2
+SUPPORTED_VERSIONS = (1, 2)
 
 
 class RunStatus(StrEnum):
@@ -113,6 +116,10 @@ class RunState(BaseModel):
     usage: dict[str, int] = Field(default_factory=dict)
     created_at: int = 0
     updated_at: int = 0
+    #: The ``messages`` list as stored in Redis, as last loaded or committed by this process (None: unknown,
+    #: so the next commit rewrites the whole list). Copies made with ``model_copy`` share it, so a commit can
+    #: tell the stored prefix (the same objects) from new or edited messages.
+    _stored: list[dict[str, Any]] | None = PrivateAttr(default=None)
 
     def moved_to(self, status: RunStatus) -> RunState:
         """A copy in ``status``; raises StateError when the transition table does not allow it."""
@@ -143,11 +150,36 @@ class RunState(BaseModel):
         return self.messages[self.history_len :]
 
     def to_json(self) -> str:
-        return self.model_dump_json()
+        """The stored JSON: everything but ``messages`` (schema 2; the messages live in their own list)."""
+        return self.model_copy(update={"schema_version": SCHEMA_VERSION}).model_dump_json(exclude={"messages"})
+
+    def to_json_v1(self) -> str:
+        """Schema 1: the messages inside the JSON (how a run is created: one key, written atomically)."""
+        return self.model_copy(update={"schema_version": 1}).model_dump_json()
+
+    def message_changes(self) -> tuple[int, list[dict[str, Any]]]:
+        """How to bring the stored list to ``messages``: keep its first ``n`` elements, then append these."""
+        stored, now = self._stored, self.messages
+        if stored is None:
+            return 0, list(now)
+        keep = 0
+        for old, new in zip(stored, now, strict=False):
+            if old is not new:
+                break
+            keep += 1
+        return keep, list(now[keep:])
+
+    def stored_as(self, messages: list[dict[str, Any]] | None) -> RunState:
+        """This state, noting that ``messages`` is what Redis holds now (None: unknown)."""
+        self._stored = messages
+        return self
 
 
-def load_state(raw: str | bytes) -> RunState:
-    """Parse stored state, failing fast on an unknown schema version."""
+def load_state(raw: str | bytes, messages: list[Any] | None = None) -> RunState:
+    """Parse stored state, failing fast on an unknown schema version.
+
+    ``messages``: the elements of the run's messages list (schema 2 keeps the conversation there).
+    """
     data = json.loads(raw)
     version = data.get("schema_version")
     if version not in SUPPORTED_VERSIONS:
@@ -155,4 +187,8 @@ def load_state(raw: str | bytes) -> RunState:
             f"run state has schema version {version!r}; this code supports {list(SUPPORTED_VERSIONS)}. "
             "Upgrade agents-celery on this process or migrate the stored run."
         )
-    return RunState.model_validate(data)
+    if version == 1:
+        return RunState.model_validate(data)  # stored list unknown: the next commit writes it whole
+    loaded = [json.loads(m) for m in messages or []]
+    state = RunState.model_validate({**data, "messages": loaded})
+    return state.stored_as(state.messages)

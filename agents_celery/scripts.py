@@ -68,7 +68,7 @@ return append(KEYS[1], KEYS[2], 2)
 )
 
 # Sets the log status (live | paused | ended) and appends events with it, atomically.
-# KEYS: run, events, lease, effects, gone, stop. ARGV: token, status, retention_ms, tombstone_ms, events...
+# KEYS: run, events, lease, effects, gone, stop, messages. ARGV: token, status, retention_ms, tombstone_ms, events...
 SET_STATUS = (
     _APPEND
     + _GUARD
@@ -79,16 +79,17 @@ if refused then return redis.error_reply(refused) end
 local first = append(KEYS[1], KEYS[2], 5)
 redis.call('HSET', KEYS[1], 'log', ARGV[2])
 if ARGV[2] == 'ended' then
-  expire_run({KEYS[1], KEYS[2], KEYS[4], KEYS[6]}, tonumber(ARGV[3]), tonumber(ARGV[4]))
+  expire_run({KEYS[1], KEYS[2], KEYS[4], KEYS[6], KEYS[7]}, tonumber(ARGV[3]), tonumber(ARGV[4]))
 end
 return first
 """
 )
 
 # Compare-and-set of the run state on its step number, with events and the log status, atomically.
-# KEYS: run, events, lease, effects, gone, stop[, step queue].
+# KEYS: run, events, lease, effects, gone, stop, messages[, step queue].
 # ARGV: token, expected_step, new_step, state_json, log_status, retention_ms, tombstone_ms, release,
-#       next_kind, now_ms, state_id, next step's task message or '', ledger calls json, events...
+#       next_kind, now_ms, state_id, next step's task message or '', ledger calls json,
+#       keep (messages list elements to keep, -1: all), m (messages to append), messages..., events...
 # With a task message (the broker is this Redis), it is LPUSHed to the step queue only if the commit
 # succeeds: the checkpoint and the next step's task are written together, and there is no window in which
 # a crash leaves a committed step without its next task.
@@ -106,15 +107,18 @@ local refused = guard(KEYS[1], KEYS[3], ARGV[1])
 if refused then return redis.error_reply(refused) end
 local step = redis.call('HGET', KEYS[1], 'step')
 if step ~= ARGV[2] then return redis.error_reply('CONFLICT step is ' .. tostring(step)) end
-local first = append(KEYS[1], KEYS[2], 14)
+local keep, m = tonumber(ARGV[14]), tonumber(ARGV[15])
+if keep == 0 then redis.call('DEL', KEYS[7]) elseif keep > 0 then redis.call('LTRIM', KEYS[7], 0, keep - 1) end
+for i = 1, m do redis.call('RPUSH', KEYS[7], ARGV[15 + i]) end
+local first = append(KEYS[1], KEYS[2], 16 + m)
 redis.call('HSET', KEYS[1], 'state', ARGV[4], 'step', ARGV[3], 'log', ARGV[5], 'next_kind', ARGV[9],
   'committed_ms', ARGV[10], 'state_id', ARGV[11], 'ledger_calls', ARGV[13])
 if ARGV[8] == '1' then redis.call('DEL', KEYS[3]) end
 if ARGV[3] ~= ARGV[2] then redis.call('HSET', KEYS[1], 'attempt', 0) end  -- a new step: attempts start over
 if ARGV[5] == 'ended' then
-  expire_run({KEYS[1], KEYS[2], KEYS[4], KEYS[6]}, tonumber(ARGV[6]), tonumber(ARGV[7]))
+  expire_run({KEYS[1], KEYS[2], KEYS[4], KEYS[6], KEYS[7]}, tonumber(ARGV[6]), tonumber(ARGV[7]))
 end
-if ARGV[12] ~= '' then redis.call('LPUSH', KEYS[7], ARGV[12]) end
+if ARGV[12] ~= '' then redis.call('LPUSH', KEYS[8], ARGV[12]) end
 return first
 """
 )
@@ -126,10 +130,10 @@ return first
 # For a tool step, the claim also starts its calls in the effect ledger (what EFFECT_BEGIN does for one call):
 # each call in the run's ``ledger_calls`` without an entry gets ``started`` with this attempt's token; the
 # entries found are returned, '' where this claim started the call.
-# KEYS: run, lease, stop, events, effects.
+# KEYS: run, lease, stop, events, effects, messages.
 # ARGV: token, step, ttl_ms, model step-started json, tools step-started json, known state id or ''
 # -> {'OK', attempt, first offset of this step's first attempt, next offset, state json or '', stop reason or '',
-#     {call ids}, {their ledger entries or ''}}
+#     {call ids}, {their ledger entries or ''}, {the messages list when the state is sent}}
 #    {'STALE', committed step} | {'BUSY'} | {'ENDED'} | {'NOTFOUND'}
 CLAIM = """
 local r = redis.call('HMGET', KEYS[1], 'log', 'step', 'state', 'next', 'next_kind', 'state_id', 'ledger_calls')
@@ -156,7 +160,10 @@ if r[5] == 'tools' and r[7] and r[7] ~= '' and r[7] ~= '[]' then
     if entry then entries[i] = entry else redis.call('HSET', KEYS[5], id, started); entries[i] = '' end
   end
 end
-return {'OK', tostring(attempt), redis.call('HGET', KEYS[1], 'step_offset') or '', r[4], state, stop, ids, entries}
+local messages = {}
+if state ~= '' then messages = redis.call('LRANGE', KEYS[6], 0, -1) end
+return {'OK', tostring(attempt), redis.call('HGET', KEYS[1], 'step_offset') or '', r[4], state, stop, ids, entries,
+  messages}
 """
 
 # KEYS: lease. ARGV: token, ttl_ms -> 1 renewed, 0 lost

@@ -134,20 +134,25 @@ class RunStore:
 
     def create(self, state: RunState, events: Sequence[NewEvent]) -> None:
         """Write a new run (state, log and first events) in one script."""
-        self.log.create(state.run_id, state.session_id, state.agent_id, events, fields={"state": state.to_json()})
+        # Schema 1 (messages inside) so the run appears in one atomic write; its first commit stores schema 2.
+        fields = {"state": state.to_json_v1()}
+        self.log.create(state.run_id, state.session_id, state.agent_id, events, fields=fields)
 
     def load(self, run_id: str) -> tuple[RunState, int]:
         """The run's committed state and step number. Raises RunNotFoundError / RunExpiredError."""
         k = self.keys.run(run_id)
         try:
-            raw, step = self.redis.hmget(k.run, "state", "step")
+            with self.redis.pipeline(transaction=True) as pipe:
+                pipe.hmget(k.run, "state", "step")
+                pipe.lrange(k.messages, 0, -1)
+                (raw, step), messages = pipe.execute()
             if raw is None:
                 if self.redis.exists(k.gone):
                     raise RunExpiredError(f"run {run_id!r} has expired; its state is no longer kept")
                 raise RunNotFoundError(f"run {run_id!r} does not exist")
         except redis.ConnectionError as exc:
             raise RedisUnavailableError(f"Redis does not answer: {exc}") from exc
-        return load_state(raw), int(step or 0)
+        return load_state(raw, messages), int(step or 0)
 
     def claim(self, run_id: str, step: int, token: str, started: tuple[NewEvent, NewEvent]) -> Claim:
         """Take the lease for an attempt at ``step`` and load what it needs, in one round trip.
@@ -159,7 +164,7 @@ class RunStore:
         known = self.states.get(run_id)
         args: list[str | int] = [token, step, self.settings.lease_ttl_ms, started[0].json, started[1].json]
         args.append(known[0] if known else "")
-        reply = self._claim(keys=[k.run, k.lease, k.stop, k.events, k.effects], args=args)
+        reply = self._claim(keys=[k.run, k.lease, k.stop, k.events, k.effects, k.messages], args=args)
         outcome = _text(reply[0])
         if outcome != "OK":
             return Claim(outcome)  # type: ignore[arg-type]
@@ -167,7 +172,7 @@ class RunStore:
         ids, entries = reply[6] or [], reply[7] or []
         effects = {_text(i): _effect(_text(e)) for i, e in zip(ids, entries, strict=True)}
         if raw:
-            state = load_state(raw)
+            state = load_state(raw, reply[8])
         elif known is not None:  # the claim sends no state only when we hold its current version
             state = known[1]
         else:
@@ -206,6 +211,8 @@ class RunStore:
         k = self.keys.run(state.run_id)
         state = state.model_copy(update={"updated_at": int(time.time() * 1000)})
         state_id = uuid.uuid4().hex
+        keep, new_messages = state.message_changes()
+        stored = state._stored
         args = [
             token,
             str(expected_step),
@@ -220,8 +227,11 @@ class RunStore:
             state_id,
             task[1] if task else "",
             json.dumps(state.ledger_calls) if log_status == "live" else "",
-        ] + [e.json for e in events]
-        keys = [k.run, k.events, k.lease, k.effects, k.gone, k.stop] + ([task[0]] if task else [])
+            "-1" if stored is not None and keep == len(stored) else str(keep),
+            str(len(new_messages)),
+        ]
+        args += [json.dumps(m) for m in new_messages] + [e.json for e in events]
+        keys = [k.run, k.events, k.lease, k.effects, k.gone, k.stop, k.messages] + ([task[0]] if task else [])
         self.states.forget(state.run_id)
         try:
             first = int(self._commit(keys=keys, args=args))
@@ -230,6 +240,7 @@ class RunStore:
             if mapped is not None:
                 raise mapped from None
             raise
+        state.stored_as(state.messages)
         if log_status == "live":
             self.states.keep(state.run_id, state_id, state)
         return first

@@ -15,7 +15,7 @@ def test_unknown_schema_version_fails_fast_naming_supported_versions() -> None:
     assert load_state(raw).run_id == "r"
     data = json.loads(raw)
     data["schema_version"] = 99
-    with pytest.raises(SchemaVersionError, match=r"99.*\[1\]"):
+    with pytest.raises(SchemaVersionError, match=r"99.*\[1, 2\]"):
         load_state(json.dumps(data))
 
 

@@ -130,3 +130,40 @@ def test_a_tool_step_claim_starts_its_calls_in_the_effect_ledger(r: redis.Redis,
         assert store.effect_done(run_id, "call_a", "t2", "ok", None) is False  # not the attempt that started it
     finally:
         _cleanup(r, store, run_id)
+
+
+def test_the_conversation_is_appended_not_rewritten(r: redis.Redis, settings: Settings) -> None:
+    """Schema 2: the state JSON holds no messages; a commit appends new ones, and an edited one is replaced."""
+    store = RunStore(r, settings)
+    run_id = _run(store)
+    k = store.keys.run(run_id)
+    user = {"role": "user", "content": "hi"}
+    try:
+        claim = store.claim(run_id, 0, "t0", STARTED)
+        assert claim.state is not None and claim.state.schema_version == 1  # created as schema 1, in one write
+        first = claim.state.model_copy(update={"messages": [user]})
+        store.commit(first, "t0", 0, 1, [], "live")
+        assert "messages" not in json.loads(r.hget(k.run, "state"))  # type: ignore[arg-type]
+        assert [json.loads(m) for m in r.lrange(k.messages, 0, -1)] == [user]
+
+        claim = store.claim(run_id, 1, "t1", STARTED)
+        assert claim.state is not None
+        turn = {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "function": {"arguments": "{}"}}]}
+        second = claim.state.model_copy(update={"messages": [*claim.state.messages, turn]})
+        assert second.message_changes() == (1, [turn])  # only the new message goes to Redis
+        store.commit(second, "t1", 1, 2, [], "live")
+
+        # Another process (a human editing the arguments) replaces the last message: the list follows.
+        other = RunStore(r, settings, cached_states=0)
+        loaded, step = other.load(run_id)
+        assert loaded.messages == [user, turn] and step == 2
+        edited = {**turn, "tool_calls": [{"id": "c1", "function": {"arguments": '{"x": 1}'}}]}
+        token = "t-human"
+        r.set(k.lease, token)
+        other.commit(loaded.model_copy(update={"messages": [loaded.messages[0], edited]}), token, 2, 2, [], "live")
+        assert [json.loads(m) for m in r.lrange(k.messages, 0, -1)] == [user, edited]
+        # The worker's cached copy is stale now: its next claim loads the list again.
+        claim = store.claim(run_id, 2, "t2", STARTED)
+        assert claim.state is not None and claim.state.messages == [user, edited]
+    finally:
+        _cleanup(r, store, run_id)
