@@ -1,6 +1,7 @@
 """Token latency: from the model emitting a token to a client receiving it.
 
-Floor: XADD in one process -> XREAD BLOCK wake-up in another (p50/p99 over ~500 samples).
+Floor: XADD in one process -> XREAD BLOCK wake-up in another (p50/p99 over ~500 samples), 5 ms apart like
+the tokens.
 Figure: a FakeOpenAIServer streams ~300 tokens, 5 ms apart, to a real worker (``bench.agents.streamer``); each
 token's text is its send time (``time.time_ns()``, stamped as the chunk is written, not when the reply was
 built); a client reading the run with ``Runtime.get_stream(id).events()`` subtracts it from its receive
@@ -23,6 +24,9 @@ from agents_celery.events import EventType
 from .common import REDIS_URL, ROOT, Row, agents_worker, cli_main, client, log, percentile, prefixed, runtime_for
 
 STAMP = "@T"
+#: Seconds between tokens, and between the floor's XADDs: wake-up latency depends on how long the CPUs idled
+#: before, so the floor is paced like the tokens it is compared with.
+GAP = 0.005
 
 
 # -- floor: XADD -> XREAD BLOCK across processes ----------------------------------------------------------------
@@ -37,12 +41,12 @@ def xadd_writer(key: str, count: int, gap: float) -> None:
     r.xadd(key, {"t": "end"})
 
 
-def xread_floor(prefix: str, samples: int) -> list[float]:
+def xread_floor(prefix: str, samples: int, gap: float = GAP) -> list[float]:
     """Wake-up latencies (ms) of a reader blocked in XREAD on entries another process XADDs."""
     key = f"{prefix}:floor"
     r = client()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.latency", "--xadd-writer", key, str(samples), "0.002"], cwd=ROOT
+        [sys.executable, "-m", "bench.latency", "--xadd-writer", key, str(samples), str(gap)], cwd=ROOT
     )
     out: list[float] = []
     last = "0-0"
@@ -157,7 +161,7 @@ def run(quick: bool) -> list[Row]:
     with prefixed("latency") as prefix:
         log("latency: XADD -> XREAD BLOCK floor")
         floor = xread_floor(prefix, samples)
-        server = stamping_server(tokens, 0.005)
+        server = stamping_server(tokens, GAP)
         queue = f"{prefix}-agents"
         worker = agents_worker(prefix, queue, f"{prefix}-lat", {"FAKE_OPENAI_URL": server.url})
         try:
