@@ -38,7 +38,7 @@ from .runtime import RunStream, Runtime, RunView
 from .settings import Settings, load_settings
 from .tools import Tool, ToolContext, tool
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     # definitions

@@ -59,6 +59,9 @@ class Settings(BaseSettings):
     session_ttl_seconds: float = Field(default=30 * 86_400.0, gt=0)
     #: Soft-shutdown window on SIGTERM: a step finishes or hands back within this time.
     soft_shutdown_seconds: float = Field(default=30.0, ge=0)
+    #: Run-state schema commits write: 2 (conversation in its own list) or 1 (inside the state JSON: all that
+    #: agents-celery 0.1 reads). Set 1 while workers of both versions run side by side, then unset.
+    state_schema: int = Field(default=2, ge=1, le=2)
 
     @field_validator("redis_url")
     @classmethod

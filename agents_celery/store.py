@@ -213,11 +213,14 @@ class RunStore:
         state_id = uuid.uuid4().hex
         keep, new_messages = state.message_changes()
         stored = state._stored
+        v1 = self.settings.state_schema == 1  # messages inside the JSON; the list is left alone
+        if v1:
+            keep, new_messages, stored = -1, [], None
         args = [
             token,
             str(expected_step),
             str(new_step),
-            state.to_json(),
+            state.to_json_v1() if v1 else state.to_json(),
             log_status,
             str(self.settings.retention_ms),
             str(self.settings.tombstone_ms),
@@ -227,7 +230,7 @@ class RunStore:
             state_id,
             task[1] if task else "",
             json.dumps(state.ledger_calls) if log_status == "live" else "",
-            "-1" if stored is not None and keep == len(stored) else str(keep),
+            "-1" if v1 or (stored is not None and keep == len(stored)) else str(keep),
             str(len(new_messages)),
         ]
         args += [json.dumps(m) for m in new_messages] + [e.json for e in events]
@@ -240,7 +243,7 @@ class RunStore:
             if mapped is not None:
                 raise mapped from None
             raise
-        state.stored_as(state.messages)
+        state.stored_as(None if v1 else state.messages)
         if log_status == "live":
             self.states.keep(state.run_id, state_id, state)
         return first

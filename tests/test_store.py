@@ -167,3 +167,27 @@ def test_the_conversation_is_appended_not_rewritten(r: redis.Redis, settings: Se
         assert claim.state is not None and claim.state.messages == [user, edited]
     finally:
         _cleanup(r, store, run_id)
+
+
+def test_schema_1_can_still_be_written_for_a_rolling_upgrade(r: redis.Redis, settings: Settings) -> None:
+    """AGENTS_CELERY_STATE_SCHEMA=1: commits keep the conversation inside the JSON, as 0.1 workers read it."""
+    store = RunStore(r, settings.model_copy(update={"state_schema": 1}))
+    run_id = _run(store)
+    k = store.keys.run(run_id)
+    user = {"role": "user", "content": "hi"}
+    try:
+        claim = store.claim(run_id, 0, "t0", STARTED)
+        assert claim.state is not None
+        store.commit(claim.state.model_copy(update={"messages": [user]}), "t0", 0, 1, [], "live")
+        stored = json.loads(r.hget(k.run, "state"))  # type: ignore[arg-type]
+        assert stored["schema_version"] == 1 and stored["messages"] == [user]
+        assert r.llen(k.messages) == 0
+        # A schema-2 worker reads it, and its commit converts the run.
+        upgraded = RunStore(r, settings)
+        claim = upgraded.claim(run_id, 1, "t1", STARTED)
+        assert claim.state is not None and claim.state.messages == [user]
+        upgraded.commit(claim.state, "t1", 1, 2, [], "live")
+        assert "messages" not in json.loads(r.hget(k.run, "state"))  # type: ignore[arg-type]
+        assert [json.loads(m) for m in r.lrange(k.messages, 0, -1)] == [user]
+    finally:
+        _cleanup(r, store, run_id)

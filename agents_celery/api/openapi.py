@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import __version__
 from .bodies import ContinueBody, ResumeBody, RunBody
 
 _ERROR = {
@@ -168,7 +169,7 @@ def spec(prefix: str = "") -> dict[str, Any]:
         schemas[f"{model.__name__}Form"] = _form_schema(schema)
     return {
         "openapi": "3.1.0",
-        "info": {"title": "agents-celery", "version": "0.1.0", "description": "Durable AI-agent runs."},
+        "info": {"title": "agents-celery", "version": __version__, "description": "Durable AI-agent runs."},
         "servers": [{"url": prefix or "/"}],
         "paths": _paths(),
         "components": {
