@@ -76,17 +76,6 @@ class EventWriter:
             raise self._error
         return pending
 
-    def flush(self) -> None:
-        """Write every pending event now (the writer stays usable)."""
-        with self._lock:
-            while self._writing:
-                self._idle.wait()
-            pending, self._pending = self._pending, []
-        if self._error is not None:
-            raise self._error
-        if pending:
-            self._log.append(self._run_id, pending, self._token)
-
     def close(self) -> None:
         """Drop what is pending (an attempt that did not commit leaves it to the next attempt to close)."""
         with self._lock:
