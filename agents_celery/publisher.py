@@ -56,13 +56,18 @@ class StepPublisher:
     def task_for(self, run_id: str, step: int, agent_id: str, redis_url: str) -> tuple[str, str] | None:
         """The list key and message to push for this step, when the broker is the Redis at ``redis_url``
         (same URL: same server and database), so a script there can push it; None otherwise."""
-        direct = self.direct_route()
-        if direct is None or self._route is None or self._route[0] != redis_url:
+        route = self._current_route()
+        if route is None or route[0] != redis_url:
             return None
-        return direct[1], self.envelope([run_id, step], {"agent": agent_id})
+        return route[1], self.envelope([run_id, step], {"agent": agent_id})
 
     def direct_route(self) -> tuple[redis.Redis, str] | None:
-        """The broker client and list key to LPUSH to, or None when ``send_task`` must be used.
+        """The broker client and list key to LPUSH to, or None when ``send_task`` must be used."""
+        route = self._current_route()
+        return None if route is None else (self._client(route[0]), route[1])
+
+    def _current_route(self) -> tuple[str, str] | None:
+        """The broker URL and list key, or None when ``send_task`` must be used.
 
         The app's configuration is read at the first send; publish-signal receivers at every send.
         """
@@ -71,10 +76,7 @@ class StepPublisher:
             return None
         if not self._route_known:
             self._route, self._route_known = self._configured_route(), True
-        if self._route is None:
-            return None
-        url, key = self._route
-        return self._client(url), key
+        return self._route
 
     def _configured_route(self) -> tuple[str, str] | None:
         conf = self.app.conf
