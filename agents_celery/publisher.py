@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import threading
 import uuid
 from typing import Any
@@ -43,6 +44,7 @@ class StepPublisher:
         self._lock = threading.Lock()
         self._route: tuple[str, str] | None = None
         self._route_known = False
+        self._headers: tuple[int, dict[str, Any], str] | None = None  # pid, the task's headers, serializer
 
     def send(self, run_id: str, step: int, agent_id: str) -> None:
         args, kwargs = [run_id, step], {"agent": agent_id}
@@ -93,7 +95,11 @@ class StepPublisher:
         return url, str(options.get("global_keyprefix") or "") + self.queue
 
     def envelope(self, args: list[Any], kwargs: dict[str, Any]) -> str:
-        """The JSON kombu's Redis transport stores for this task (what ``send_task`` would LPUSH)."""
+        """The JSON kombu's Redis transport stores for this task (what ``send_task`` would LPUSH).
+
+        Celery's ``create_task_message`` builds the headers once per process (they hold the process's
+        name); each message then fills in its ids, arguments and their reprs.
+        """
         app = self.app
         task_id = str(uuid.uuid4())
         root_id = parent_id = None
@@ -101,28 +107,24 @@ class StepPublisher:
         if parent is not None:
             root_id = parent.request.root_id or parent.request.id
             parent_id = parent.request.id
-        message = app.amqp.create_task_message(
-            task_id,
-            self.task_name,
-            args,
-            kwargs,
-            reply_to=app.thread_oid,
-            root_id=root_id,
-            parent_id=parent_id,
-            ignore_result=None,
-            argsrepr=repr(args),
-            kwargsrepr=repr(kwargs),
-        )
-        content_type, encoding, body = dumps(message.body, serializer=app.conf.task_serializer)  # type: ignore[no-untyped-call]
-        raw = body if isinstance(body, bytes) else body.encode(encoding)
+        template, serializer = self._template()
+        headers = {**template, "id": task_id, "root_id": root_id or task_id, "stamps": {}}
+        headers.update(parent_id=parent_id, argsrepr=repr(args), kwargsrepr=repr(kwargs))
+        body = [args, kwargs, {"callbacks": None, "errbacks": None, "chain": None, "chord": None}]
+        if serializer == "json":  # what kombu's json serializer writes for these plain values
+            content_type, encoding, raw = "application/json", "utf-8", json.dumps(body).encode()
+        else:
+            content_type, encoding, encoded = dumps(body, serializer=serializer)  # type: ignore[no-untyped-call]
+            raw = encoded if isinstance(encoded, bytes) else encoded.encode(encoding)
         return json.dumps(
             {
                 "body": base64.b64encode(raw).decode(),
                 "content-encoding": encoding,
                 "content-type": content_type,
-                "headers": message.headers,
+                "headers": headers,
                 "properties": {
-                    **message.properties,
+                    "correlation_id": task_id,
+                    "reply_to": app.thread_oid,
                     "delivery_mode": 2,
                     "delivery_info": {"exchange": "", "routing_key": self.queue},
                     "priority": 0,
@@ -131,6 +133,19 @@ class StepPublisher:
                 },
             }
         )
+
+    def _template(self) -> tuple[dict[str, Any], str]:
+        """The headers ``create_task_message`` gives this task in this process (ids and arguments aside), and
+        the serializer; read once per process (the headers hold the process's name)."""
+        pid = os.getpid()
+        if self._headers is None or self._headers[0] != pid:
+            message = self.app.amqp.create_task_message(
+                "", self.task_name, [], {}, reply_to=self.app.thread_oid, ignore_result=None
+            )
+            if set(message.properties) != {"correlation_id", "reply_to"}:
+                raise RuntimeError(f"unexpected task message properties: {sorted(message.properties)}")
+            self._headers = (pid, dict(message.headers), str(self.app.conf.task_serializer))
+        return self._headers[1], self._headers[2]
 
     def _client(self, url: str) -> redis.Redis:
         with self._lock:

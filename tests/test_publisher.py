@@ -58,6 +58,7 @@ def test_the_message_is_the_one_send_task_sends(app_and_queue: tuple[Celery, str
     finally:
         publisher.close()
     assert _without_ids(got) == _without_ids(expected)
+    assert got["body"] == expected["body"]  # the same bytes, not only the same values
     assert got["headers"]["id"] == got["headers"]["root_id"] == got["properties"]["correlation_id"]
     assert got["properties"]["delivery_tag"] != expected["properties"]["delivery_tag"]
     assert _without_ids(got)["body"][:2] == [["run-1", 3], {"agent": "assistant"}]
