@@ -15,13 +15,14 @@ from typing import Any
 
 from celery import Celery, signals
 
+from .acks import StepRequest, acked_by_commit
 from .agent import Agent, load_agents
 from .connections import connect
 from .engine import Engine
 from .hooks import Hooks, LoggingHooks
 from .publisher import StepPublisher
 from .settings import Settings, load_settings
-from .store import RunStore
+from .store import Ack, RunStore
 from .sweeper import SweeperThread
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,12 @@ class AgentsCelery:
     def task_for(self, run_id: str, step: int, agent_id: str) -> tuple[str, str] | None:
         """The step's queue key and message, for the commit script to push when the broker is our Redis."""
         return self.publisher.task_for(run_id, step, agent_id, self.settings.redis_url)
+
+    def ack_for(self, request: Any) -> Ack | None:
+        """The delivered message of a step task, for its commit to ack, when the broker is our Redis."""
+        tag = (getattr(request, "properties", None) or {}).get("delivery_tag")
+        keys = self.publisher.ack_keys(self.settings.redis_url) if tag else None
+        return Ack(keys[0], keys[1], str(tag)) if keys else None
 
     def backlog(self) -> int:
         """Messages waiting in the step queue (0 when the broker cannot tell: the sweeper then re-enqueues)."""
@@ -142,11 +149,21 @@ def configure(
     setattr(app, EXTENSION, ext)
 
     @app.task(  # type: ignore[untyped-decorator]
-        name=STEP_TASK, shared=False, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True
+        name=STEP_TASK,
+        shared=False,
+        bind=True,
+        acks_late=True,
+        reject_on_worker_lost=True,
+        ignore_result=True,
+        Request=StepRequest,
     )
     def step(self: Any, run_id: str, step: int, agent: str | None = None) -> str:
         """One step of one run: a model turn or the tool calls of a turn."""
-        return ext.engine.execute(run_id, int(step))
+        ack = ext.ack_for(self.request)
+        outcome = ext.engine.execute(run_id, int(step), ack=ack)
+        if ack is not None and outcome == "committed":
+            acked_by_commit(ack.tag)  # StepRequest's ack then skips its round trip
+        return outcome
 
     @signals.worker_ready.connect(weak=False)  # type: ignore[untyped-decorator]
     def _ready(sender: Any = None, **_: Any) -> None:

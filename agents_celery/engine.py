@@ -3,7 +3,8 @@
 ``execute(run_id, step)``: take the run's lease (one Lua call that also loads the checkpoint), close what
 a crashed earlier attempt left open, do the step (:mod:`agents_celery.steps`) with a heartbeat renewing
 the lease, commit the new checkpoint by compare-and-set on the step number (fenced by the lease), then
-enqueue the next step (the commit script pushes it itself when the broker is the same Redis). A delivery
+enqueue the next step (the commit script pushes it itself when the broker is the same Redis, and acks the
+step's own message: :mod:`agents_celery.acks`). A delivery
 for a step that is already committed, or that another attempt holds, does nothing and emits nothing.
 """
 
@@ -32,7 +33,7 @@ from .steps import (
     tool_step,
     with_step_finished,
 )
-from .store import Claim, RunStore
+from .store import Ack, Claim, RunStore
 from .writer import EventWriter
 
 log = logging.getLogger(__name__)
@@ -64,8 +65,11 @@ class Engine:
         s = self.settings
         self.keeper = LeaseKeeper(self.leases, s.lease_ttl_ms, s.heartbeat_seconds, s.stop_poll_seconds)
 
-    def execute(self, run_id: str, step: int) -> str:
-        """Run one attempt of ``step``; return what happened (``committed``, ``stale``, ``busy`` ...)."""
+    def execute(self, run_id: str, step: int, ack: Ack | None = None) -> str:
+        """Run one attempt of ``step``; return what happened (``committed``, ``stale``, ``busy`` ...).
+
+        ``ack``: the delivered message, for the commit to ack (only a ``committed`` attempt acked it).
+        """
         token = new_token()
         started = (step_started("model", step, 1), step_started("tools", step, 1))
         claim = self.store.claim(run_id, step, token, started)
@@ -74,7 +78,7 @@ class Engine:
             return claim.outcome.lower()
         outcome = "failed"
         try:
-            outcome = self._attempt(run_id, step, token, claim)
+            outcome = self._attempt(run_id, step, token, claim, ack)
         except (FencedError, RunFinishedError, StateError) as exc:
             # Superseded: our lease expired and another attempt took over (or already finished the run).
             log.warning("run=%s step=%d: lost the lease; another attempt owns the run (%s)", run_id, step, exc)
@@ -85,7 +89,7 @@ class Engine:
                 self.leases.release(run_id, token)
         return outcome
 
-    def _attempt(self, run_id: str, step: int, token: str, claim: Claim) -> str:
+    def _attempt(self, run_id: str, step: int, token: str, claim: Claim, ack: Ack | None) -> str:
         assert claim.state is not None
         state = claim.state
         agent = self.agents.get(state.agent_id)
@@ -116,7 +120,7 @@ class Engine:
         if result.log_status == "live" and self.task_for is not None:
             task = self.task_for(run_id, step + 1, result.state.agent_id)
         events = [*unwritten, *result.events]
-        self.store.commit(result.state, token, step, step + 1, events, result.log_status, task=task)
+        self.store.commit(result.state, token, step, step + 1, events, result.log_status, task=task, ack=ack)
         call_hooks(hooks, "after_commit", info)
         self._after_commit(result, step, enqueued=task is not None)
         call_hooks(hooks, "after_step", info, first_status.value)

@@ -44,6 +44,7 @@ class StepPublisher:
         self._lock = threading.Lock()
         self._route: tuple[str, str] | None = None
         self._route_known = False
+        self._ack_keys: tuple[str, str, str] | None = None  # the read URL and kombu's unacked keys
         self._headers: tuple[int, dict[str, Any], str] | None = None  # pid, the task's headers, serializer
 
     def send(self, run_id: str, step: int, agent_id: str) -> None:
@@ -62,6 +63,20 @@ class StepPublisher:
         if route is None or route[0] != redis_url:
             return None
         return route[1], self.envelope([run_id, step], {"agent": agent_id})
+
+    def ack_keys(self, redis_url: str) -> tuple[str, str] | None:
+        """kombu's unacked index and hash keys when this app consumes from, and sends to, the Redis at
+        ``redis_url`` with the transport's default ack emulation (so a script there can ack a step's message);
+        None otherwise."""
+        route = self._current_route()
+        if route is None or route[0] != redis_url:
+            return None
+        if self._ack_keys is None:
+            conf = self.app.conf
+            prefix = str(dict(conf.broker_transport_options or {}).get("global_keyprefix") or "")
+            self._ack_keys = (conf.broker_read_url or conf.broker_url, prefix + "unacked_index", prefix + "unacked")
+        read_url, index_key, hash_key = self._ack_keys
+        return (index_key, hash_key) if read_url == redis_url else None
 
     def direct_route(self) -> tuple[redis.Redis, str] | None:
         """The broker client and list key to LPUSH to, or None when ``send_task`` must be used."""

@@ -86,13 +86,16 @@ return first
 )
 
 # Compare-and-set of the run state on its step number, with events and the log status, atomically.
-# KEYS: run, events, lease, effects, gone, stop, messages[, step queue].
+# KEYS: run, events, lease, effects, gone, stop, messages[, step queue, unacked index, unacked hash].
 # ARGV: token, expected_step, new_step, state_json, log_status, retention_ms, tombstone_ms, release,
 #       next_kind, now_ms, state_id, next step's task message or '', ledger calls json,
-#       keep (messages list elements to keep, -1: all), m (messages to append), messages..., events...
+#       keep (messages list elements to keep, -1: all), m (messages to append), delivery tag to ack or '',
+#       messages..., events...
 # With a task message (the broker is this Redis), it is LPUSHed to the step queue only if the commit
 # succeeds: the checkpoint and the next step's task are written together, and there is no window in which
-# a crash leaves a committed step without its next task.
+# a crash leaves a committed step without its next task. With a delivery tag, the step's own message leaves
+# kombu's unacked index and hash (what the Redis transport's ack does) in the same call: a committed step's
+# message is acked with its checkpoint, and a refused commit acks nothing.
 # With release = '1' the lease is given up in the same call (the attempt has nothing left to write).
 # ``next_kind`` (model | tools) lets the next claim write its STEP_STARTED; ``committed_ms`` tells the
 # sweeper how long ago the next step was due to be enqueued; ``state_id`` names this version of the state,
@@ -109,8 +112,8 @@ local step = redis.call('HGET', KEYS[1], 'step')
 if step ~= ARGV[2] then return redis.error_reply('CONFLICT step is ' .. tostring(step)) end
 local keep, m = tonumber(ARGV[14]), tonumber(ARGV[15])
 if keep == 0 then redis.call('DEL', KEYS[7]) elseif keep > 0 then redis.call('LTRIM', KEYS[7], 0, keep - 1) end
-for i = 1, m do redis.call('RPUSH', KEYS[7], ARGV[15 + i]) end
-local first = append(KEYS[1], KEYS[2], 16 + m)
+for i = 1, m do redis.call('RPUSH', KEYS[7], ARGV[16 + i]) end
+local first = append(KEYS[1], KEYS[2], 17 + m)
 redis.call('HSET', KEYS[1], 'state', ARGV[4], 'step', ARGV[3], 'log', ARGV[5], 'next_kind', ARGV[9],
   'committed_ms', ARGV[10], 'state_id', ARGV[11], 'ledger_calls', ARGV[13])
 if ARGV[8] == '1' then redis.call('DEL', KEYS[3]) end
@@ -119,6 +122,10 @@ if ARGV[5] == 'ended' then
   expire_run({KEYS[1], KEYS[2], KEYS[4], KEYS[6], KEYS[7]}, tonumber(ARGV[6]), tonumber(ARGV[7]))
 end
 if ARGV[12] ~= '' then redis.call('LPUSH', KEYS[8], ARGV[12]) end
+if ARGV[16] ~= '' then
+  redis.call('ZREM', KEYS[9], ARGV[16])
+  redis.call('HDEL', KEYS[10], ARGV[16])
+end
 return first
 """
 )

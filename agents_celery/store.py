@@ -52,6 +52,15 @@ return redis.call('HDEL', KEYS[1], ARGV[1])
 
 
 @dataclass(frozen=True)
+class Ack:
+    """A delivered step message the commit acks: kombu's unacked index and hash keys, and its delivery tag."""
+
+    index_key: str
+    hash_key: str
+    tag: str
+
+
+@dataclass(frozen=True)
 class Claim:
     """What an attempt got when it asked for a step."""
 
@@ -198,12 +207,13 @@ class RunStore:
         *,
         release: bool = True,
         task: tuple[str, str] | None = None,
+        ack: Ack | None = None,
     ) -> int:
         """Compare-and-set the state on its step number, with events and the log status; first offset.
 
         With ``release`` (the default) the lease is given up in the same round trip. ``task`` (the step
         queue's key and the next step's message, when the broker is this Redis) is pushed in the same script,
-        only if the commit succeeds.
+        only if the commit succeeds; so is ``ack`` done (the step's own message leaves kombu's unacked keys).
 
         Raises:
             FencedError: the lease is no longer ours. StateError: another attempt committed this step.
@@ -232,9 +242,12 @@ class RunStore:
             json.dumps(state.ledger_calls) if log_status == "live" else "",
             "-1" if v1 or (stored is not None and keep == len(stored)) else str(keep),
             str(len(new_messages)),
+            ack.tag if ack else "",
         ]
         args += [json.dumps(m) for m in new_messages] + [e.json for e in events]
-        keys = [k.run, k.events, k.lease, k.effects, k.gone, k.stop, k.messages] + ([task[0]] if task else [])
+        keys = [k.run, k.events, k.lease, k.effects, k.gone, k.stop, k.messages]
+        if task or ack:  # keys the script does not touch stand in for the missing ones: it reads ARGV first
+            keys += [task[0] if task else k.run, *((ack.index_key, ack.hash_key) if ack else (k.run, k.run))]
         self.states.forget(state.run_id)
         try:
             first = int(self._commit(keys=keys, args=args))

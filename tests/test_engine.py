@@ -25,7 +25,7 @@ from agents_celery.events import Event, EventType
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.testing import FailingResponder, FakeReply, ScriptResponder
 
-from .conftest import wait_for
+from .conftest import TEST_REDIS_URL, wait_for
 
 
 def events_of(runtime: Runtime, run_id: str, until_pause: bool = True) -> list[Event]:
@@ -301,6 +301,56 @@ def test_duplicate_step_delivery_does_nothing(runtime: Runtime, script: Any, r: 
     call_id = next(e.data["tool_call_id"] for e in events if e.type is EventType.TOOL_CALL_RESULT)
     keys = [k.decode() for k in r.lrange(f"{key_prefix}:test:count:dup:idem", 0, -1)]
     assert keys == [f"{stream.id}:{call_id}"]  # the tool got the idempotency key run_id:tool_call_id
+
+
+class Monitor:
+    """Redis MONITOR in a thread: every command on the test database, with where it ran (``lua`` or a client)."""
+
+    def __init__(self, r: redis.Redis) -> None:
+        self.client = redis.Redis(connection_pool=redis.ConnectionPool.from_url(TEST_REDIS_URL))
+        self.db = r.connection_pool.connection_kwargs.get("db", 0)
+        self.seen: list[tuple[str, str]] = []
+        self.marker = f"monitor-stop-{time.monotonic_ns()}"
+        self.monitor = self.client.monitor().__enter__()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        while True:
+            command = self.monitor.next_command()
+            if self.marker in command["command"]:
+                return
+            if command["db"] == self.db:
+                self.seen.append((command["client_type"], command["command"]))
+
+    def stop(self, r: redis.Redis) -> list[tuple[str, str]]:
+        r.echo(self.marker)
+        self.thread.join(timeout=10)
+        assert not self.thread.is_alive(), "the monitor did not see its stop marker"
+        self.monitor.__exit__()
+        self.client.close()
+        return self.seen
+
+
+def test_the_commit_acks_the_step_message(runtime: Runtime, script: Any, r: redis.Redis) -> None:
+    """The broker is the state Redis here: each step's message leaves kombu's unacked keys inside the commit
+    script, and the worker does not ack it again with a round trip of its own."""
+    script(ScriptedTurn("", [ScriptedToolCall("add", {"a": 1, "b": 2})]), "3")
+    monitor = Monitor(r)
+    try:
+        stream = runtime.stream("fake", "add")
+        events = events_of(runtime, stream.id)
+        # Celery acks after the task returns: wait for the last step's message to leave the unacked hash.
+        wait_for(lambda: not any(stream.id in v.decode() for v in r.hvals("unacked")), what="the last ack")
+    finally:
+        seen = monitor.stop(r)
+    assert events[-1].type is EventType.RUN_FINISHED
+    steps = sum(1 for e in events if e.type is EventType.STEP_STARTED)
+    tags = [cmd.split()[2] for _, cmd in seen if cmd.startswith("HSET unacked ") and stream.id in cmd]
+    assert len(tags) == steps == 3  # model turn, tool step, model turn: one delivered message each
+    for tag in tags:
+        removals = [where for where, cmd in seen if cmd.startswith("ZREM unacked_index ") and tag in cmd]
+        assert removals == ["lua"], f"message {tag} was acked by {removals}"
 
 
 def test_bad_input_changes_nothing(runtime: Runtime) -> None:

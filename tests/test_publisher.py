@@ -104,3 +104,16 @@ def test_other_setups_use_send_task(
     app.conf.update(conf)
     publisher = StepPublisher(app, STEP_TASK, queue)
     assert publisher.direct_route() is None, why
+
+
+def test_the_commit_may_ack_only_what_this_redis_delivers(app_and_queue: tuple[Celery, str, redis.Redis]) -> None:
+    app, queue, _ = app_and_queue
+    assert StepPublisher(app, STEP_TASK, queue).ack_keys(TEST_BROKER_URL) == ("unacked_index", "unacked")
+    assert StepPublisher(app, STEP_TASK, queue).ack_keys("redis://127.0.0.1:6379/15") is None  # state elsewhere
+    app.conf.broker_transport_options = {**app.conf.broker_transport_options, "global_keyprefix": "pre:"}
+    assert StepPublisher(app, STEP_TASK, queue).ack_keys(TEST_BROKER_URL) == ("pre:unacked_index", "pre:unacked")
+    app.conf.broker_read_url = "redis://127.0.0.1:6379/15"  # consumed from another Redis
+    assert StepPublisher(app, STEP_TASK, queue).ack_keys(TEST_BROKER_URL) is None
+    app.conf.broker_read_url = None
+    app.conf.broker_transport_options = {**app.conf.broker_transport_options, "unacked_key": "mine"}
+    assert StepPublisher(app, STEP_TASK, queue).ack_keys(TEST_BROKER_URL) is None  # kombu keys we do not know

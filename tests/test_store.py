@@ -7,12 +7,12 @@ import json
 import pytest
 import redis
 
-from agents_celery.errors import StateError
+from agents_celery.errors import FencedError, StateError
 from agents_celery.events import EventType, make_event
 from agents_celery.runs import RunState, RunStatus, ToolCall
 from agents_celery.settings import Settings
 from agents_celery.steps import step_started
-from agents_celery.store import Effect, RunStore
+from agents_celery.store import Ack, Effect, RunStore
 
 from .conftest import new_id
 
@@ -191,3 +191,24 @@ def test_schema_1_can_still_be_written_for_a_rolling_upgrade(r: redis.Redis, set
         assert [json.loads(m) for m in r.lrange(k.messages, 0, -1)] == [user]
     finally:
         _cleanup(r, store, run_id)
+
+
+def test_a_commit_acks_the_step_message_only_when_it_succeeds(r: redis.Redis, settings: Settings) -> None:
+    store = RunStore(r, settings)
+    run_id = _run(store)
+    ack = Ack(f"{settings.key_prefix}:unacked_index", f"{settings.key_prefix}:unacked", "tag-1")
+    r.zadd(ack.index_key, {"tag-1": 1.0, "tag-2": 1.0})
+    r.hset(ack.hash_key, mapping={"tag-1": "message 1", "tag-2": "message 2"})
+    try:
+        claim = store.claim(run_id, 0, "t0", STARTED)
+        assert claim.state is not None
+        with pytest.raises(FencedError):
+            store.commit(claim.state, "not-the-lease", 0, 1, [], "live", ack=ack)
+        assert r.zscore(ack.index_key, "tag-1") is not None and r.hexists(ack.hash_key, "tag-1")  # refused: kept
+        store.commit(claim.state, "t0", 0, 1, [], "live", ack=ack)
+        assert r.zscore(ack.index_key, "tag-1") is None and not r.hexists(ack.hash_key, "tag-1")
+        assert r.zscore(ack.index_key, "tag-2") is not None and r.hget(ack.hash_key, "tag-2") == b"message 2"
+        assert int(r.hget(store.keys.run(run_id).run, "step") or -1) == 1  # type: ignore[arg-type]
+    finally:
+        _cleanup(r, store, run_id)
+        r.delete(ack.index_key, ack.hash_key)
