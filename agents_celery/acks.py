@@ -2,14 +2,18 @@
 
 With the Redis transport, a late-acked message waits in kombu's ``unacked`` hash and ``unacked_index``
 sorted set until the worker acks it, which is one more round trip (MULTI, ZREM, HDEL, EXEC) after every
-step. When the broker is the Redis that holds run state, the step task hands the commit its message's
-delivery tag (:meth:`~agents_celery.publisher.StepPublisher.ack_keys` says when that is), the commit script
-removes the message from both keys in the same atomic call that stores the checkpoint and pushes the next
-step's task, and :class:`StepRequest` then tells kombu the message is acked without going back to Redis.
+step, and the consumer takes no next message (prefetch 1) until that ack is done. When the broker is the
+Redis that holds run state, the step task hands the commit its message's delivery tag
+(:meth:`~agents_celery.publisher.StepPublisher.ack_keys` says when that is), and the commit script removes
+the message from both keys in the same atomic call that stores the checkpoint and pushes the next step's
+task. :class:`StepRequest` settles kombu's own bookkeeping without a round trip.
 
-A refused commit removes nothing: the message stays unacked and Celery acks it (or the broker redelivers
-it) as for any other task. Should anything here not look like kombu's Redis transport, the ordinary ack
-runs; acking an already removed message again is harmless.
+It settles it as the commit is sent (:func:`commit_acks`), not when the task returns: the consumer can then
+fetch the next step's message, which that commit pushes, while this task waits for the commit's reply and
+finishes. For that short while the worker holds one message more than its prefetch limit. Should the commit
+fail (lease lost, step committed by another attempt, Redis away), it acked nothing, and the request removes
+the message itself when Celery acks it (or requeues it on a reject), as kombu's ack would have.
+Should anything here not look like kombu's Redis transport, Celery's ordinary ack runs.
 """
 
 from __future__ import annotations
@@ -26,55 +30,103 @@ from vine import promise
 
 log = logging.getLogger(__name__)
 
-_ACKED: set[str] = set()
+#: Delivered step messages whose ack may ride the commit, by delivery tag (until acked or rejected).
+_PENDING: dict[str, StepRequest] = {}
 _LOCK = threading.Lock()
 
 
-def acked_by_commit(tag: str) -> None:
-    """Record that a commit removed the message with this delivery tag from kombu's unacked keys."""
+def commit_acks(tag: str, committed: bool) -> None:
+    """Called by the step's thread with ``committed=False`` just before it sends a commit that acks the
+    message with this delivery tag (the prefetch slot is freed now), and with ``True`` once it succeeded."""
     with _LOCK:
-        _ACKED.add(tag)
-
-
-def _take(tag: str) -> bool:
-    with _LOCK:
-        if tag in _ACKED:
-            _ACKED.discard(tag)
-            return True
-        return False
+        request = _PENDING.get(tag)
+    if request is not None:
+        if committed:
+            request.commit_acked = True
+        else:
+            request.settle_early()
 
 
 def _settle(message: Any, logger: logging.Logger, errors: Any) -> None:
-    """What kombu's ack does once Redis is done: free the prefetch slot and mark the message acked."""
+    """kombu's ack minus the round trip: free the prefetch slot and mark the message acked."""
     if message.acknowledged:
         return
     virtual.QoS.ack(message.channel.qos, message.delivery_tag)  # type: ignore[no-untyped-call]
     message._state = "ACK"
 
 
+def _remove(message: Any, logger: logging.Logger, errors: Any) -> None:
+    """The round trip kombu's ack would have made: the message leaves the unacked keys."""
+    try:
+        message.channel.qos._remove_from_indices(message.delivery_tag).execute()
+    except errors as exc:
+        logger.critical("Couldn't ack %r, reason:%r", message.delivery_tag, exc, exc_info=True)
+
+
+def _requeue(message: Any, logger: logging.Logger, errors: Any) -> None:
+    """What kombu's reject with requeue does: the message goes back to the front of its queue."""
+    try:
+        message.channel.qos.restore_by_tag(message.delivery_tag, leftmost=True)
+    except errors as exc:
+        logger.critical("Couldn't requeue %r, reason:%r", message.delivery_tag, exc, exc_info=True)
+
+
 class StepRequest(Request):  # type: ignore[misc]
-    """The step task's request: its ack skips the round trip when the commit already acked the message."""
+    """The step task's request: when the commit acks its message, its ack costs no round trip."""
+
+    acknowledged: bool  # Celery's (the base class is untyped)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.settled_early = False  # kombu's bookkeeping was settled as the commit was sent
+        self.commit_acked = False  # and that commit succeeded
+        message = self._message
+        # Only kombu's Redis transport keeps acks in the keys the commit removes; only Celery's own ack and
+        # reject promises (run on the consumer's loop) are known to be safe to re-aim.
+        if (
+            isinstance(getattr(getattr(message, "channel", None), "qos", None), kombu_redis.QoS)
+            and isinstance(self._on_ack, promise)
+            and self._on_ack.args == (message.ack_log_error,)
+            and isinstance(self._on_reject, promise)
+            and self._on_reject.args == (message.reject_log_error,)
+        ):
+            with _LOCK:
+                _PENDING[message.delivery_tag] = self
+
+    def settle_early(self) -> None:
+        if self.acknowledged or self.settled_early:
+            return
+        self.settled_early = True
+        self._on_loop(self._on_ack, _settle)
 
     def acknowledge(self) -> None:
-        message = self._message
-        if not self.acknowledged and _take(message.delivery_tag) and self._settle_acked(message):
-            return
-        super().acknowledge()
+        _forget(self)
+        if not self.settled_early:
+            super().acknowledge()
+        elif not self.acknowledged:
+            self.acknowledged = True
+            if not self.commit_acked:
+                log.info("step message %s: its commit did not ack it; acking it now", self._message.delivery_tag)
+                self._on_loop(self._on_reject, _remove)
 
     def reject(self, requeue: bool = False) -> None:
-        _take(self._message.delivery_tag)
-        super().reject(requeue)
+        _forget(self)
+        if not self.settled_early:
+            super().reject(requeue)
+        elif not self.acknowledged:
+            self.acknowledged = True
+            if not self.commit_acked:
+                self._on_loop(self._on_reject, _requeue if requeue else _remove)
+            self.send_event("task-rejected", requeue=requeue)
 
-    def _settle_acked(self, message: Any) -> bool:
-        """Settle the ack on the consumer's own path (its event loop when it has one), minus the round trip."""
-        on_ack = self._on_ack
-        channel = getattr(message, "channel", None)
-        if not isinstance(getattr(channel, "qos", None), kombu_redis.QoS):
-            return False
-        if not isinstance(on_ack, promise) or on_ack.args != (message.ack_log_error,):
-            return False
-        # Same promise (its callbacks kept), same scheduling; only the call at the end changes.
-        on_ack.args = (functools.partial(_settle, message),)
-        on_ack(log, self._connection_errors)
-        self.acknowledged = True
-        return True
+    def _on_loop(self, callback: promise, fn: Any) -> None:
+        """Run ``fn(message, logger, errors)`` where Celery runs the ack: the same promise (its callbacks
+        kept), the same scheduling onto the consumer's loop; only the call at the end changes."""
+        callback.args = (functools.partial(fn, self._message),)
+        callback(log, self._connection_errors)
+
+
+def _forget(request: StepRequest) -> None:
+    with _LOCK:
+        if _PENDING.get(request._message.delivery_tag) is request:
+            del _PENDING[request._message.delivery_tag]

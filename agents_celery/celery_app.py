@@ -15,7 +15,7 @@ from typing import Any
 
 from celery import Celery, signals
 
-from .acks import StepRequest, acked_by_commit
+from .acks import StepRequest, commit_acks
 from .agent import Agent, load_agents
 from .connections import connect
 from .engine import Engine
@@ -102,7 +102,9 @@ class AgentsCelery:
             if self._engine is None or self._pid != os.getpid():
                 client = connect(self.settings.redis_url, health_check_interval=30)
                 store = RunStore(client, self.settings)
-                self._engine = Engine(store, self.agents, self.enqueue, self.hooks, task_for=self.task_for)
+                self._engine = Engine(
+                    store, self.agents, self.enqueue, self.hooks, task_for=self.task_for, on_ack=commit_acks
+                )
                 self._pid = os.getpid()
             return self._engine
 
@@ -159,11 +161,7 @@ def configure(
     )
     def step(self: Any, run_id: str, step: int, agent: str | None = None) -> str:
         """One step of one run: a model turn or the tool calls of a turn."""
-        ack = ext.ack_for(self.request)
-        outcome = ext.engine.execute(run_id, int(step), ack=ack)
-        if ack is not None and outcome == "committed":
-            acked_by_commit(ack.tag)  # StepRequest's ack then skips its round trip
-        return outcome
+        return ext.engine.execute(run_id, int(step), ack=ext.ack_for(self.request))
 
     @signals.worker_ready.connect(weak=False)  # type: ignore[untyped-decorator]
     def _ready(sender: Any = None, **_: Any) -> None:

@@ -54,9 +54,13 @@ class Engine:
         enqueue: Enqueue,
         hooks: Sequence[Hooks] = (),
         task_for: TaskFor | None = None,
+        on_ack: Callable[[str, bool], None] | None = None,
     ) -> None:
         self.store = store
         self.task_for = task_for
+        # Told (tag, False) just before a commit that acks the delivered message is sent, (tag, True) once it
+        # succeeded (agents_celery.acks.commit_acks).
+        self.on_ack = on_ack
         self.settings: Settings = store.settings
         self.agents = agents
         self.enqueue = enqueue
@@ -120,7 +124,11 @@ class Engine:
         if result.log_status == "live" and self.task_for is not None:
             task = self.task_for(run_id, step + 1, result.state.agent_id)
         events = [*unwritten, *result.events]
+        if ack is not None and self.on_ack is not None:
+            self.on_ack(ack.tag, False)
         self.store.commit(result.state, token, step, step + 1, events, result.log_status, task=task, ack=ack)
+        if ack is not None and self.on_ack is not None:
+            self.on_ack(ack.tag, True)
         call_hooks(hooks, "after_commit", info)
         self._after_commit(result, step, enqueued=task is not None)
         call_hooks(hooks, "after_step", info, first_status.value)

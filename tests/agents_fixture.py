@@ -24,6 +24,7 @@ from agents_celery import (
     tool,
 )
 from agents_celery.connections import connect
+from agents_celery.keys import Keys
 from agents_celery.tools import ToolContext
 
 _PREFIX = os.environ.get("AGENTS_CELERY_KEY_PREFIX", "ac")
@@ -131,7 +132,17 @@ def crash_worker() -> str:
     return "unreachable"
 
 
-TOOLS = [get_time, add, delete_file, slow_count, idempotent_count, crash_worker, async_lookup, guarded]
+@tool(idempotent=True)
+def steal_lease(ms: int, ctx: ToolContext | None = None) -> str:
+    """Hands the run's lease to a stranger for ``ms`` milliseconds, once per run: that attempt's commit is
+    refused, and the sweeper gives the step to a new attempt once the stranger's lease expires."""
+    assert ctx is not None
+    if _redis.set(count_key(f"stolen:{ctx.run_id}"), 1, nx=True, ex=600):
+        _redis.set(Keys(_PREFIX).run(ctx.run_id).lease, "stranger", px=ms)
+    return "stolen"
+
+
+TOOLS = [get_time, add, delete_file, slow_count, idempotent_count, crash_worker, async_lookup, guarded, steal_lease]
 
 fake = Agent(
     name="fake",

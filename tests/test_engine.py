@@ -307,7 +307,7 @@ class Monitor:
     """Redis MONITOR in a thread: every command on the test database, with where it ran (``lua`` or a client)."""
 
     def __init__(self, r: redis.Redis) -> None:
-        self.client = redis.Redis(connection_pool=redis.ConnectionPool.from_url(TEST_REDIS_URL))
+        self.client = redis.Redis.from_url(TEST_REDIS_URL)
         self.db = r.connection_pool.connection_kwargs.get("db", 0)
         self.seen: list[tuple[str, str]] = []
         self.marker = f"monitor-stop-{time.monotonic_ns()}"
@@ -351,6 +351,28 @@ def test_the_commit_acks_the_step_message(runtime: Runtime, script: Any, r: redi
     for tag in tags:
         removals = [where for where, cmd in seen if cmd.startswith("ZREM unacked_index ") and tag in cmd]
         assert removals == ["lua"], f"message {tag} was acked by {removals}"
+
+
+def test_a_refused_commit_leaves_its_message_to_the_ordinary_ack(
+    runtime: Runtime, script: Any, r: redis.Redis, worker: Any
+) -> None:
+    """The worker frees a message's prefetch slot as it sends the commit that acks it. When that commit is
+    refused (here: a stranger took the lease), the message is still removed from kombu's unacked keys, by
+    the worker itself, and the worker goes on consuming."""
+    script(ScriptedTurn("", [ScriptedToolCall("steal_lease", {"ms": 300})]), "done")
+    monitor = Monitor(r)
+    try:
+        stream = runtime.stream("fake", "steal")
+        events = events_of(runtime, stream.id)  # the sweeper retries the tool step after the stranger's lease
+        wait_for(lambda: not any(stream.id in v.decode() for v in r.hvals("unacked")), what="the last ack")
+    finally:
+        seen = monitor.stop(r)
+    assert events[-1].type is EventType.RUN_FINISHED and runtime.get(stream.id).status == "completed"
+    tags = [cmd.split()[2] for _, cmd in seen if cmd.startswith("HSET unacked ") and stream.id in cmd]
+    removals = {tag: [w for w, cmd in seen if cmd.startswith("ZREM unacked_index ") and tag in cmd] for tag in tags}
+    assert sorted(removals.values()) == [["lua"]] * (len(tags) - 1) + [["tcp"]], removals
+    refused = next(tag for tag, where in removals.items() if where == ["tcp"])
+    assert f"step message {refused}: its commit did not ack it" in worker.output()
 
 
 def test_bad_input_changes_nothing(runtime: Runtime) -> None:
