@@ -6,6 +6,10 @@ the client receiving the final event) / steps is compared with (a) a Celery chai
 same number of hops on a separate worker of the same pool and concurrency, same broker; (b) one Redis SET per
 step in a plain loop. Runs of the two workers are interleaved so drift hits both.
 
+The hop chain's client blocks on one BLPOP for the last hop; the durable run's client likewise blocks on the
+run's final event alone (and checks every event afterwards). A second figure has the client read every event as
+it comes, as a run's reader would: on a 2-core machine that reader competes with the worker and Redis for CPU.
+
 A profile pass (``redis-cli MONITOR``, db 11 only) counts the Redis commands per step and per hop.
 """
 
@@ -70,6 +74,31 @@ def durable_run(rt: Any, n: int) -> RunTiming:
     assert last.data.get("outcome", {}).get("type") == "success", last.data
     assert steps == 2 * n + 1, f"expected {2 * n + 1} steps, saw {steps}"
     return RunTiming(elapsed, steps)
+
+
+def durable_run_final(rt: Any, n: int, events: int) -> RunTiming:
+    """One run of n tool calls, timed from start to the client receiving the final event, with the client
+    blocked on that event alone (``XREAD BLOCK`` from the offset before it; Redis serves a blocked reader
+    only once an entry past its id exists), as the hop chain's client blocks on one BLPOP. The run's
+    events are read and checked afterwards, untimed. ``events``: how many the run writes (from a warm-up)."""
+    t0 = time.perf_counter()
+    stream = rt.stream("steps", str(n))
+    key = rt.store.keys.run(stream.id).events
+    got = rt.redis.xread({key: f"{events - 2}-1"}, count=1, block=120_000)
+    elapsed = time.perf_counter() - t0
+    assert got, "the run did not finish"
+    everything = list(stream.events())
+    assert len(everything) == events and everything[-1].offset == events - 1, "the run wrote other events"
+    last = everything[-1]
+    assert last.type is EventType.RUN_FINISHED and last.data.get("outcome", {}).get("type") == "success", last
+    steps = sum(1 for ev in everything if ev.type is EventType.STEP_STARTED)
+    assert steps == 2 * n + 1, f"expected {2 * n + 1} steps, saw {steps}"
+    return RunTiming(elapsed, steps)
+
+
+def events_of_run(rt: Any, n: int) -> int:
+    """How many events a run of n tool calls writes."""
+    return len(list(rt.stream("steps", str(n)).events()))
 
 
 def hop_chain(prefix: str, hops: int) -> float:
@@ -162,22 +191,28 @@ def measure(
     **overrides: Any,
 ) -> dict[str, Any]:
     """Interleaved durable runs and hop chains; medians of seconds per step and per hop, and the CPU seconds the
-    agents worker (``pids[0]``) and the hop worker (``pids[1]``) used per step and per hop."""
+    agents worker (``pids[0]``) and the hop worker (``pids[1]``) used per step and per hop.
+
+    ``durable``: the client blocks on the final event alone; ``durable_reading``: the client reads every event
+    as it comes (a run's usual reader, which on this 2-core machine also competes with the worker for CPU)."""
     rt = runtime_for(prefix, queue, **overrides)
     try:
         durable_run(rt, 2)  # warm-up: connections, imports, first task
+        events = events_of_run(rt, n)
         if hop_worker:
             hop_chain(prefix, 5)
         durable: list[float] = []
+        reading: list[float] = []
         hops: list[float] = []
         cpu = [0.0, 0.0]
         steps = 0
         for _ in range(runs):
             before = cpu_seconds(pids[0])
-            timing = durable_run(rt, n)
+            timing = durable_run_final(rt, n, events)
             cpu[0] += cpu_seconds(pids[0]) - before
             durable.append(timing.per_step)
             steps = timing.steps
+            reading.append(durable_run(rt, n).per_step)
             if hop_worker:
                 before = cpu_seconds(pids[1])
                 hops.append(hop_chain(prefix, steps) / steps)
@@ -185,6 +220,7 @@ def measure(
         per = runs * steps
         return {
             "durable": median(durable),
+            "durable_reading": median(reading),
             "hop": median(hops) if hops else None,
             "steps": steps,
             "rt": rt,
@@ -286,6 +322,8 @@ def run(quick: bool) -> list[Row]:
     return [
         Row(f"durable step (run of {steps} steps)", result["durable"] * ms, "ms",
             "bare Celery chain hop", result["hop"] * ms, "<=", 1.0),
+        Row("durable step, client reading every event (info)", result["durable_reading"] * ms, "ms",
+            "bare Celery chain hop", result["hop"] * ms, "<=", None),
         Row("durable step vs plain SET loop", result["durable"] * ms, "ms",
             "1 Redis SET per step, plain loop", loop * ms, "<=", None),
         Row("bare hop with the step task's ack settings (info)", durable_hop * ms, "ms",
