@@ -417,7 +417,8 @@ def split_tokens(text: str) -> list[str]:
 
 def word_count(messages: Sequence[dict[str, Any]]) -> int:
     """Whitespace-separated words in the string contents of ``messages`` (a stand-in for prompt tokens)."""
-    return sum(len(m["content"].split()) for m in messages if isinstance(m.get("content"), str))
+    # One join and one split (in C) instead of a split per message: the count is the same.
+    return len(" ".join(c for m in messages if isinstance(c := m.get("content"), str)).split())
 
 
 class ScriptedModel:
