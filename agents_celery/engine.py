@@ -33,7 +33,7 @@ from .steps import (
     tool_step,
     with_step_finished,
 )
-from .store import Ack, Claim, RunStore
+from .store import Ack, Claim, RunStore, Sent
 from .writer import EventWriter
 
 log = logging.getLogger(__name__)
@@ -101,11 +101,12 @@ class Engine:
         info = StepInfo(run_id, state.agent_id, state.session_id, step, kind, claim.attempt)
         hooks = [*self.hooks, *(agent.hooks if agent else [])]
         holding = self.keeper.hold(run_id, token)
+        sent: list[Sent] = []  # ledger results sent during the step; their replies are read before the commit
         try:
             with EventWriter(self.store.log, run_id, token) as writer:
                 # agent may be None: _decide fails the run before anything uses it
                 ctx = StepContext(state, agent, step, claim.attempt, token, self.store, self.settings, writer, info)  # type: ignore[arg-type]
-                ctx.stop, ctx.lost = holding.stop, holding.lost
+                ctx.stop, ctx.lost, ctx.sent = holding.stop, holding.lost, sent
                 if claim.stop_reason:
                     ctx.stop.set()
                 ctx.step_open = claim.attempt == 1  # the claim wrote this attempt's STEP_STARTED
@@ -117,12 +118,19 @@ class Engine:
                         ctx.step_open = True
                 result = with_step_finished(ctx, self._decide(ctx, agent, hooks))
                 unwritten = writer.take()  # committed with the checkpoint, in the same round trip
+        except BaseException:
+            _read_quietly(sent)
+            raise
         finally:
             self.keeper.drop(holding)
         first_status = result.state.status
         task = None
-        if result.log_status == "live" and self.task_for is not None:
-            task = self.task_for(run_id, step + 1, result.state.agent_id)
+        try:
+            if result.log_status == "live" and self.task_for is not None:
+                task = self.task_for(run_id, step + 1, result.state.agent_id)
+        finally:
+            for call in sent:
+                call.wait()  # the results are in the ledger before the checkpoint that relies on them
         events = [*unwritten, *result.events]
         if ack is not None and self.on_ack is not None:
             self.on_ack(ack.tag, False)
@@ -191,3 +199,12 @@ class Engine:
         if result.log_status == "ended":
             self.store.session_sync(state)
             self.store.session_release(state.session_id, state.run_id)
+
+
+def _read_quietly(sent: list[Sent]) -> None:
+    """Read the replies of ledger writes an attempt sent before it failed (Redis has them either way)."""
+    for call in sent:
+        try:
+            call.wait()
+        except Exception as exc:  # the attempt's own error is the one that matters
+            log.warning("a tool result may not be in the ledger: %s", exc)

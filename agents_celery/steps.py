@@ -23,7 +23,7 @@ from .hooks import StepInfo, call_hooks
 from .models import TextDelta, ToolCallDelta, TurnAccumulator, Usage
 from .runs import RunFailure, RunState, RunStatus, ToolCall
 from .settings import Settings
-from .store import Effect, RunStore
+from .store import Effect, RunStore, Sent
 from .tools import ToolContext
 from .writer import EventWriter
 
@@ -51,6 +51,8 @@ class StepContext:
     step_open: bool = False
     #: Calls the claim already started in the effect ledger (see :attr:`agents_celery.store.Claim.effects`).
     effects: dict[str, Effect | None] = field(default_factory=dict)
+    #: Ledger results sent to Redis whose replies the engine reads before it commits.
+    sent: list[Sent] = field(default_factory=list)
 
     def check(self) -> None:
         """Raise Cancelled when a stop was requested, FencedError once the heartbeat lost the lease."""
@@ -360,7 +362,8 @@ def _invoke(ctx: StepContext, call: ToolCall, invoke: Callable[[Any, ToolContext
         raise
     except Exception as exc:  # the tool's own failure is the model's business, not a crash
         result, error = f"Error: {type(exc).__name__}: {exc}", f"{type(exc).__name__}: {exc}"
-    ctx.store.effect_done(ctx.state.run_id, call.id, ctx.token, result, error)
+    # Recorded as soon as Redis reads it; its reply is read before the commit (Engine._attempt).
+    ctx.sent.append(ctx.store.effect_done_sent(ctx.state.run_id, call.id, ctx.token, result, error))
     call_hooks(ctx.agent.hooks, "after_tool_call", ctx.info, call.name, result, error)
     return _with_result(call, result, error)
 

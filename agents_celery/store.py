@@ -112,6 +112,47 @@ class StateCache:
             self._entries.pop(run_id, None)
 
 
+class Sent:
+    """A script call written to Redis whose reply is read later, on a connection of its own meanwhile."""
+
+    def __init__(self, client: redis.Redis, script: Any, keys: list[str], args: list[str]) -> None:
+        self._client, self._script, self._keys, self._args = client, script, keys, args
+        self._conn: Any = None
+        try:
+            conn = client.connection_pool.get_connection()
+            self._conn = conn
+            conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
+        except redis.ConnectionError:
+            self._drop()  # wait() runs it the ordinary way (with the client's retries)
+
+    def wait(self) -> Any:
+        """The script's reply; runs it again the ordinary way when it was not sent, the connection failed
+        or Redis did not know the script (it is idempotent: a result recorded twice is the same result)."""
+        if self._conn is not None:
+            try:
+                reply = self._conn.read_response()
+            except redis.exceptions.NoScriptError:
+                self._release()
+            except redis.ConnectionError:
+                self._drop()
+            except BaseException:
+                self._release()
+                raise
+            else:
+                self._release()
+                return reply
+        return self._script(keys=self._keys, args=self._args)
+
+    def _release(self) -> None:
+        self._client.connection_pool.release(self._conn)
+        self._conn = None
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            self._conn.disconnect()
+            self._release()
+
+
 def _effect(raw: str) -> Effect | None:
     if not raw:
         return None
@@ -287,6 +328,13 @@ class RunStore:
         entry = json.dumps({"status": "done", "token": token, "result": result, "error": error})
         k = self.keys.run(run_id)
         return bool(self._effect_done(keys=[k.effects], args=[tool_call_id, token, entry]))
+
+    def effect_done_sent(self, run_id: str, tool_call_id: str, token: str, result: str, error: str | None) -> Sent:
+        """:meth:`effect_done`, sent now and answered later: Redis records the result as soon as it reads the
+        command, while the step goes on to build its commit; :meth:`Sent.wait` reads the answer."""
+        entry = json.dumps({"status": "done", "token": token, "result": result, "error": error})
+        k = self.keys.run(run_id)
+        return Sent(self.redis, self._effect_done, [k.effects], [tool_call_id, token, entry])
 
     def effect_reset(self, run_id: str, tool_call_id: str, token: str) -> None:
         """Forget a started-but-unfinished entry, after a human approved running the call again."""

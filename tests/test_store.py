@@ -14,7 +14,7 @@ from agents_celery.settings import Settings
 from agents_celery.steps import step_started
 from agents_celery.store import Ack, Effect, RunStore
 
-from .conftest import new_id
+from .conftest import new_id, wait_for
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -212,3 +212,26 @@ def test_a_commit_acks_the_step_message_only_when_it_succeeds(r: redis.Redis, se
     finally:
         _cleanup(r, store, run_id)
         r.delete(ack.index_key, ack.hash_key)
+
+
+def test_a_tool_result_sent_ahead_is_in_the_ledger_before_its_reply_is_read(r: redis.Redis, settings: Settings) -> None:
+    store = RunStore(r, settings)
+    run_id = _run(store)
+    effects = store.keys.run(run_id).effects
+    try:
+        r.hset(effects, "call_a", json.dumps({"status": "started", "token": "t1"}))
+        sent = store.effect_done_sent(run_id, "call_a", "t1", "ok", None)
+        wait_for(lambda: r.hget(effects, "call_a") and b'"done"' in r.hget(effects, "call_a"), what="the result")
+        assert sent.wait() == 1
+        assert json.loads(r.hget(effects, "call_a"))["result"] == "ok"  # type: ignore[arg-type]
+        in_use = len(r.connection_pool._in_use_connections)  # type: ignore[attr-defined]
+        assert in_use == 0, "the connection went back to the pool"
+        # A Redis that lost its scripts (restarted, SCRIPT FLUSH): the call runs again, loading the script.
+        r.hset(effects, "call_b", json.dumps({"status": "started", "token": "t1"}))
+        r.script_flush()
+        assert store.effect_done_sent(run_id, "call_b", "t1", "fine", "oops").wait() == 1
+        assert json.loads(r.hget(effects, "call_b"))["error"] == "oops"  # type: ignore[arg-type]
+        # Only the attempt that started a call records its result.
+        assert store.effect_done_sent(run_id, "call_b", "t2", "other", None).wait() == 0
+    finally:
+        _cleanup(r, store, run_id)
