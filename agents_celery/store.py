@@ -119,9 +119,9 @@ class Sent:
         self._client, self._script, self._keys, self._args = client, script, keys, args
         self._conn: Any = None
         try:
-            conn = client.connection_pool.get_connection()
+            conn = _connection(client.connection_pool)
             self._conn = conn
-            conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
+            conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
         except redis.ConnectionError:
             self._drop()  # wait() runs it the ordinary way (with the client's retries)
 
@@ -151,6 +151,14 @@ class Sent:
         if self._conn is not None:
             self._conn.disconnect()
             self._release()
+
+
+def _connection(pool: Any) -> Any:
+    """A connection from the pool (redis-py before 5.3 wants a command name; later ones warn about it)."""
+    try:
+        return pool.get_connection()
+    except TypeError:
+        return pool.get_connection("EVALSHA")
 
 
 def _effect(raw: str) -> Effect | None:
