@@ -275,23 +275,27 @@ class Proc:
             self.log.unlink()
 
 
-def celery_worker(app: str, env: dict[str, str], queue: str, name: str, concurrency: int = 1) -> Proc:
-    """``celery -A <app> worker`` with the threads pool: the command ``agents-celery worker`` runs.
+def celery_worker(
+    app: str, env: dict[str, str], queue: str, name: str, concurrency: int = 1, pool: str = "threads"
+) -> Proc:
+    """``celery -A <app> worker`` with the threads pool (by default): the command ``agents-celery worker`` runs.
 
     ``agents-celery worker`` is ``app.worker_main(["worker", "-Q", queue, ...])`` on
     ``agents_celery.worker:app``; :mod:`bench.worker` is that same app plus a broker key prefix.
     """
     cmd = [
         sys.executable, "-m", "celery", "-A", app, "worker", "-Q", queue,
-        "--pool", "threads", "--concurrency", str(concurrency), "-n", f"{name}@%h",
+        "--pool", pool, "--concurrency", str(concurrency), "-n", f"{name}@%h",
         "--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel", "WARNING",
     ]  # fmt: skip
     return Proc(cmd, env, name)
 
 
-def agents_worker(prefix: str, queue: str, name: str, extra: dict[str, str] | None = None) -> Proc:
-    """A real agents-celery worker (threads pool, concurrency 1) serving :mod:`bench.agents`."""
-    return celery_worker("bench.worker", bench_env(prefix, queue, extra), queue, name)
+def agents_worker(
+    prefix: str, queue: str, name: str, extra: dict[str, str] | None = None, pool: str = "threads"
+) -> Proc:
+    """A real agents-celery worker (threads pool by default, concurrency 1) serving :mod:`bench.agents`."""
+    return celery_worker("bench.worker", bench_env(prefix, queue, extra), queue, name, pool=pool)
 
 
 def cpu_seconds(pid: int) -> float:

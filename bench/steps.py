@@ -168,11 +168,12 @@ def describe(counts: Counter[str], per: int) -> str:
     return ", ".join(parts)
 
 
-def start_pair(prefix: str, extra: dict[str, str] | None = None) -> tuple[Any, Any, str, str]:
-    """An agents worker and a hop worker (threads, concurrency 1), both ready."""
-    queue, hop_queue = f"{prefix}-agents", f"{prefix}-hop"
-    worker = agents_worker(prefix, queue, f"{prefix}-steps", extra)
-    hop_worker = celery_worker("bench.hop", bench_env(prefix, hop_queue), hop_queue, f"{prefix}-hop")
+def start_pair(prefix: str, extra: dict[str, str] | None = None, pool: str = "threads") -> tuple[Any, Any, str, str]:
+    """An agents worker and a hop worker (threads pool by default, concurrency 1), both ready."""
+    tail = "" if pool == "threads" else f"-{pool}"
+    queue, hop_queue = f"{prefix}-agents{tail}", f"{prefix}-hop{tail}"
+    worker = agents_worker(prefix, queue, f"{prefix}-steps{tail}", extra, pool=pool)
+    hop_worker = celery_worker("bench.hop", bench_env(prefix, hop_queue), hop_queue, f"{prefix}-hop{tail}", pool=pool)
     worker.wait_ready()
     hop_worker.wait_ready()
     from .hop import configure
@@ -291,6 +292,23 @@ def durable_settings_hop(prefix: str, steps: int, runs: int) -> float:
         configure(prefix, f"{prefix}-hop")
 
 
+def prefork_pair(prefix: str, n: int, runs: int) -> dict[str, Any]:
+    """The durable run and the hop chain again, both workers on Celery's default pool (prefork, one child).
+
+    The consumer and the task are then in two processes: the commit still acks the message in Redis, but
+    the parent cannot free the prefetch slot before the child's result comes back, so it acks as Celery
+    always does (a round trip on keys the commit already cleared)."""
+    worker, hop_worker, queue, _ = start_pair(prefix, pool="prefork")
+    try:
+        return measure(prefix, queue, n, runs)
+    finally:
+        worker.stop()
+        hop_worker.stop()
+        from .hop import configure
+
+        configure(prefix, f"{prefix}-hop")
+
+
 def run(quick: bool) -> list[Row]:
     n = int(os.environ.get("BENCH_STEPS_N", DEFAULT_N))
     runs = 3 if quick else 7
@@ -314,6 +332,9 @@ def run(quick: bool) -> list[Row]:
         finally:
             worker.stop()
             hop_worker.stop()
+        log("steps: both workers on the prefork pool")
+        prefork = prefork_pair(prefix, n, 3)
+        prefork["rt"].close()
     durable_per_step = top_level(durable_cmds) / 21
     hop_per = top_level(hop_cmds) / 21
     log(f"steps: Redis commands per durable step: {describe(durable_cmds, 21)}")
@@ -324,6 +345,8 @@ def run(quick: bool) -> list[Row]:
             "bare Celery chain hop", result["hop"] * ms, "<=", 1.0),
         Row("durable step, client reading every event (info)", result["durable_reading"] * ms, "ms",
             "bare Celery chain hop", result["hop"] * ms, "<=", None),
+        Row("durable step, both workers on the prefork pool (info)", prefork["durable"] * ms, "ms",
+            "bare hop, prefork pool", prefork["hop"] * ms, "<=", None),
         Row("durable step vs plain SET loop", result["durable"] * ms, "ms",
             "1 Redis SET per step, plain loop", loop * ms, "<=", None),
         Row("bare hop with the step task's ack settings (info)", durable_hop * ms, "ms",
