@@ -311,7 +311,7 @@ def prefork_pair(prefix: str, n: int, runs: int) -> dict[str, Any]:
 
 def run(quick: bool) -> list[Row]:
     n = int(os.environ.get("BENCH_STEPS_N", DEFAULT_N))
-    runs = 3 if quick else 7
+    runs = 3 if quick else 9
     with prefixed("steps") as prefix:
         log(f"steps: starting workers (N={n}, {runs} runs)")
         worker, hop_worker, queue, _ = start_pair(prefix)
