@@ -311,7 +311,7 @@ def tool_step(ctx: StepContext) -> StepResult:
     ctx.check()
     todo = [c for c in ctx.state.tool_calls if not c.done]
     if len(todo) == 1:  # no pool for the common case
-        finished = {todo[0].id: _run_call(ctx, todo[0])}
+        finished = {todo[0].id: _run_call(ctx, todo[0], ahead=True)}
     else:
         with ThreadPoolExecutor(max_workers=max(1, len(todo)), thread_name_prefix="tool") as pool:
             finished = dict(zip([c.id for c in todo], pool.map(lambda c: _run_call(ctx, c), todo), strict=True))
@@ -329,7 +329,7 @@ def tool_step(ctx: StepContext) -> StepResult:
     return StepResult(state, [*results, _step_finished(ctx, "tools")], "live")
 
 
-def _run_call(ctx: StepContext, call: ToolCall) -> ToolCall:
+def _run_call(ctx: StepContext, call: ToolCall, ahead: bool = False) -> ToolCall:
     if call.decision == "rejected":
         note = f" Note from the user: {call.note}" if call.note else ""
         return call.model_copy(update={"result": f"The user rejected this tool call; it did not run.{note}"})
@@ -346,10 +346,10 @@ def _run_call(ctx: StepContext, call: ToolCall) -> ToolCall:
         return _with_result(call, entry.result or "", entry.error)
     if entry is not None and not tool.idempotent:
         return call.model_copy(update={"decision": "pending", "pause_reason": "may_have_run"})
-    return _invoke(ctx, call, tool.invoke)
+    return _invoke(ctx, call, tool.invoke, ahead)
 
 
-def _invoke(ctx: StepContext, call: ToolCall, invoke: Callable[[Any, ToolContext], str]) -> ToolCall:
+def _invoke(ctx: StepContext, call: ToolCall, invoke: Callable[[Any, ToolContext], str], ahead: bool) -> ToolCall:
     args = call.args
     call_hooks(ctx.agent.hooks, "before_tool_call", ctx.info, call.name, args)
     context = ToolContext(run_id=ctx.state.run_id, tool_call_id=call.id, attempt=ctx.attempt)
@@ -362,8 +362,10 @@ def _invoke(ctx: StepContext, call: ToolCall, invoke: Callable[[Any, ToolContext
         raise
     except Exception as exc:  # the tool's own failure is the model's business, not a crash
         result, error = f"Error: {type(exc).__name__}: {exc}", f"{type(exc).__name__}: {exc}"
-    # Recorded as soon as Redis reads it; its reply is read before the commit (Engine._attempt).
-    ctx.sent.append(ctx.store.effect_done_sent(ctx.state.run_id, call.id, ctx.token, result, error))
+    if ahead:  # the step's only call: its reply is read just before the commit (Engine._attempt)
+        ctx.sent.append(ctx.store.effect_done_sent(ctx.state.run_id, call.id, ctx.token, result, error))
+    else:  # calls running side by side: none holds a connection while the others run
+        ctx.store.effect_done(ctx.state.run_id, call.id, ctx.token, result, error)
     call_hooks(ctx.agent.hooks, "after_tool_call", ctx.info, call.name, result, error)
     return _with_result(call, result, error)
 
