@@ -4,8 +4,8 @@
 a crashed earlier attempt left open, do the step (:mod:`agents_celery.steps`) with a heartbeat renewing
 the lease, commit the new checkpoint by compare-and-set on the step number (fenced by the lease), then
 enqueue the next step (the commit script pushes it itself when the broker is the same Redis, and acks the
-step's own message: :mod:`agents_celery.acks`). A delivery
-for a step that is already committed, or that another attempt holds, does nothing and emits nothing.
+step's own message: :mod:`agents_celery.acks`). A delivery for a step that is already committed, or that
+another attempt holds, does nothing and emits nothing.
 """
 
 from __future__ import annotations

@@ -122,8 +122,8 @@ class Sent:
             conn = _connection(client.connection_pool)
             self._conn = conn
             conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
-        except redis.ConnectionError:
-            self._drop()  # wait() runs it the ordinary way (with the client's retries)
+        except redis.RedisError:  # not sent, or maybe half: wait() runs it the ordinary way (with retries)
+            self._drop()
 
     def wait(self) -> Any:
         """The script's reply; runs it again the ordinary way when it was not sent, the connection failed
@@ -132,11 +132,14 @@ class Sent:
             try:
                 reply = self._conn.read_response()
             except redis.exceptions.NoScriptError:
+                self._release()  # an error reply, read whole: the connection is clean
+            except redis.ResponseError:
                 self._release()
+                raise
             except redis.ConnectionError:
                 self._drop()
-            except BaseException:
-                self._release()
+            except BaseException:  # a timeout, an interrupt: the reply may still be on its way
+                self._drop()
                 raise
             else:
                 self._release()

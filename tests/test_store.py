@@ -235,3 +235,25 @@ def test_a_tool_result_sent_ahead_is_in_the_ledger_before_its_reply_is_read(r: r
         assert store.effect_done_sent(run_id, "call_b", "t2", "other", None).wait() == 0
     finally:
         _cleanup(r, store, run_id)
+
+
+def test_a_tool_result_whose_connection_dies_before_the_reply_is_recorded_anyway(
+    r: redis.Redis, settings: Settings
+) -> None:
+    store = RunStore(r, settings)
+    run_id = _run(store)
+    effects = store.keys.run(run_id).effects
+    try:
+        r.hset(effects, "call_a", json.dumps({"status": "started", "token": "t1"}))
+        r.client_pause(2000, all=False)  # writes (scripts included) wait; CLIENT KILL does not
+        try:
+            sent = store.effect_done_sent(run_id, "call_a", "t1", "ok", None)
+            host, port = sent._conn._sock.getsockname()[:2]  # the connection its reply would come on
+            r.client_kill(f"{host}:{port}")  # killed before Redis ran the command: it never will
+        finally:
+            r.client_unpause()
+        assert sent.wait() == 1  # the connection failed: run again on a fresh one
+        assert json.loads(r.hget(effects, "call_a"))["result"] == "ok"  # type: ignore[arg-type]
+        assert r.ping() and len(r.connection_pool._in_use_connections) == 0  # type: ignore[attr-defined]
+    finally:
+        _cleanup(r, store, run_id)
