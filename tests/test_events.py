@@ -68,3 +68,26 @@ def test_what_the_model_refuses_is_refused(kind: EventType, fields: dict[str, An
         _pydantic_json(kind, fields)
     with pytest.raises(EventValidationError):
         make_event(kind, timestamp=TS, **fields)
+
+
+@pytest.mark.parametrize("type_", [EventType.STEP_STARTED, EventType.STEP_FINISHED])
+@pytest.mark.parametrize(("kind", "step", "attempt"), [("model", 0, 1), ("tools", 17, 3), ("model", 10**9, 2)])
+def test_step_events_are_written_as_make_event_writes_them(
+    monkeypatch: pytest.MonkeyPatch, type_: EventType, kind: str, step: int, attempt: int
+) -> None:
+    from agents_celery import steps
+
+    monkeypatch.setattr(steps, "now_ms", lambda: 1_700_000_000_123)
+    got = steps.step_event(type_, kind, step, attempt)
+    meta = {"step": step, "kind": kind, "attempt": attempt}
+    want = make_event(type_, step_name=steps.step_name(kind, step), metadata=meta, timestamp=1_700_000_000_123)
+    assert got == want
+    AGUI_MODELS[type_].model_validate_json(got.json)  # the protocol's own model accepts it
+
+
+def test_an_odd_step_event_goes_through_make_event() -> None:
+    from agents_celery import steps
+
+    odd = steps.step_event(EventType.STEP_STARTED, 'we"ird', 1, 1)  # not one of the engine's two names
+    assert json.loads(odd.json)["metadata"]["kind"] == 'we"ird'  # quoted, as make_event quotes
+    assert json.loads(steps.step_event(EventType.STEP_FINISHED, "tools", True, 1).json)["metadata"]["step"] is True
