@@ -14,6 +14,12 @@ finishes. For that short while the worker holds one message more than its prefet
 fail (lease lost, step committed by another attempt, Redis away), it acked nothing, and the request removes
 the message itself when Celery acks it (or requeues it on a reject), as kombu's ack would have.
 Should anything here not look like kombu's Redis transport, Celery's ordinary ack runs.
+
+On the threads and solo pools (the consumer and the tasks in one process) the consumer also sends each
+received step's claim at once (:func:`claim_on_receipt`), and the task reads the reply
+(:func:`claimed_ahead`): the claim's round trip overlaps Celery handing the message to a thread instead of
+being the first thing the step waits for. A message received but never run leaves its lease to expire; the
+sweeper then gives the step to a new attempt, as after a crash.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from celery.worker.request import Request
@@ -33,6 +40,26 @@ log = logging.getLogger(__name__)
 #: Delivered step messages whose ack may ride the commit, by delivery tag (until acked or rejected).
 _PENDING: dict[str, StepRequest] = {}
 _LOCK = threading.Lock()
+#: Sends a received step's claim (see :func:`claim_on_receipt`); None: the task claims when it starts.
+_CLAIM_AHEAD: Callable[[StepRequest], Any] | None = None
+
+
+def claim_on_receipt(send: Callable[[StepRequest], Any] | None) -> None:
+    """Have the consumer send each received step's claim at once (``send(request)`` returns an object with
+    ``close()``); the task then reads the reply (:func:`claimed_ahead`) instead of making the round trip
+    itself. Only for pools that run tasks in the consumer's process (threads, solo)."""
+    global _CLAIM_AHEAD
+    _CLAIM_AHEAD = send
+
+
+def claimed_ahead(tag: str | None) -> Any:
+    """The claim sent when the message with this delivery tag was received, once (None when there is none)."""
+    with _LOCK:
+        request = _PENDING.get(tag) if tag else None
+        if request is None:
+            return None
+        ahead, request.ahead = request.ahead, None
+    return ahead
 
 
 def commit_acks(tag: str, committed: bool) -> None:
@@ -80,6 +107,7 @@ class StepRequest(Request):  # type: ignore[misc]
         super().__init__(*args, **kwargs)
         self.settled_early = False  # kombu's bookkeeping was settled as the commit was sent
         self.commit_acked = False  # and that commit succeeded
+        self.ahead: Any = None  # the claim sent on receipt, until the task takes it
         message = self._message
         # Only kombu's Redis transport keeps acks in the keys the commit removes; only Celery's own ack and
         # reject promises (run on the consumer's loop) are known to be safe to re-aim.
@@ -92,6 +120,12 @@ class StepRequest(Request):  # type: ignore[misc]
         ):
             with _LOCK:
                 _PENDING[message.delivery_tag] = self
+            send = _CLAIM_AHEAD
+            if send is not None:
+                try:
+                    self.ahead = send(self)
+                except Exception as exc:  # the task claims the ordinary way
+                    log.warning("step message %s: could not send its claim ahead: %s", message.delivery_tag, exc)
 
     def settle_early(self) -> None:
         if self.acknowledged or self.settled_early:
@@ -130,3 +164,6 @@ def _forget(request: StepRequest) -> None:
     with _LOCK:
         if _PENDING.get(request._message.delivery_tag) is request:
             del _PENDING[request._message.delivery_tag]
+        ahead, request.ahead = request.ahead, None
+    if ahead is not None:  # received but never run: read the claim's reply so its connection goes back clean
+        ahead.close()

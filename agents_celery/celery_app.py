@@ -14,11 +14,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from celery import Celery, signals
+from celery.concurrency.solo import TaskPool as SoloPool
+from celery.concurrency.thread import TaskPool as ThreadsPool
 
-from .acks import StepRequest, commit_acks
+from .acks import StepRequest, claim_on_receipt, claimed_ahead, commit_acks
 from .agent import Agent, load_agents
 from .connections import connect
-from .engine import Engine
+from .engine import Ahead, Engine
 from .hooks import Hooks, LoggingHooks
 from .publisher import StepPublisher
 from .settings import Settings, load_settings
@@ -84,6 +86,13 @@ class AgentsCelery:
         tag = (getattr(request, "properties", None) or {}).get("delivery_tag")
         keys = self.publisher.ack_keys(self.settings.redis_url) if tag else None
         return Ack(keys[0], keys[1], str(tag)) if keys else None
+
+    def claim_ahead(self, request: Any) -> Ahead | None:
+        """Send the claim of a step message the consumer just received (its task reads the reply)."""
+        args = request.args
+        if len(args) < 2 or not isinstance(args[0], str):
+            return None
+        return self.engine.claim_ahead(args[0], int(args[1]))
 
     def backlog(self) -> int:
         """Messages waiting in the step queue (0 when the broker cannot tell: the sweeper then re-enqueues)."""
@@ -161,12 +170,15 @@ def configure(
     )
     def step(self: Any, run_id: str, step: int, agent: str | None = None) -> str:
         """One step of one run: a model turn or the tool calls of a turn."""
-        return ext.engine.execute(run_id, int(step), ack=ext.ack_for(self.request))
+        ahead = claimed_ahead((getattr(self.request, "properties", None) or {}).get("delivery_tag"))
+        return ext.engine.execute(run_id, int(step), ack=ext.ack_for(self.request), ahead=ahead)
 
     @signals.worker_ready.connect(weak=False)  # type: ignore[untyped-decorator]
     def _ready(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is app:
             ext.on_worker_ready()
+            if isinstance(getattr(sender, "pool", None), (ThreadsPool, SoloPool)):
+                claim_on_receipt(ext.claim_ahead)  # the consumer and the tasks share the process
 
     @signals.worker_shutdown.connect(weak=False)  # type: ignore[untyped-decorator]
     def _shutdown(sender: Any = None, **_: Any) -> None:

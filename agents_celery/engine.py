@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import redis
 
@@ -33,7 +34,7 @@ from .steps import (
     tool_step,
     with_step_finished,
 )
-from .store import Ack, Claim, RunStore, Sent
+from .store import Ack, Claim, RunStore, Sent, SentClaim
 from .writer import EventWriter
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,20 @@ log = logging.getLogger(__name__)
 Enqueue = Callable[[str, int, str], None]
 #: The step queue's key and the message for ``(run_id, step, agent_id)`` when the commit can push it itself.
 TaskFor = Callable[[str, int, str], "tuple[str, str] | None"]
+
+
+@dataclass(frozen=True)
+class Ahead:
+    """A claim sent ahead of its attempt (:meth:`Engine.claim_ahead`)."""
+
+    run_id: str
+    step: int
+    token: str
+    claim: SentClaim
+
+    def close(self) -> None:
+        """Its attempt will not run: read the reply anyway (the lease it took expires; the sweeper retries)."""
+        self.claim.sent.close()
 
 
 class Engine:
@@ -69,14 +84,27 @@ class Engine:
         s = self.settings
         self.keeper = LeaseKeeper(self.leases, s.lease_ttl_ms, s.heartbeat_seconds, s.stop_poll_seconds)
 
-    def execute(self, run_id: str, step: int, ack: Ack | None = None) -> str:
+    def claim_ahead(self, run_id: str, step: int) -> Ahead:
+        """Send the claim of an attempt at ``step`` now; :meth:`execute` reads its reply (``ahead=``)."""
+        token = new_token()
+        started = (step_started("model", step, 1), step_started("tools", step, 1))
+        return Ahead(run_id, step, token, self.store.claim_sent(run_id, step, token, started))
+
+    def execute(self, run_id: str, step: int, ack: Ack | None = None, ahead: Ahead | None = None) -> str:
         """Run one attempt of ``step``; return what happened (``committed``, ``stale``, ``busy`` ...).
 
         ``ack``: the delivered message, for the commit to ack (only a ``committed`` attempt acked it).
+        ``ahead``: the claim :meth:`claim_ahead` sent for this very attempt, if any.
         """
-        token = new_token()
-        started = (step_started("model", step, 1), step_started("tools", step, 1))
-        claim = self.store.claim(run_id, step, token, started)
+        if ahead is not None and (ahead.run_id, ahead.step) == (run_id, step):
+            token = ahead.token
+            claim = self.store.claim_read(ahead.claim)
+        else:
+            if ahead is not None:
+                ahead.close()
+            token = new_token()
+            started = (step_started("model", step, 1), step_started("tools", step, 1))
+            claim = self.store.claim(run_id, step, token, started)
         if claim.outcome != "OK":
             log.info("run=%s step=%d: nothing to do (%s)", run_id, step, claim.outcome.lower())
             return claim.outcome.lower()

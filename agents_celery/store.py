@@ -6,7 +6,9 @@ run's lease token. Session and global keys are written with separate commands (t
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import threading
 import time
 import uuid
@@ -24,6 +26,8 @@ from .keys import Keys
 from .runs import RunState, load_state
 from .scripts import CLAIM, COMMIT, refusal
 from .settings import Settings
+
+log = logging.getLogger(__name__)
 
 # KEYS: effects, lease. ARGV: tool_call_id, token -> existing entry JSON, or '' after recording "started".
 _EFFECT_BEGIN = """
@@ -84,50 +88,87 @@ class Effect:
     error: str | None = None
 
 
+@dataclass
+class CachedState:
+    """A run state this process committed (or is committing), and the id of that version."""
+
+    state_id: str
+    state: RunState
+    #: Set once the commit that writes this version has returned; ``committed`` says whether it succeeded.
+    ready: threading.Event = field(default_factory=threading.Event)
+    committed: bool = False
+
+    def wait(self, timeout: float) -> bool:
+        """Whether the version is usable: its commit returned successfully (waiting up to ``timeout``)."""
+        return self.ready.wait(timeout) and self.committed
+
+
 class StateCache:
     """The last few run states this process committed, by run id, with the id of that version.
 
     Only a claim that finds the same version in Redis (no one committed since) uses an entry; an attempt
-    that ends without committing forgets its run, so nothing it changed in memory is reused.
+    that ends without committing forgets its run, so nothing it changed in memory is reused. A commit enters
+    its version before it is sent (:meth:`expect`), so the next step's claim may be sent while the commit's
+    reply is on its way; the state is used only once that commit has returned (:meth:`CachedState.wait`).
     """
 
     def __init__(self, size: int = 128) -> None:
         self._size = size
-        self._entries: OrderedDict[str, tuple[str, RunState]] = OrderedDict()
+        self._entries: OrderedDict[str, CachedState] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, run_id: str) -> tuple[str, RunState] | None:
+    def get(self, run_id: str) -> CachedState | None:
         with self._lock:
             return self._entries.get(run_id)
 
-    def keep(self, run_id: str, state_id: str, state: RunState) -> None:
+    def expect(self, run_id: str, state_id: str, state: RunState) -> CachedState | None:
+        """Enter the version a commit is about to write (None when this cache keeps nothing)."""
+        if self._size <= 0:
+            return None
+        entry = CachedState(state_id, state)
         with self._lock:
-            self._entries[run_id] = (state_id, state)
+            self._entries[run_id] = entry
             self._entries.move_to_end(run_id)
             while self._entries and len(self._entries) > self._size:
                 self._entries.popitem(last=False)
+        return entry
 
-    def forget(self, run_id: str) -> None:
+    def keep(self, run_id: str, state_id: str, state: RunState) -> None:
+        entry = self.expect(run_id, state_id, state)
+        if entry is not None:
+            entry.committed = True
+            entry.ready.set()
+
+    def forget(self, run_id: str, entry: CachedState | None = None) -> None:
+        """Drop the run's entry (only ``entry``, when given: a newer one stays)."""
         with self._lock:
-            self._entries.pop(run_id, None)
+            if entry is None or self._entries.get(run_id) is entry:
+                self._entries.pop(run_id, None)
+        if entry is not None:
+            entry.ready.set()  # not committed: whoever waits for it loads the state instead
 
 
 class Sent:
-    """A script call written to Redis whose reply is read later, on a connection of its own meanwhile."""
+    """A script call written to Redis whose reply is read later, on a connection of its own meanwhile.
 
-    def __init__(self, client: redis.Redis, script: Any, keys: list[str], args: list[str]) -> None:
-        self._client, self._script, self._keys, self._args = client, script, keys, args
+    With ``rerun`` (for an idempotent script), a call whose connection failed runs again the ordinary way;
+    without, the connection error is raised (the script may or may not have run)."""
+
+    def __init__(self, client: redis.Redis, script: Any, keys: list[str], args: list[str], rerun: bool = True) -> None:
+        self._client, self._script, self._keys, self._args, self._rerun = client, script, keys, args, rerun
+        self._failed: redis.RedisError | None = None
         self._conn: Any = None
         try:
             conn = _connection(client.connection_pool)
             self._conn = conn
             conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
-        except redis.RedisError:  # not sent, or maybe half: wait() runs it the ordinary way (with retries)
+        except redis.RedisError as exc:  # not sent, or maybe half
+            self._failed = exc
             self._drop()
 
     def wait(self) -> Any:
-        """The script's reply; runs it again the ordinary way when it was not sent, the connection failed
-        or Redis did not know the script (it is idempotent: a result recorded twice is the same result)."""
+        """The script's reply. Runs it again the ordinary way when Redis did not know the script (it did not
+        run) and, with ``rerun``, when the call was not sent or its connection failed."""
         if self._conn is not None:
             try:
                 reply = self._conn.read_response()
@@ -138,13 +179,23 @@ class Sent:
                 raise
             except redis.ConnectionError:
                 self._drop()
+                if not self._rerun:
+                    raise
             except BaseException:  # a timeout, an interrupt: the reply may still be on its way
                 self._drop()
                 raise
             else:
                 self._release()
                 return reply
+        elif self._failed is not None and not self._rerun:
+            raise redis.ConnectionError(f"the call was not sent whole: {self._failed}")
         return self._script(keys=self._keys, args=self._args)
+
+    def close(self) -> None:
+        """Read and drop the reply of a call nobody will use (its connection then goes back clean)."""
+        with contextlib.suppress(Exception):
+            if self._conn is not None:
+                self.wait()
 
     def _release(self) -> None:
         self._client.connection_pool.release(self._conn)
@@ -154,6 +205,15 @@ class Sent:
         if self._conn is not None:
             self._conn.disconnect()
             self._release()
+
+
+@dataclass(frozen=True)
+class SentClaim:
+    """A claim sent ahead (:meth:`RunStore.claim_sent`) and the cached state it named."""
+
+    run_id: str
+    sent: Sent
+    known: CachedState | None
 
 
 def _connection(pool: Any) -> Any:
@@ -221,11 +281,36 @@ class RunStore:
         ``started`` holds the STEP_STARTED of a model turn and of a tool step; a first attempt writes the
         one that fits (its offset is ``next_offset``), a retried one writes neither.
         """
-        k = self.keys.run(run_id)
         known = self.states.get(run_id)
+        keys, args = self._claim_call(run_id, step, token, started, known)
+        return self._claimed(run_id, self._claim(keys=keys, args=args), known)
+
+    def claim_sent(self, run_id: str, step: int, token: str, started: tuple[NewEvent, NewEvent]) -> SentClaim:
+        """:meth:`claim`, sent now and answered later (:meth:`claim_read`): the worker's consumer sends it as
+        it receives the step's message, so the round trip overlaps Celery handing the message to a thread."""
+        known = self.states.get(run_id)
+        keys, args = self._claim_call(run_id, step, token, started, known)
+        return SentClaim(run_id, Sent(self.redis, self._claim, keys, [str(a) for a in args], rerun=False), known)
+
+    def claim_read(self, sent: SentClaim) -> Claim:
+        """The claim's outcome; ``BUSY`` when its reply was lost (it may have taken the lease: the sweeper
+        gives the step to a new attempt once that lease expires)."""
+        try:
+            reply = sent.sent.wait()
+        except redis.ConnectionError as exc:
+            log.warning("run=%s: a claim's reply was lost (%s); the sweeper will retry the step", sent.run_id, exc)
+            return Claim("BUSY")
+        return self._claimed(sent.run_id, reply, sent.known)
+
+    def _claim_call(
+        self, run_id: str, step: int, token: str, started: tuple[NewEvent, NewEvent], known: CachedState | None
+    ) -> tuple[list[str], list[str | int]]:
+        k = self.keys.run(run_id)
         args: list[str | int] = [token, step, self.settings.lease_ttl_ms, started[0].json, started[1].json]
-        args.append(known[0] if known else "")
-        reply = self._claim(keys=[k.run, k.lease, k.stop, k.events, k.effects, k.messages], args=args)
+        args.append(known.state_id if known else "")
+        return [k.run, k.lease, k.stop, k.events, k.effects, k.messages], args
+
+    def _claimed(self, run_id: str, reply: Any, known: CachedState | None) -> Claim:
         outcome = _text(reply[0])
         if outcome != "OK":
             return Claim(outcome)  # type: ignore[arg-type]
@@ -234,8 +319,10 @@ class RunStore:
         effects = {_text(i): _effect(_text(e)) for i, e in zip(ids, entries, strict=True)}
         if raw:
             state = load_state(raw, reply[8])
-        elif known is not None:  # the claim sends no state only when we hold its current version
-            state = known[1]
+        elif known is not None and known.wait(self.settings.lease_ttl_ms / 1000):
+            state = known.state  # Redis holds the version this process committed
+        elif known is not None:  # that version is in Redis, but its commit did not return here: read it back
+            state = self.load(run_id)[0]
         else:
             raise StateError(f"run {run_id!r} has no stored state")
         return Claim(
@@ -300,17 +387,22 @@ class RunStore:
         keys = [k.run, k.events, k.lease, k.effects, k.gone, k.stop, k.messages]
         if task or ack:  # keys the script does not touch stand in for the missing ones: it reads ARGV first
             keys += [task[0] if task else k.run, *((ack.index_key, ack.hash_key) if ack else (k.run, k.run))]
-        self.states.forget(state.run_id)
+        # Entered before it is sent: the next step's claim may go out before this reply is read.
+        entry = self.states.expect(state.run_id, state_id, state) if log_status == "live" else None
+        if entry is None:
+            self.states.forget(state.run_id)
         try:
             first = int(self._commit(keys=keys, args=args))
-        except redis.ResponseError as exc:
-            mapped = refusal(exc, state.run_id)
+        except BaseException as exc:
+            self.states.forget(state.run_id, entry)
+            mapped = refusal(exc, state.run_id) if isinstance(exc, redis.ResponseError) else None
             if mapped is not None:
                 raise mapped from None
             raise
         state.stored_as(None if v1 else state.messages)
-        if log_status == "live":
-            self.states.keep(state.run_id, state_id, state)
+        if entry is not None:
+            entry.committed = True
+            entry.ready.set()
         return first
 
     # -- stop --------------------------------------------------------------------------------------

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import pytest
 import redis
@@ -44,7 +46,7 @@ def test_a_claim_reuses_the_state_this_process_committed(r: redis.Redis, setting
         again = store.claim(run_id, 1, "t1", STARTED)
         assert again.outcome == "OK" and again.state is not None
         assert again.state.messages == [{"role": "user", "content": "hi"}] and again.state.turns == 1
-        assert again.state is store.states.get(run_id)[1]  # type: ignore[index]  # not parsed again
+        assert again.state is store.states.get(run_id).state  # type: ignore[union-attr]  # not parsed again
     finally:
         _cleanup(r, store, run_id)
 
@@ -61,7 +63,7 @@ def test_a_commit_by_another_process_is_loaded_not_taken_from_memory(r: redis.Re
         theirs.commit(other.state.model_copy(update={"turns": 2}), "t1", 1, 2, [], "live")
         back = mine.claim(run_id, 2, "t2", STARTED)
         assert back.state is not None and back.state.turns == 2
-        assert mine.states.get(run_id)[1].turns == 1  # type: ignore[index]  # the stale copy was not used
+        assert mine.states.get(run_id).state.turns == 1  # type: ignore[union-attr]  # the stale copy was not used
     finally:
         _cleanup(r, mine, run_id)
 
@@ -255,5 +257,53 @@ def test_a_tool_result_whose_connection_dies_before_the_reply_is_recorded_anyway
         assert sent.wait() == 1  # the connection failed: run again on a fresh one
         assert json.loads(r.hget(effects, "call_a"))["result"] == "ok"  # type: ignore[arg-type]
         assert r.ping() and len(r.connection_pool._in_use_connections) == 0  # type: ignore[attr-defined]
+    finally:
+        _cleanup(r, store, run_id)
+
+
+def test_a_claim_sent_during_a_commit_uses_its_state_only_once_that_commit_returned(
+    r: redis.Redis, settings: Settings
+) -> None:
+    """The consumer may send step N+1's claim while step N's thread still reads its commit's reply: the
+    claim names the version that commit writes, and the state is used only once the commit has returned."""
+    store = RunStore(r, settings)
+    run_id = _run(store)
+    try:
+        claim = store.claim(run_id, 0, "t0", STARTED)
+        assert claim.state is not None
+        store.commit(claim.state.model_copy(update={"turns": 1}), "t0", 0, 1, [], "live")
+        entry = store.states.get(run_id)
+        assert entry is not None and entry.committed
+        entry.ready.clear()  # as if the commit's reply had not been read yet
+        threading.Timer(0.2, entry.ready.set).start()
+        t0 = time.monotonic()
+        again = store.claim_read(store.claim_sent(run_id, 1, "t1", STARTED))
+        assert again.outcome == "OK" and again.state is entry.state and time.monotonic() - t0 >= 0.2
+        store.commit(again.state.model_copy(update={"turns": 2}), "t1", 1, 2, [], "live")
+        entry = store.states.get(run_id)
+        assert entry is not None
+        entry.ready.clear()
+        entry.committed = False  # the commit ran in Redis, but failed here (its reply was lost)
+        threading.Timer(0.1, entry.ready.set).start()
+        third = store.claim_read(store.claim_sent(run_id, 2, "t2", STARTED))
+        assert third.state is not None and third.state is not entry.state and third.state.turns == 2  # read back
+    finally:
+        _cleanup(r, store, run_id)
+
+
+def test_a_claim_sent_ahead_whose_reply_is_lost_says_busy(r: redis.Redis, settings: Settings) -> None:
+    store = RunStore(r, settings)
+    run_id = _run(store)
+    try:
+        r.client_pause(2000, all=False)  # writes (scripts included) wait; CLIENT KILL does not
+        try:
+            sent = store.claim_sent(run_id, 0, "t0", STARTED)
+            host, port = sent.sent._conn._sock.getsockname()[:2]
+            r.client_kill(f"{host}:{port}")  # killed before Redis ran it
+        finally:
+            r.client_unpause()
+        assert store.claim_read(sent).outcome == "BUSY"  # not run again: a claim is not idempotent
+        assert r.get(store.keys.run(run_id).lease) is None  # it never ran: the sweeper will send the step again
+        assert store.claim(run_id, 0, "t1", STARTED).outcome == "OK"
     finally:
         _cleanup(r, store, run_id)
