@@ -156,13 +156,15 @@ class Sent:
 
     def __init__(self, client: redis.Redis, script: Any, keys: list[str], args: list[str], rerun: bool = True) -> None:
         self._client, self._script, self._keys, self._args, self._rerun = client, script, keys, args, rerun
-        self._failed: redis.RedisError | None = None
+        self._failed: redis.RedisError | None = None  # the send failed part way: it may have run
         self._conn: Any = None
         try:
-            conn = _connection(client.connection_pool)
-            self._conn = conn
-            conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
-        except redis.RedisError as exc:  # not sent, or maybe half
+            self._conn = _connection(client.connection_pool)
+        except redis.RedisError:
+            return  # nothing was sent: wait() runs it the ordinary way
+        try:
+            self._conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        except redis.RedisError as exc:
             self._failed = exc
             self._drop()
 

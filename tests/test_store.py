@@ -307,3 +307,18 @@ def test_a_claim_sent_ahead_whose_reply_is_lost_says_busy(r: redis.Redis, settin
         assert store.claim(run_id, 0, "t1", STARTED).outcome == "OK"
     finally:
         _cleanup(r, store, run_id)
+
+
+def test_a_claim_that_could_not_be_sent_ahead_is_made_the_ordinary_way(settings: Settings) -> None:
+    client = redis.Redis.from_url(settings.redis_url, max_connections=1)
+    store = RunStore(client, settings)
+    run_id = _run(store)
+    try:
+        held = client.connection_pool.get_connection()  # the pool's only connection: none for the claim
+        sent = store.claim_sent(run_id, 0, "t0", STARTED)
+        client.connection_pool.release(held)
+        claim = store.claim_read(sent)  # nothing reached Redis, so the claim is simply made now
+        assert claim.outcome == "OK" and claim.attempt == 1
+    finally:
+        _cleanup(client, store, run_id)
+        client.close()
