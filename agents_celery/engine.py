@@ -18,7 +18,7 @@ import redis
 
 from .agent import Agent
 from .errors import AbandonedRunError, ConfigurationError, FencedError, RunFinishedError, StateError, StopStep
-from .events import EventType, close_open, make_event
+from .events import EventType, NewEvent, close_open, make_event
 from .hooks import Hooks, StepInfo, call_hooks
 from .leases import LeaseKeeper, Leases, new_token
 from .runs import RunStatus
@@ -87,7 +87,7 @@ class Engine:
     def claim_ahead(self, run_id: str, step: int) -> Ahead:
         """Send the claim of an attempt at ``step`` now; :meth:`execute` reads its reply (``ahead=``)."""
         token = new_token()
-        started = (step_started("model", step, 1), step_started("tools", step, 1))
+        started = _first_started(step)
         return Ahead(run_id, step, token, self.store.claim_sent(run_id, step, token, started))
 
     def execute(self, run_id: str, step: int, ack: Ack | None = None, ahead: Ahead | None = None) -> str:
@@ -103,7 +103,7 @@ class Engine:
             if ahead is not None:
                 ahead.close()
             token = new_token()
-            started = (step_started("model", step, 1), step_started("tools", step, 1))
+            started = _first_started(step)
             claim = self.store.claim(run_id, step, token, started)
         if claim.outcome != "OK":
             log.info("run=%s step=%d: nothing to do (%s)", run_id, step, claim.outcome.lower())
@@ -236,3 +236,8 @@ def _read_quietly(sent: list[Sent]) -> None:
             call.wait()
         except Exception as exc:  # the attempt's own error is the one that matters
             log.warning("a tool result may not be in the ledger: %s", exc)
+
+
+def _first_started(step: int) -> tuple[NewEvent, NewEvent]:
+    """The STEP_STARTED of a first attempt, as a model turn and as a tool step: the claim writes the one that fits."""
+    return step_started("model", step, 1), step_started("tools", step, 1)

@@ -102,6 +102,11 @@ class CachedState:
         """Whether the version is usable: its commit returned successfully (waiting up to ``timeout``)."""
         return self.ready.wait(timeout) and self.committed
 
+    def confirm(self) -> None:
+        """Its commit returned successfully: the state may be used."""
+        self.committed = True
+        self.ready.set()
+
 
 class StateCache:
     """The last few run states this process committed, by run id, with the id of that version.
@@ -136,8 +141,7 @@ class StateCache:
     def keep(self, run_id: str, state_id: str, state: RunState) -> None:
         entry = self.expect(run_id, state_id, state)
         if entry is not None:
-            entry.committed = True
-            entry.ready.set()
+            entry.confirm()
 
     def forget(self, run_id: str, entry: CachedState | None = None) -> None:
         """Drop the run's entry (only ``entry``, when given: a newer one stays)."""
@@ -403,8 +407,7 @@ class RunStore:
             raise
         state.stored_as(None if v1 else state.messages)
         if entry is not None:
-            entry.committed = True
-            entry.ready.set()
+            entry.confirm()
         return first
 
     # -- stop --------------------------------------------------------------------------------------

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import redis
@@ -14,11 +16,12 @@ from agents_celery.events import EventType, make_event
 from agents_celery.runs import RunState, RunStatus, ToolCall
 from agents_celery.settings import Settings
 from agents_celery.steps import step_started
-from agents_celery.store import Ack, Effect, RunStore
+from agents_celery.store import Ack, Effect, RunStore, Sent
 
 from .conftest import new_id, wait_for
 
 pytestmark = pytest.mark.timeout(30)
+
 
 STARTED = (step_started("model", 0, 1), step_started("tools", 0, 1))
 
@@ -28,6 +31,21 @@ def _run(store: RunStore) -> str:
     state = RunState(run_id=run_id, agent_id="a", session_id="s")
     store.create(state, [make_event(EventType.RUN_STARTED, thread_id="s", run_id=run_id)])
     return run_id
+
+
+def _killed_before_it_runs(
+    r: redis.Redis, send: Callable[[], Any], sent_of: Callable[[Any], Sent] = lambda call: call
+) -> Any:
+    """``send()`` a script call ahead, then kill the connection its reply would come on while Redis holds the
+    command (CLIENT PAUSE WRITE holds scripts, not CLIENT KILL): the command never runs."""
+    r.client_pause(2000, all=False)
+    try:
+        call = send()
+        host, port = sent_of(call)._conn._sock.getsockname()[:2]
+        r.client_kill(f"{host}:{port}")
+    finally:
+        r.client_unpause()
+    return call
 
 
 def _cleanup(r: redis.Redis, store: RunStore, run_id: str) -> None:
@@ -247,13 +265,7 @@ def test_a_tool_result_whose_connection_dies_before_the_reply_is_recorded_anyway
     effects = store.keys.run(run_id).effects
     try:
         r.hset(effects, "call_a", json.dumps({"status": "started", "token": "t1"}))
-        r.client_pause(2000, all=False)  # writes (scripts included) wait; CLIENT KILL does not
-        try:
-            sent = store.effect_done_sent(run_id, "call_a", "t1", "ok", None)
-            host, port = sent._conn._sock.getsockname()[:2]  # the connection its reply would come on
-            r.client_kill(f"{host}:{port}")  # killed before Redis ran the command: it never will
-        finally:
-            r.client_unpause()
+        sent = _killed_before_it_runs(r, lambda: store.effect_done_sent(run_id, "call_a", "t1", "ok", None))
         assert sent.wait() == 1  # the connection failed: run again on a fresh one
         assert json.loads(r.hget(effects, "call_a"))["result"] == "ok"  # type: ignore[arg-type]
         assert r.ping() and len(r.connection_pool._in_use_connections) == 0  # type: ignore[attr-defined]
@@ -295,13 +307,7 @@ def test_a_claim_sent_ahead_whose_reply_is_lost_says_busy(r: redis.Redis, settin
     store = RunStore(r, settings)
     run_id = _run(store)
     try:
-        r.client_pause(2000, all=False)  # writes (scripts included) wait; CLIENT KILL does not
-        try:
-            sent = store.claim_sent(run_id, 0, "t0", STARTED)
-            host, port = sent.sent._conn._sock.getsockname()[:2]
-            r.client_kill(f"{host}:{port}")  # killed before Redis ran it
-        finally:
-            r.client_unpause()
+        sent = _killed_before_it_runs(r, lambda: store.claim_sent(run_id, 0, "t0", STARTED), lambda c: c.sent)
         assert store.claim_read(sent).outcome == "BUSY"  # not run again: a claim is not idempotent
         assert r.get(store.keys.run(run_id).lease) is None  # it never ran: the sweeper will send the step again
         assert store.claim(run_id, 0, "t1", STARTED).outcome == "OK"
