@@ -12,6 +12,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from enum import StrEnum
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 import ag_ui.core as agui
@@ -114,6 +115,34 @@ def _delta_event(kind: EventType, key: str, fields: dict[str, Any]) -> NewEvent:
         raise EventValidationError(f"invalid {kind.value} event: timestamp must be an integer (ms)")
     data = {"type": kind.value, "timestamp": ts, key: ident, "delta": delta}
     return NewEvent(kind, json.dumps(data, separators=(",", ":")))
+
+
+class Deltas:
+    """The delta events of one message or tool call (``TEXT_MESSAGE_CONTENT`` / ``TOOL_CALL_ARGS``).
+
+    ``Deltas(kind, ident)(delta)`` is ``make_event(kind, <id field>=ident, delta=delta)``, byte for byte, built
+    from a prefix made once: a streamed token passes through here between the model's socket and Redis, and
+    after the millisecond idle between tokens the general path's per-call work (enum lookup, field checks, a
+    JSON encoder built per call) costs ~50 us of cold CPU against ~10 us for this.
+    """
+
+    __slots__ = ("_head", "_middle", "kind")
+
+    def __init__(self, kind: EventType, ident: str) -> None:
+        key = _DELTA_KEYS.get(kind)
+        if key is None:
+            raise EventValidationError(f"{kind.value} events carry no delta")
+        if not isinstance(ident, str) or not ident:
+            raise EventValidationError(f"invalid {kind.value} event: {key} must be a non-empty string")
+        self.kind = kind
+        self._head = f'{{"type":"{kind.value}","timestamp":'
+        self._middle = f',"{key}":{encode_basestring_ascii(ident)},"delta":'
+
+    def __call__(self, delta: str) -> NewEvent:
+        if not isinstance(delta, str) or not delta:
+            raise EventValidationError(f"invalid {self.kind.value} event: delta must be a non-empty string")
+        ts = time.time_ns() // 1_000_000
+        return NewEvent(self.kind, f"{self._head}{ts}{self._middle}{encode_basestring_ascii(delta)}}}")
 
 
 def _first_error(exc: Exception) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 from .agent import Agent
 from .errors import AgentsCeleryError, FencedError, ModelError, StopStep, ToolArgumentsError
 from .eventlog import LogStatus
-from .events import EventType, NewEvent, make_event, now_ms
+from .events import Deltas, EventType, NewEvent, make_event, now_ms
 from .hooks import StepInfo, call_hooks
 from .models import TextDelta, ToolCallDelta, TurnAccumulator, Usage
 from .runs import RunFailure, RunState, RunStatus, ToolCall
@@ -149,9 +149,11 @@ class _TurnStream:
     def __init__(self, ctx: StepContext) -> None:
         self.ctx = ctx
         self.message_id = new_id("msg")
+        self.text = Deltas(EventType.TEXT_MESSAGE_CONTENT, self.message_id)
         self.acc = TurnAccumulator()
         self.text_open = False
         self.calls: dict[int, str] = {}
+        self.args: dict[int, Deltas] = {}
         self.open_calls: list[str] = []
 
     def feed(self, chunk: Any) -> None:
@@ -160,13 +162,14 @@ class _TurnStream:
             if not self.text_open:
                 emit(make_event(EventType.TEXT_MESSAGE_START, message_id=self.message_id, role="assistant"))
                 self.text_open = True
-            emit(make_event(EventType.TEXT_MESSAGE_CONTENT, message_id=self.message_id, delta=chunk.text))
+            emit(self.text(chunk.text))
         elif isinstance(chunk, ToolCallDelta):
             if chunk.index not in self.calls:
                 self.close_text()
                 call_id = chunk.id or new_id("call")
                 chunk = ToolCallDelta(chunk.index, call_id, chunk.name, chunk.arguments)
                 self.calls[chunk.index] = call_id
+                self.args[chunk.index] = Deltas(EventType.TOOL_CALL_ARGS, call_id)
                 self.open_calls.append(call_id)
                 emit(
                     make_event(
@@ -177,7 +180,7 @@ class _TurnStream:
                     )
                 )
             if chunk.arguments:
-                emit(make_event(EventType.TOOL_CALL_ARGS, tool_call_id=self.calls[chunk.index], delta=chunk.arguments))
+                emit(self.args[chunk.index](chunk.arguments))
         self.acc.add(chunk)
 
     def close_text(self) -> None:

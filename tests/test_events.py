@@ -9,7 +9,7 @@ import pydantic
 import pytest
 
 from agents_celery.errors import EventValidationError
-from agents_celery.events import _PLAIN, AGUI_MODELS, EventType, make_event
+from agents_celery.events import _PLAIN, AGUI_MODELS, Deltas, EventType, make_event
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -91,3 +91,32 @@ def test_an_odd_step_event_goes_through_make_event() -> None:
     odd = steps.step_event(EventType.STEP_STARTED, 'we"ird', 1, 1)  # not one of the engine's two names
     assert json.loads(odd.json)["metadata"]["kind"] == 'we"ird'  # quoted, as make_event quotes
     assert json.loads(steps.step_event(EventType.STEP_FINISHED, "tools", True, 1).json)["metadata"]["step"] is True
+
+
+DELTAS = ["hello ", 'say "hi"\n', "back\\slash\ttab", "naïve café ", "🙂 emoji", "\x00\x1f ctl", "</script>", " "]
+
+
+@pytest.mark.parametrize(
+    ("kind", "key"), [(EventType.TEXT_MESSAGE_CONTENT, "message_id"), (EventType.TOOL_CALL_ARGS, "tool_call_id")]
+)
+@pytest.mark.parametrize("ident", ["msg_0f3a", 'id "quoted" ü'])
+def test_deltas_write_what_make_event_writes(kind: EventType, key: str, ident: str) -> None:
+    deltas = Deltas(kind, ident)
+    for delta in DELTAS:
+        got = deltas(delta)
+        want = make_event(kind, timestamp=json.loads(got.json)["timestamp"], **{key: ident, "delta": delta})
+        assert got == want
+        AGUI_MODELS[kind].model_validate_json(got.json)
+
+
+def test_deltas_refuse_what_make_event_refuses() -> None:
+    with pytest.raises(EventValidationError, match="message_id"):
+        Deltas(EventType.TEXT_MESSAGE_CONTENT, "")
+    with pytest.raises(EventValidationError, match="no delta"):
+        Deltas(EventType.TEXT_MESSAGE_START, "msg_1")
+    deltas = Deltas(EventType.TOOL_CALL_ARGS, "call_1")
+    for bad in ["", None, 3]:
+        with pytest.raises(EventValidationError, match="delta"):
+            deltas(bad)  # type: ignore[arg-type]
+        with pytest.raises(EventValidationError, match="delta"):
+            make_event(EventType.TOOL_CALL_ARGS, tool_call_id="call_1", delta=bad)
