@@ -110,7 +110,7 @@ class AgentsCelery:
         with self._lock:
             if self._engine is None or self._pid != os.getpid():
                 client = connect(self.settings.redis_url, health_check_interval=30)
-                store = RunStore(client, self.settings)
+                store = RunStore(client, self.settings, own_connections=True)
                 self._engine = Engine(
                     store, self.agents, self.enqueue, self.hooks, task_for=self.task_for, on_ack=commit_acks
                 )

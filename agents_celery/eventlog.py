@@ -16,6 +16,7 @@ from typing import Any, Literal
 import redis
 import redis.asyncio as aredis
 
+from .connections import ThreadClients
 from .errors import RedisUnavailableError, RunExpiredError, RunNotFoundError
 from .events import Event, NewEvent
 from .keys import Keys
@@ -74,8 +75,18 @@ def _stops(event: Event, until_pause: bool, more_follow: bool) -> bool:
 class EventLog:
     """Append to and read from run event logs (sync, ``redis-py``)."""
 
-    def __init__(self, client: redis.Redis, keys: Keys, *, retention_ms: int, tombstone_ms: int) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: Keys,
+        *,
+        retention_ms: int,
+        tombstone_ms: int,
+        own_connections: ThreadClients | None = None,
+    ) -> None:
         self._redis = client
+        #: Appends and status changes go through the calling thread's own connection (a worker's).
+        self._own = own_connections
         self._keys = keys
         self.retention_ms = retention_ms
         self.tombstone_ms = tombstone_ms
@@ -109,18 +120,19 @@ class EventLog:
             RunFinishedError: the run has ended. RunNotFoundError: no such run.
         """
         k = self._keys.run(run_id)
-        return self._call(self._append, run_id, [k.run, k.events, k.lease], [token] + [e.json for e in events])
+        return self._call(self._append, run_id, [k.run, k.events, k.lease], [token] + [e.json for e in events], True)
 
     def set_status(self, run_id: str, status: LogStatus, token: str, events: Sequence[NewEvent] = ()) -> int:
         """Move the log to ``status``, appending ``events`` atomically; ``ended`` starts the retention."""
         k = self._keys.run(run_id)
         keys = [k.run, k.events, k.lease, k.effects, k.gone, k.stop, k.messages]
         args = [token, status, str(self.retention_ms), str(self.tombstone_ms)] + [e.json for e in events]
-        return self._call(self._set_status, run_id, keys, args)
+        return self._call(self._set_status, run_id, keys, args, True)
 
-    def _call(self, script: Any, run_id: str, keys: list[str], args: list[str]) -> int:
+    def _call(self, script: Any, run_id: str, keys: list[str], args: list[str], own: bool = False) -> int:
+        client = self._own.get() if own and self._own is not None else None
         try:
-            return int(script(keys=keys, args=args))
+            return int(script(keys=keys, args=args, client=client))
         except redis.ResponseError as exc:
             mapped = refusal(exc, run_id)
             if mapped is not None:
@@ -131,17 +143,18 @@ class EventLog:
 
     # -- reading ---------------------------------------------------------------------------------
 
-    def info(self, run_id: str) -> LogInfo:
-        """Status and next offset of a run's log.
+    def info(self, run_id: str, client: redis.Redis | None = None) -> LogInfo:
+        """Status and next offset of a run's log (read through ``client`` if given: a stream's own).
 
         Raises:
             RunNotFoundError: no such run ever existed. RunExpiredError: it existed and its retention passed.
         """
         k = self._keys.run(run_id)
+        r = client or self._redis
         try:
-            row = self._redis.hmget(k.run, "log", "next", "session_id", "agent_id")
+            row = r.hmget(k.run, "log", "next", "session_id", "agent_id")
             if row[0] is None:
-                if self._redis.exists(k.gone):
+                if r.exists(k.gone):
                     raise RunExpiredError(f"run {run_id!r} has expired; its events are no longer kept")
                 raise RunNotFoundError(f"run {run_id!r} does not exist")
         except redis.ConnectionError as exc:

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import redis
 
+from .connections import ThreadClients
 from .errors import RedisUnavailableError, RunExpiredError, RunNotFoundError, StateError
 from .eventlog import EventLog, LogStatus
 from .events import NewEvent
@@ -244,11 +245,22 @@ def _text(value: Any) -> str:
 class RunStore:
     """Redis-backed run state. Shared by workers (sync) and callers (Runtime, API)."""
 
-    def __init__(self, client: redis.Redis, settings: Settings, *, cached_states: int = 128) -> None:
+    def __init__(
+        self, client: redis.Redis, settings: Settings, *, cached_states: int = 128, own_connections: bool = False
+    ) -> None:
         self.redis = client
         self.settings = settings
         self.keys = Keys(settings.key_prefix)
-        self.log = EventLog(client, self.keys, retention_ms=settings.retention_ms, tombstone_ms=settings.tombstone_ms)
+        #: A worker's step threads claim, commit and append through connections of their own (see
+        #: :class:`~agents_celery.connections.ThreadClients`); callers (Runtime, API) use the shared pool.
+        self._own = ThreadClients(client) if own_connections else None
+        self.log = EventLog(
+            client,
+            self.keys,
+            retention_ms=settings.retention_ms,
+            tombstone_ms=settings.tombstone_ms,
+            own_connections=self._own,
+        )
         self._claim = client.register_script(CLAIM)
         self._commit = client.register_script(COMMIT)
         self._effect_begin = client.register_script(_EFFECT_BEGIN)
@@ -256,6 +268,10 @@ class RunStore:
         self._effect_reset = client.register_script(_EFFECT_RESET)
         #: Versions of live runs' states this process committed: its next claim of the run skips the load.
         self.states = StateCache(cached_states)
+
+    def _client(self) -> redis.Redis | None:
+        """The calling thread's own client, or None (the scripts' registered, shared one)."""
+        return self._own.get() if self._own is not None else None
 
     # -- runs --------------------------------------------------------------------------------------
 
@@ -289,7 +305,7 @@ class RunStore:
         """
         known = self.states.get(run_id)
         keys, args = self._claim_call(run_id, step, token, started, known)
-        return self._claimed(run_id, self._claim(keys=keys, args=args), known)
+        return self._claimed(run_id, self._claim(keys=keys, args=args, client=self._client()), known)
 
     def claim_sent(self, run_id: str, step: int, token: str, started: tuple[NewEvent, NewEvent]) -> SentClaim:
         """:meth:`claim`, sent now and answered later (:meth:`claim_read`): the worker's consumer sends it as
@@ -398,7 +414,7 @@ class RunStore:
         if entry is None:
             self.states.forget(state.run_id)
         try:
-            first = int(self._commit(keys=keys, args=args))
+            first = int(self._commit(keys=keys, args=args, client=self._client()))
         except BaseException as exc:
             self.states.forget(state.run_id, entry)
             mapped = refusal(exc, state.run_id) if isinstance(exc, redis.ResponseError) else None
@@ -425,7 +441,9 @@ class RunStore:
         """Record that a tool call starts; return the existing entry instead when there is one."""
         k = self.keys.run(run_id)
         try:
-            raw = _text(self._effect_begin(keys=[k.effects, k.lease], args=[tool_call_id, token]))
+            raw = _text(
+                self._effect_begin(keys=[k.effects, k.lease], args=[tool_call_id, token], client=self._client())
+            )
         except redis.ResponseError as exc:
             mapped = refusal(exc, run_id)
             raise (mapped or exc) from None
@@ -435,7 +453,7 @@ class RunStore:
         """Record a finished tool call's result (only the attempt that started it may)."""
         entry = json.dumps({"status": "done", "token": token, "result": result, "error": error})
         k = self.keys.run(run_id)
-        return bool(self._effect_done(keys=[k.effects], args=[tool_call_id, token, entry]))
+        return bool(self._effect_done(keys=[k.effects], args=[tool_call_id, token, entry], client=self._client()))
 
     def effect_done_sent(self, run_id: str, tool_call_id: str, token: str, result: str, error: str | None) -> Sent:
         """:meth:`effect_done`, sent now and answered later: Redis records the result as soon as it reads the
@@ -447,7 +465,7 @@ class RunStore:
     def effect_reset(self, run_id: str, tool_call_id: str, token: str) -> None:
         """Forget a started-but-unfinished entry, after a human approved running the call again."""
         k = self.keys.run(run_id)
-        self._effect_reset(keys=[k.effects, k.lease], args=[tool_call_id, token])
+        self._effect_reset(keys=[k.effects, k.lease], args=[tool_call_id, token], client=self._client())
 
     # -- the live index (sweeper) --------------------------------------------------------------------
 

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import gc
+import os
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from agents_celery import Runtime
-from agents_celery.connections import answers, connect, parse_sentinel
+from agents_celery.connections import ThreadClients, answers, connect, parse_sentinel
 from agents_celery.embedded import EmbeddedRedis, find_redis_server
 from agents_celery.errors import ConfigurationError
 from agents_celery.settings import load_settings
@@ -86,3 +90,70 @@ def test_a_run_through_sentinel(sentinel: str, key_prefix: str, fake_openai: Any
     finally:
         worker.stop()
         runtime.close()
+
+
+# -- a thread's own connection (ThreadClients) ------------------------------------------------------------------
+
+
+def _counting_checkouts(monkeypatch: pytest.MonkeyPatch, client: Any) -> list[int]:
+    """Count the connections ``client``'s pool hands out from now on."""
+    pool = client.connection_pool
+    taken: list[int] = []
+    checkout = pool.get_connection
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        taken.append(1)
+        return checkout(*args, **kwargs)
+
+    monkeypatch.setattr(pool, "get_connection", counted)
+    return taken
+
+
+def test_a_thread_keeps_its_own_connection(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
+    client = connect(settings.redis_url)
+    own = ThreadClients(client)
+    taken = _counting_checkouts(monkeypatch, client)
+    mine = own.get()
+    ids = {mine.client_id() for _ in range(20)}
+    assert own.get() is mine and len(ids) == 1 and len(taken) == 1  # one checkout, then none per command
+    theirs: list[Any] = []
+    thread = threading.Thread(target=lambda: theirs.append((own.get(), own.get().client_id())))
+    thread.start()
+    thread.join(10)
+    assert theirs and theirs[0][0] is not mine and theirs[0][1] not in ids
+    del theirs[:]
+    gc.collect()  # the ended thread's client is gone: its connection is back in the pool
+    assert len(client.connection_pool._in_use_connections) == 1
+    mine.close()
+    client.close()
+
+
+def test_a_forked_child_builds_its_own(settings: Any) -> None:
+    client = connect(settings.redis_url)
+    own = ThreadClients(client)
+    parent_id = own.get().client_id()
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report the id of its own connection, never touch the parent's
+        try:
+            os.write(writer, str(own.get().client_id()).encode())
+        finally:
+            os._exit(0)
+    os.close(writer)
+    child_id = int(os.read(reader, 64) or b"0")
+    os.waitpid(pid, 0)
+    os.close(reader)
+    assert child_id and child_id != parent_id
+    assert own.get().client_id() == parent_id  # the parent's connection still answers, unchanged
+    client.close()
+
+
+def test_no_connection_to_be_had_falls_back_to_the_shared_client() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here once the socket is closed
+    client = connect(f"redis://127.0.0.1:{port}/0", socket_connect_timeout=0.5)
+    own = ThreadClients(client)
+    assert own.get() is client
+    with pytest.raises(redis.ConnectionError):
+        own.get().ping()

@@ -328,3 +328,27 @@ def test_a_claim_that_could_not_be_sent_ahead_is_made_the_ordinary_way(settings:
     finally:
         _cleanup(client, store, run_id)
         client.close()
+
+
+def test_a_worker_store_claims_appends_and_commits_on_the_thread_s_own_connection(
+    monkeypatch: pytest.MonkeyPatch, r: redis.Redis, settings: Settings
+) -> None:
+    store = RunStore(redis.Redis.from_url(settings.redis_url), settings, own_connections=True)
+    run_id = _run(store)
+    pool = store.redis.connection_pool
+    try:
+        claim = store.claim(run_id, 0, "t0", STARTED)  # takes this thread's connection
+        checkout = pool.get_connection
+        taken: list[int] = []
+        monkeypatch.setattr(pool, "get_connection", lambda *a, **k: taken.append(1) or checkout(*a, **k))
+        store.log.append(run_id, [make_event(EventType.CUSTOM, name="n", value=1)], "t0")
+        assert claim.state is not None
+        store.commit(claim.state, "t0", 0, 1, [], "live")
+        again = store.claim(run_id, 1, "t1", STARTED)
+        assert again.outcome == "OK" and taken == []  # no checkout from the pool for any of them
+        caller = RunStore(store.redis, settings)  # a Runtime's store: the shared pool, as before
+        caller.log.append(run_id, [make_event(EventType.CUSTOM, name="n", value=2)], "t1")
+        assert taken == [1]
+    finally:
+        _cleanup(r, store, run_id)
+        store.redis.close()
