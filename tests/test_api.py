@@ -460,6 +460,39 @@ def test_gevent_holds_more_streams_than_a_default_redis_pool(worker_env: dict[st
         server.stop()
 
 
+def test_a_stream_reads_its_live_batches_on_one_connection(monkeypatch: pytest.MonkeyPatch, runtime: Any) -> None:
+    """A stream keeps the connection it waits on: no checkout from the pool per live batch, and it goes back
+    to the pool when the stream ends."""
+    from agents_celery.api.sse import Reader
+    from agents_celery.api.streams import Streams
+    from agents_celery.events import EventType, make_event
+
+    run_id = uuid.uuid4().hex
+    log = runtime.store.log
+    log.create(run_id, "s", "fake", [make_event(EventType.RUN_STARTED, thread_id="s", run_id=run_id)])
+    token = runtime.leases.acquire(run_id, 60_000)
+    streams = Streams(runtime, max_connections=4)
+    pool = streams.redis.connection_pool
+    checkout, checkin, taken, given_back = pool.get_connection, pool.release, [], []
+    monkeypatch.setattr(pool, "get_connection", lambda *a, **k: taken.append(1) or checkout(*a, **k))
+    monkeypatch.setattr(pool, "release", lambda conn: given_back.append(1) or checkin(conn))
+    try:
+        pages = Reader.open(streams, run_id).pages(-1, until_pause=False, keepalive_seconds=0.2)
+        assert [offset for offset, _ in next(pages) or []] == [0]  # the replay
+        content = make_event(EventType.TEXT_MESSAGE_CONTENT, message_id="m", delta="hi")
+        for offset in range(1, 6):
+            log.append(run_id, [content], token)
+            assert [o for o, _ in next(pages) or []] == [offset]  # one live batch each
+        done = make_event(EventType.RUN_FINISHED, thread_id="s", run_id=run_id, outcome={"type": "success"})
+        log.set_status(run_id, "ended", token, [done])
+        assert [o for o, _ in next(pages) or []] == [6]
+        assert next(pages, "ended") == "ended"
+        assert len(taken) == 2  # the log's info (Reader.open), then the stream's own connection, once
+        assert len(given_back) == 2  # the stream's given back when it ended
+    finally:
+        streams.close()
+
+
 def _read_until(conn: socket.socket, marker: bytes) -> bytes:
     got = b""
     while marker not in got:
