@@ -91,7 +91,7 @@ def _remove(message: Any, logger: logging.Logger, errors: Any) -> None:
 
 
 def _requeue(message: Any, logger: logging.Logger, errors: Any) -> None:
-    """What kombu's reject with requeue does: the message goes back to the front of its queue."""
+    """What kombu's reject with requeue does: the message goes back into its queue (behind those waiting)."""
     try:
         message.channel.qos.restore_by_tag(message.delivery_tag, leftmost=True)
     except errors as exc:
