@@ -105,14 +105,19 @@ class ThreadClients:
     page-table isolation that doubled the CPU of a small script call after an idle gap. A thread's client
     goes back to the pool when the thread ends; a forked child builds its own. When no connection can be
     had, :meth:`get` returns the shared client, whose command then fails (or retries) the ordinary way.
+    Under gevent or eventlet (``threading.local`` patched: one per greenlet, which lives for one task) every
+    task would build a client of its own, so it stays out of the way and returns the shared client.
     """
 
     def __init__(self, client: redis.Redis) -> None:
         self.shared = client
         self._local = threading.local()
+        self._threads = threading.local.__module__ == "_thread"  # real threads, not greenlets
 
     def get(self) -> redis.Redis:
         """The calling thread's client."""
+        if not self._threads:
+            return self.shared
         local = self._local
         own: redis.Redis | None = getattr(local, "client", None)
         if own is not None and local.pid == _PID:

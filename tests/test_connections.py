@@ -157,3 +157,12 @@ def test_no_connection_to_be_had_falls_back_to_the_shared_client() -> None:
     assert own.get() is client
     with pytest.raises(redis.ConnectionError):
         own.get().ping()
+
+
+def test_under_greenlets_every_thread_uses_the_shared_client(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
+    from gevent.local import local as greenlet_local
+
+    monkeypatch.setattr(threading, "local", greenlet_local)  # what gevent's monkey-patching does
+    client = connect(settings.redis_url)
+    assert ThreadClients(client).get() is client
+    client.close()
