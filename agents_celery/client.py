@@ -78,12 +78,18 @@ class StreamGapError(AgentsCeleryError):
     code = "stream_gap"
 
 
+#: The modules whose exceptions a client raises. The API's own (``agents_celery.api``: AuthError and the like)
+#: share codes with them, and a process that imports both must still raise the client's.
+_PUBLIC = frozenset({"agents_celery.errors", __name__})
+
+
 def _codes() -> dict[str, type[AgentsCeleryError]]:
     found: dict[str, type[AgentsCeleryError]] = {}
     pending: list[type[AgentsCeleryError]] = [AgentsCeleryError]
     while pending:
         cls = pending.pop()
-        found.setdefault(cls.code, cls)
+        if cls.__module__ in _PUBLIC:
+            found.setdefault(cls.code, cls)
         pending.extend(cls.__subclasses__())
     return found
 

@@ -278,3 +278,11 @@ def test_gives_up_after_the_retry_budget_naming_the_offset() -> None:
 def test_error_mapping(status: int, code: str, cls: type[Exception]) -> None:
     error = error_from_response(status, f'{{"detail": "because", "code": "{code}"}}'.encode())
     assert isinstance(error, cls) and str(error) == "because"
+
+
+def test_the_api_s_own_exceptions_never_come_out_of_the_client() -> None:
+    """A process that imports the API (AuthError, code "unauthorized") gets the client's exceptions still."""
+    from agents_celery.api.routes import AuthError
+
+    error = error_from_response(401, b'{"detail": "no key", "code": "unauthorized"}')
+    assert type(error) is AuthenticationError and not isinstance(error, AuthError)
