@@ -16,7 +16,7 @@ from typing import Any, Literal
 import redis
 import redis.asyncio as aredis
 
-from .connections import ThreadClients
+from .connections import ThreadClients, keeping_one
 from .errors import RedisUnavailableError, RunExpiredError, RunNotFoundError
 from .events import Event, NewEvent
 from .keys import Keys
@@ -170,37 +170,42 @@ class EventLog:
     def tail(self, run_id: str, after: int = -1, *, until_pause: bool = False, block_ms: int = 1000) -> Iterator[Event]:
         """Yield the events after ``after``, then live ones, until the run ends (or pauses, if asked).
 
-        Replays with XRANGE, then blocks with XREAD from the last id seen: no gap, no duplicate.
+        Replays with XRANGE, then blocks with XREAD from the last id seen: no gap, no duplicate. The tail
+        keeps one connection of the pool for all its reads (:func:`~agents_celery.connections.keeping_one`).
         """
         info = self.info(run_id)
         key = self._keys.run(run_id).events
         last = after
-        while True:  # replay
-            entries: Any = self._redis.xrange(key, min=f"{last + 1}-0", count=PAGE)
-            page = _events(entries, info)
-            for i, event in enumerate(page):
-                last = event.offset
-                yield event
-                if _stops(event, until_pause, i + 1 < len(page) or len(page) == PAGE):
-                    return
-            if len(page) < PAGE:
-                break
-        if self._caught_up_and_done(run_id, last, until_pause):
-            return
-        while True:  # live; the status is only looked at when XREAD times out
-            reply: Any = self._redis.xread({key: stream_id(last)}, count=PAGE, block=block_ms)
-            if not reply and self._caught_up_and_done(run_id, last, until_pause):
-                return
-            for _, batch in reply or []:
-                page = _events(batch, info)
+        client = keeping_one(self._redis)
+        try:
+            while True:  # replay
+                entries: Any = client.xrange(key, min=f"{last + 1}-0", count=PAGE)
+                page = _events(entries, info)
                 for i, event in enumerate(page):
                     last = event.offset
                     yield event
-                    if _stops(event, until_pause, i + 1 < len(page)):
+                    if _stops(event, until_pause, i + 1 < len(page) or len(page) == PAGE):
                         return
+                if len(page) < PAGE:
+                    break
+            if self._caught_up_and_done(run_id, last, until_pause, client):
+                return
+            while True:  # live; the status is only looked at when XREAD times out
+                reply: Any = client.xread({key: stream_id(last)}, count=PAGE, block=block_ms)
+                if not reply and self._caught_up_and_done(run_id, last, until_pause, client):
+                    return
+                for _, batch in reply or []:
+                    page = _events(batch, info)
+                    for i, event in enumerate(page):
+                        last = event.offset
+                        yield event
+                        if _stops(event, until_pause, i + 1 < len(page)):
+                            return
+        finally:
+            client.close()
 
-    def _caught_up_and_done(self, run_id: str, last: int, until_pause: bool) -> bool:
-        info = self.info(run_id)  # raises RunExpiredError if the log vanished while we waited
+    def _caught_up_and_done(self, run_id: str, last: int, until_pause: bool, client: redis.Redis) -> bool:
+        info = self.info(run_id, client)  # raises RunExpiredError if the log vanished while we waited
         if last < info.last_offset:
             return False
         return info.status == "ended" or (until_pause and info.status == "paused")

@@ -103,6 +103,28 @@ def test_tail_from_offset_sees_each_event_once(eventlog: EventLog, r: redis.Redi
     assert seen == list(range(k + 1, end + 1))
 
 
+def test_a_tail_reads_on_one_connection(
+    monkeypatch: pytest.MonkeyPatch, eventlog: EventLog, r: redis.Redis, keys: Keys
+) -> None:
+    """A tail keeps the connection it waits on (none taken from the pool per batch), and gives it back."""
+    run_id, token = _open_run(eventlog, r, keys)  # the writer's client is ``r``; the reader has its own
+    reader = redis.Redis.from_url(TEST_REDIS_URL)
+    pool = reader.connection_pool
+    checkout, checkin, taken, given_back = pool.get_connection, pool.release, [], []
+    monkeypatch.setattr(pool, "get_connection", lambda *a, **k: taken.append(1) or checkout(*a, **k))
+    monkeypatch.setattr(pool, "release", lambda conn: given_back.append(1) or checkin(conn))
+    events = EventLog(reader, keys, retention_ms=60_000, tombstone_ms=60_000).tail(run_id, block_ms=200)
+    assert next(events).offset == 0
+    for i in range(1, 6):
+        eventlog.append(run_id, [_delta(i)], token)  # type: ignore[list-item]
+        assert next(events).offset == i  # one live batch each
+    done = make_event(EventType.RUN_FINISHED, thread_id="s1", run_id=run_id, outcome={"type": "success"})
+    eventlog.set_status(run_id, "ended", token, [done])
+    assert [e.offset for e in events] == [6]
+    assert len(taken) == 2 and len(given_back) == 2  # the log's info, then the tail's own connection, once
+    reader.close()
+
+
 def test_async_tail_from_offset_sees_each_event_once(eventlog: EventLog, r: redis.Redis, keys: Keys) -> None:
     run_id, token = _open_run(eventlog, r, keys)
     writer = threading.Thread(target=_feed, args=(eventlog, run_id, token, 10_000))

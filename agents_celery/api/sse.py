@@ -27,6 +27,7 @@ from typing import Any
 import redis
 from flask import Response
 
+from ..connections import keeping_one
 from ..errors import AgentsCeleryError
 from ..eventlog import EventLog, LogInfo, stream_id
 from ..events import Event
@@ -109,10 +110,7 @@ class Reader:
         """
         block_ms = max(50, min(MAX_BLOCK_MS, int(keepalive_seconds * 1000)))
         last, idle_since = after, time.monotonic()
-        # The stream keeps one connection throughout (it holds one anyway while it waits in XREAD BLOCK):
-        # checking it out of the pool and back in for every live batch costs five system calls.
-        client = redis.Redis(connection_pool=self.client.connection_pool, single_connection_client=True)
-        client.response_callbacks = self.client.response_callbacks  # shared: a copy per stream is ~13 KiB
+        client = keeping_one(self.client)  # the stream's connection, for all its reads
         try:
             while True:  # replay
                 page = _entries(client.xrange(self.key, min=f"{last + 1}-0", count=PAGE))
