@@ -8,7 +8,6 @@ shows each run's steps. Only ids and JSON cross the broker.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -22,6 +21,7 @@ from .agent import Agent, load_agents
 from .connections import connect
 from .engine import Ahead, Engine
 from .hooks import Hooks, LoggingHooks
+from .ids import pid
 from .publisher import StepPublisher
 from .settings import Settings, load_settings
 from .store import Ack, RunStore
@@ -108,13 +108,13 @@ class AgentsCelery:
     def engine(self) -> Engine:
         """The engine of this process (built after fork, so each pool child has its own Redis pool)."""
         with self._lock:
-            if self._engine is None or self._pid != os.getpid():
+            if self._engine is None or self._pid != pid():
                 client = connect(self.settings.redis_url, health_check_interval=30)
                 store = RunStore(client, self.settings, own_connections=True)
                 self._engine = Engine(
                     store, self.agents, self.enqueue, self.hooks, task_for=self.task_for, on_ack=commit_acks
                 )
-                self._pid = os.getpid()
+                self._pid = pid()
             return self._engine
 
     def on_worker_ready(self) -> None:

@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +19,7 @@ import redis.asyncio.sentinel as asentinel
 import redis.sentinel
 
 from .errors import ConfigurationError
+from .ids import pid
 
 SENTINEL_SCHEMES = {"redis+sentinel", "sentinel"}
 
@@ -95,18 +95,6 @@ def keeping_one(client: redis.Redis) -> redis.Redis:
     return own
 
 
-#: This process's id, kept up to date across forks (``os.getpid()`` is a system call each time).
-_PID = os.getpid()
-
-
-def _forked() -> None:
-    global _PID
-    _PID = os.getpid()
-
-
-os.register_at_fork(after_in_child=_forked)
-
-
 class ThreadClients:
     """One client per thread, each keeping a connection of ``client``'s pool for itself (redis-py's
     ``single_connection_client``), for the threads that send a command per step or per streamed token.
@@ -131,13 +119,13 @@ class ThreadClients:
             return self.shared
         local = self._local
         own: redis.Redis | None = getattr(local, "client", None)
-        if own is not None and local.pid == _PID:
+        if own is not None and local.pid == pid():
             return own
         try:
             own = keeping_one(self.shared)
         except redis.RedisError:
             return self.shared
-        local.client, local.pid = own, _PID
+        local.client, local.pid = own, pid()
         return own
 
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 
 import redis
 
+from .ids import random_hex
 from .keys import Keys
 from .scripts import RELEASE, RENEW
 
@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 def new_token() -> str:
     """A fresh lease token."""
-    return uuid.uuid4().hex
+    return random_hex()
 
 
 class Leases:

@@ -21,15 +21,15 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import threading
-import uuid
 from typing import Any
 from urllib.parse import urlparse
 
 import redis
 from celery import Celery, signals
 from kombu.serialization import dumps
+
+from .ids import pid, random_uuid
 
 #: Transport options that do not change where or how a priority-0 message is stored.
 _HARMLESS_OPTIONS = {"visibility_timeout", "global_keyprefix", "unacked_restore_limit", "fanout_prefix"}
@@ -116,7 +116,7 @@ class StepPublisher:
         name); each message then fills in its ids, arguments and their reprs.
         """
         app = self.app
-        task_id = str(uuid.uuid4())
+        task_id = random_uuid()
         root_id = parent_id = None
         parent = app.current_worker_task
         if parent is not None:
@@ -144,7 +144,7 @@ class StepPublisher:
                     "delivery_info": {"exchange": "", "routing_key": self.queue},
                     "priority": 0,
                     "body_encoding": "base64",
-                    "delivery_tag": str(uuid.uuid4()),
+                    "delivery_tag": random_uuid(),
                 },
             }
         )
@@ -152,14 +152,14 @@ class StepPublisher:
     def _template(self) -> tuple[dict[str, Any], str]:
         """The headers ``create_task_message`` gives this task in this process (ids and arguments aside), and
         the serializer; read once per process (the headers hold the process's name)."""
-        pid = os.getpid()
-        if self._headers is None or self._headers[0] != pid:
+        current = pid()
+        if self._headers is None or self._headers[0] != current:
             message = self.app.amqp.create_task_message(
                 "", self.task_name, [], {}, reply_to=self.app.thread_oid, ignore_result=None
             )
             if set(message.properties) != {"correlation_id", "reply_to"}:
                 raise RuntimeError(f"unexpected task message properties: {sorted(message.properties)}")
-            self._headers = (pid, dict(message.headers), str(self.app.conf.task_serializer))
+            self._headers = (current, dict(message.headers), str(self.app.conf.task_serializer))
         return self._headers[1], self._headers[2]
 
     def _client(self, url: str) -> redis.Redis:

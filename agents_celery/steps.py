@@ -9,7 +9,6 @@ appear live (text and tool-call deltas) go through ``ctx.writer``; events that b
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from .errors import AgentsCeleryError, FencedError, ModelError, StopStep, ToolAr
 from .eventlog import LogStatus
 from .events import Deltas, EventType, NewEvent, make_event, now_ms
 from .hooks import StepInfo, call_hooks
+from .ids import random_hex
 from .models import TextDelta, ToolCallDelta, TurnAccumulator, Usage
 from .runs import RunFailure, RunState, RunStatus, ToolCall
 from .settings import Settings
@@ -72,7 +72,7 @@ class StepResult:
 
 
 def new_id(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:16]}"
+    return f"{prefix}_{random_hex()[:16]}"
 
 
 # -- endings -----------------------------------------------------------------------------------------

@@ -11,7 +11,6 @@ import json
 import logging
 import threading
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from .connections import ThreadClients
 from .errors import RedisUnavailableError, RunExpiredError, RunNotFoundError, StateError
 from .eventlog import EventLog, LogStatus
 from .events import NewEvent
+from .ids import random_hex
 from .keys import Keys
 from .runs import RunState, load_state
 from .scripts import CLAIM, COMMIT, refusal
@@ -381,7 +381,7 @@ class RunStore:
         """
         k = self.keys.run(state.run_id)
         state = state.model_copy(update={"updated_at": int(time.time() * 1000)})
-        state_id = uuid.uuid4().hex
+        state_id = random_hex()
         keep, new_messages = state.message_changes()
         stored = state._stored
         v1 = self.settings.state_schema == 1  # messages inside the JSON; the list is left alone

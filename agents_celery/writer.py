@@ -14,13 +14,13 @@ Order is kept: the step's thread writes directly only when nothing is pending or
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 import time
 
 from .eventlog import EventLog
 from .events import NewEvent
+from .ids import pid
 
 #: An event this soon (seconds) after the previous direct write counts as part of a burst.
 BURST = 0.0005
@@ -118,7 +118,7 @@ class _Flusher:
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[EventWriter] = queue.SimpleQueue()
-        self.pid = os.getpid()
+        self.pid = pid()
         self._thread = threading.Thread(target=self._run, name="agents-celery-events", daemon=True)
         self._thread.start()
 
@@ -138,6 +138,6 @@ def _flusher() -> _Flusher:
     """The flusher of this process (a forked child starts its own)."""
     global _FLUSHER
     with _FLUSHER_LOCK:
-        if _FLUSHER is None or _FLUSHER.pid != os.getpid():
+        if _FLUSHER is None or _FLUSHER.pid != pid():
             _FLUSHER = _Flusher()
         return _FLUSHER
