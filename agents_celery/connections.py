@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import select
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -120,6 +121,7 @@ class ThreadClients:
         local = self._local
         own: redis.Redis | None = getattr(local, "client", None)
         if own is not None and local.pid == pid():
+            _drop_if_closed(own)
             return own
         try:
             own = keeping_one(self.shared)
@@ -127,6 +129,18 @@ class ThreadClients:
             return self.shared
         local.client, local.pid = own, pid()
         return own
+
+
+def _drop_if_closed(client: redis.Redis) -> None:
+    """Disconnect the kept connection if Redis closed it while it sat idle (a restart, CLIENT KILL, an idle
+    timeout): the next command then connects again instead of failing. One ``select`` with no wait, where the
+    pool's check on every checkout takes three system calls. An idle connection has nothing to read; if it
+    has, it is closed or holds a stray reply, and either way it must go."""
+    sock = getattr(client.connection, "_sock", None)
+    if sock is not None:
+        readable, _, _ = select.select([sock], [], [], 0)
+        if readable:
+            client.connection.disconnect()  # type: ignore[union-attr]
 
 
 def connect_async(url: str, **options: Any) -> aredis.Redis:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import select
 import socket
 import subprocess
 import tempfile
@@ -166,3 +167,21 @@ def test_under_greenlets_every_thread_uses_the_shared_client(monkeypatch: pytest
     client = connect(settings.redis_url)
     assert ThreadClients(client).get() is client
     client.close()
+
+
+def test_a_thread_s_connection_dropped_by_redis_reconnects_and_runs_the_call_once(settings: Any) -> None:
+    client = connect(settings.redis_url)
+    own = ThreadClients(client)
+    key = f"{settings.key_prefix}:test:dropped:{os.getpid()}"
+    incr = client.register_script("return redis.call('INCR', KEYS[1])")
+    mine = own.get()
+    try:
+        assert incr(keys=[key], client=own.get()) == 1
+        client.client_kill_filter(_id=mine.client_id())  # what a Redis restart or an idle timeout does
+        wait_for(lambda: select.select([mine.connection._sock], [], [], 0)[0], what="the close to arrive")  # type: ignore[union-attr]
+        assert incr(keys=[key], client=own.get()) == 2  # on a new connection, and run once
+        assert own.get() is mine and int(client.get(key) or 0) == 2
+    finally:
+        client.delete(key)
+        mine.close()
+        client.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -373,6 +374,33 @@ def test_a_refused_commit_leaves_its_message_to_the_ordinary_ack(
     assert sorted(removals.values()) == [["lua"]] * (len(tags) - 1) + [["tcp"]], removals
     refused = next(tag for tag, where in removals.items() if where == ["tcp"])
     assert f"step message {refused}: its commit did not ack it" in worker.output()
+
+
+def test_step_threads_reconnect_after_redis_dropped_their_connections(
+    runtime: Runtime, script: Any, r: redis.Redis, key_prefix: str
+) -> None:
+    """A worker's step threads keep their own Redis connection. When Redis drops those (a restart, CLIENT
+    KILL, an idle timeout), the next claim, commit or append on them connects again first: runs carry on
+    with no step failing and retried, every event arrives once, and no tool runs twice."""
+    key = f"reconnect-{uuid.uuid4().hex[:8]}"
+
+    def run_once() -> None:
+        script(ScriptedTurn("", [ScriptedToolCall("slow_count", {"key": key})]), "counted.")
+        events = events_of(runtime, runtime.stream("fake", "count").id)
+        assert_contiguous(events)
+        assert events[-1].type is EventType.RUN_FINISHED and events[-1].data["outcome"]["type"] == "success"
+        attempts = [e.data["metadata"]["attempt"] for e in events if e.type is EventType.STEP_STARTED]
+        assert attempts == [1, 1, 1]  # no step failed on a dropped connection and had to be tried again
+
+    run_once()  # the worker's step threads now hold their own connections
+    mine = r.client_id()
+    scripted = [c["id"] for c in r.client_list() if c["cmd"] in ("evalsha", "eval") and int(c["id"]) != mine]
+    assert scripted, "no connection whose last command was a script: the worker's step threads hold none?"
+    for client_id in scripted:
+        r.client_kill_filter(_id=client_id)
+    for _ in range(3):  # nine steps over the worker's four threads: most land on a dropped connection
+        run_once()
+    assert count(r, key_prefix, key) == 4
 
 
 def test_bad_input_changes_nothing(runtime: Runtime) -> None:
