@@ -90,7 +90,8 @@ def keeping_one(client: redis.Redis) -> redis.Redis:
     (redis-py's ``single_connection_client``), sharing ``client``'s response callbacks (a copy is ~13 KiB).
 
     For a reader that holds a connection anyway while it waits in XREAD BLOCK: taking it out of the pool and
-    back for every batch costs a pid check each way and a read probing for stale data, five system calls."""
+    back for every batch costs a pid check each way and a read probing for stale data, five system calls.
+    Call :func:`reconnect_if_closed` before each read, as the reader may sit idle between them."""
     own = redis.Redis(connection_pool=client.connection_pool, single_connection_client=True)
     own.response_callbacks = client.response_callbacks
     return own
@@ -121,7 +122,7 @@ class ThreadClients:
         local = self._local
         own: redis.Redis | None = getattr(local, "client", None)
         if own is not None and local.pid == pid():
-            _drop_if_closed(own)
+            reconnect_if_closed(own)
             return own
         try:
             own = keeping_one(self.shared)
@@ -131,7 +132,7 @@ class ThreadClients:
         return own
 
 
-def _drop_if_closed(client: redis.Redis) -> None:
+def reconnect_if_closed(client: redis.Redis) -> None:
     """Disconnect the kept connection if Redis closed it while it sat idle (a restart, CLIENT KILL, an idle
     timeout): the next command then connects again instead of failing. One ``select`` with no wait, where the
     pool's check on every checkout takes three system calls. An idle connection has nothing to read; if it

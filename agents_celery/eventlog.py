@@ -16,7 +16,7 @@ from typing import Any, Literal
 import redis
 import redis.asyncio as aredis
 
-from .connections import ThreadClients, keeping_one
+from .connections import ThreadClients, keeping_one, reconnect_if_closed
 from .errors import RedisUnavailableError, RunExpiredError, RunNotFoundError
 from .events import Event, NewEvent
 from .keys import Keys
@@ -179,6 +179,7 @@ class EventLog:
         client = keeping_one(self._redis)
         try:
             while True:  # replay
+                reconnect_if_closed(client)  # the caller may take its time between events
                 entries: Any = client.xrange(key, min=f"{last + 1}-0", count=PAGE)
                 page = _events(entries, info)
                 for i, event in enumerate(page):
@@ -191,6 +192,7 @@ class EventLog:
             if self._caught_up_and_done(run_id, last, until_pause, client):
                 return
             while True:  # live; the status is only looked at when XREAD times out
+                reconnect_if_closed(client)
                 reply: Any = client.xread({key: stream_id(last)}, count=PAGE, block=block_ms)
                 if not reply and self._caught_up_and_done(run_id, last, until_pause, client):
                     return

@@ -461,8 +461,8 @@ def test_gevent_holds_more_streams_than_a_default_redis_pool(worker_env: dict[st
 
 
 def test_a_stream_reads_its_live_batches_on_one_connection(monkeypatch: pytest.MonkeyPatch, runtime: Any) -> None:
-    """A stream keeps the connection it waits on: no checkout from the pool per live batch, and it goes back
-    to the pool when the stream ends."""
+    """A stream keeps the connection it waits on: no checkout from the pool per live batch, connected again
+    when Redis dropped it between two reads, and back in the pool when the stream ends."""
     from agents_celery.api.sse import Reader
     from agents_celery.api.streams import Streams
     from agents_celery.events import EventType, make_event
@@ -483,6 +483,12 @@ def test_a_stream_reads_its_live_batches_on_one_connection(monkeypatch: pytest.M
         for offset in range(1, 6):
             log.append(run_id, [content], token)
             assert [o for o, _ in next(pages) or []] == [offset]  # one live batch each
+            if offset == 3:  # Redis drops the stream's connection while a slow client holds the stream up
+                r = runtime.redis
+                ours = [c["id"] for c in r.client_list() if c["cmd"] == "xread" and int(c["id"]) != r.client_id()]
+                assert ours
+                for client_id in ours:
+                    r.client_kill_filter(_id=client_id)
         done = make_event(EventType.RUN_FINISHED, thread_id="s", run_id=run_id, outcome={"type": "success"})
         log.set_status(run_id, "ended", token, [done])
         assert [o for o, _ in next(pages) or []] == [6]

@@ -106,7 +106,8 @@ def test_tail_from_offset_sees_each_event_once(eventlog: EventLog, r: redis.Redi
 def test_a_tail_reads_on_one_connection(
     monkeypatch: pytest.MonkeyPatch, eventlog: EventLog, r: redis.Redis, keys: Keys
 ) -> None:
-    """A tail keeps the connection it waits on (none taken from the pool per batch), and gives it back."""
+    """A tail keeps the connection it waits on (none taken from the pool per batch), connects it again when
+    Redis dropped it between two reads, and gives it back at the end."""
     run_id, token = _open_run(eventlog, r, keys)  # the writer's client is ``r``; the reader has its own
     reader = redis.Redis.from_url(TEST_REDIS_URL)
     pool = reader.connection_pool
@@ -118,9 +119,14 @@ def test_a_tail_reads_on_one_connection(
     for i in range(1, 6):
         eventlog.append(run_id, [_delta(i)], token)  # type: ignore[list-item]
         assert next(events).offset == i  # one live batch each
+        if i == 3:  # Redis drops the tail's connection while the caller takes its time (a restart, a kill)
+            tails = [c["id"] for c in r.client_list() if c["cmd"] == "xread" and int(c["id"]) != r.client_id()]
+            assert tails
+            for client_id in tails:
+                r.client_kill_filter(_id=client_id)
     done = make_event(EventType.RUN_FINISHED, thread_id="s1", run_id=run_id, outcome={"type": "success"})
     eventlog.set_status(run_id, "ended", token, [done])
-    assert [e.offset for e in events] == [6]
+    assert [e.offset for e in events] == [6]  # it connected again and missed nothing
     assert len(taken) == 2 and len(given_back) == 2  # the log's info, then the tail's own connection, once
     reader.close()
 

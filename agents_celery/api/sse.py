@@ -27,7 +27,7 @@ from typing import Any
 import redis
 from flask import Response
 
-from ..connections import keeping_one
+from ..connections import keeping_one, reconnect_if_closed
 from ..errors import AgentsCeleryError
 from ..eventlog import EventLog, LogInfo, stream_id
 from ..events import Event
@@ -113,6 +113,7 @@ class Reader:
         client = keeping_one(self.client)  # the stream's connection, for all its reads
         try:
             while True:  # replay
+                reconnect_if_closed(client)  # a slow client may have kept the stream waiting between reads
                 page = _entries(client.xrange(self.key, min=f"{last + 1}-0", count=PAGE))
                 if page:
                     last = page[-1][0]
@@ -126,6 +127,7 @@ class Reader:
             if self._done(last, until_pause, client):
                 return
             while True:  # live: the status is only looked at when XREAD times out, or after a pause
+                reconnect_if_closed(client)
                 reply: Any = client.xread({self.key: stream_id(last)}, count=PAGE, block=block_ms)
                 if not reply:
                     if self._done(last, until_pause, client):
