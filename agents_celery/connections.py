@@ -134,13 +134,15 @@ class ThreadClients:
 
 def reconnect_if_closed(client: redis.Redis) -> None:
     """Disconnect the kept connection if Redis closed it while it sat idle (a restart, CLIENT KILL, an idle
-    timeout): the next command then connects again instead of failing. One ``select`` with no wait, where the
-    pool's check on every checkout takes three system calls. An idle connection has nothing to read; if it
+    timeout): the next command then connects again instead of failing. One ``poll`` with no wait, where the
+    pool's check on every checkout takes three system calls (``select`` would refuse a socket numbered past
+    1023, which an API process holding a thousand streams has). An idle connection has nothing to read; if it
     has, it is closed or holds a stray reply, and either way it must go."""
     sock = getattr(client.connection, "_sock", None)
     if sock is not None:
-        readable, _, _ = select.select([sock], [], [], 0)
-        if readable:
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        if poller.poll(0):
             client.connection.disconnect()  # type: ignore[union-attr]
 
 

@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from agents_celery import Runtime
-from agents_celery.connections import ThreadClients, answers, connect, parse_sentinel
+from agents_celery.connections import ThreadClients, answers, connect, keeping_one, parse_sentinel, reconnect_if_closed
 from agents_celery.embedded import EmbeddedRedis, find_redis_server
 from agents_celery.errors import ConfigurationError
 from agents_celery.settings import load_settings
@@ -185,3 +185,29 @@ def test_a_thread_s_connection_dropped_by_redis_reconnects_and_runs_the_call_onc
         client.delete(key)
         mine.close()
         client.close()
+
+
+def test_the_closed_check_works_on_sockets_numbered_past_1023(settings: Any) -> None:
+    """An API process holding a thousand streams has sockets past FD_SETSIZE, where select() refuses them."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 2048:  # raise our own soft limit as far as the hard one allows (an API process is run so too)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(2048, hard), hard))
+    fillers = [socket.socket() for _ in range(1100)]
+    client = connect(settings.redis_url)
+    own = keeping_one(client)
+    try:
+        assert own.ping() and own.connection._sock.fileno() > 1023  # type: ignore[union-attr]
+        reconnect_if_closed(own)  # an open connection is left alone
+        first = own.client_id()
+        client.client_kill_filter(_id=first)
+        wait_for(lambda: own.connection._sock.recv(1, socket.MSG_PEEK) == b"", what="the close")  # type: ignore[union-attr]
+        reconnect_if_closed(own)
+        assert own.ping() and own.client_id() != first
+    finally:
+        own.close()
+        client.close()
+        for s in fillers:
+            s.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
