@@ -30,6 +30,16 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: floa
         time.sleep(interval)
 
 
+def kill_connections(r: redis.Redis, *last_commands: str) -> int:
+    """CLIENT KILL every connection (but ``r``'s own) whose last command was one of ``last_commands``, as a
+    Redis restart or an idle timeout would drop them; returns how many were killed."""
+    mine = r.client_id()
+    ids = [c["id"] for c in r.client_list() if c["cmd"] in last_commands and int(c["id"]) != mine]
+    for client_id in ids:
+        r.client_kill_filter(_id=client_id)
+    return len(ids)
+
+
 @pytest.fixture(scope="session")
 def key_prefix() -> Iterator[str]:
     """A prefix private to this test session; its keys are deleted at the end (the database is not flushed)."""

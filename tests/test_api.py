@@ -19,7 +19,7 @@ from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.testing import ScriptResponder
 
 from .api_support import ApiServer, Frame, frames, free_port, read_until
-from .conftest import TEST_REDIS_URL, wait_for
+from .conftest import TEST_REDIS_URL, kill_connections, wait_for
 
 END = {"RunCompleted", "RunError", "RunCancelled", "RunPaused"}
 #: Stored types the AgentOS dialect renders (the others are skipped, leaving gaps in event_index).
@@ -484,11 +484,7 @@ def test_a_stream_reads_its_live_batches_on_one_connection(monkeypatch: pytest.M
             log.append(run_id, [content], token)
             assert [o for o, _ in next(pages) or []] == [offset]  # one live batch each
             if offset == 3:  # Redis drops the stream's connection while a slow client holds the stream up
-                r = runtime.redis
-                ours = [c["id"] for c in r.client_list() if c["cmd"] == "xread" and int(c["id"]) != r.client_id()]
-                assert ours
-                for client_id in ours:
-                    r.client_kill_filter(_id=client_id)
+                assert kill_connections(runtime.redis, "xread")
         done = make_event(EventType.RUN_FINISHED, thread_id="s", run_id=run_id, outcome={"type": "success"})
         log.set_status(run_id, "ended", token, [done])
         assert [o for o, _ in next(pages) or []] == [6]

@@ -26,7 +26,7 @@ from agents_celery.events import Event, EventType
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.testing import FailingResponder, FakeReply, ScriptResponder
 
-from .conftest import TEST_REDIS_URL, wait_for
+from .conftest import TEST_REDIS_URL, kill_connections, wait_for
 
 
 def events_of(runtime: Runtime, run_id: str, until_pause: bool = True) -> list[Event]:
@@ -393,11 +393,8 @@ def test_step_threads_reconnect_after_redis_dropped_their_connections(
         assert attempts == [1, 1, 1]  # no step failed on a dropped connection and had to be tried again
 
     run_once()  # the worker's step threads now hold their own connections
-    mine = r.client_id()
-    scripted = [c["id"] for c in r.client_list() if c["cmd"] in ("evalsha", "eval") and int(c["id"]) != mine]
-    assert scripted, "no connection whose last command was a script: the worker's step threads hold none?"
-    for client_id in scripted:
-        r.client_kill_filter(_id=client_id)
+    killed = kill_connections(r, "evalsha", "eval")
+    assert killed, "no connection whose last command was a script: the worker's step threads hold none?"
     for _ in range(3):  # nine steps over the worker's four threads: most land on a dropped connection
         run_once()
     assert count(r, key_prefix, key) == 4

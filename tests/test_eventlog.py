@@ -22,7 +22,7 @@ from agents_celery.events import EventType, make_event
 from agents_celery.keys import Keys
 from agents_celery.leases import Leases
 
-from .conftest import TEST_REDIS_URL, new_id, wait_for
+from .conftest import TEST_REDIS_URL, kill_connections, new_id, wait_for
 
 
 def _delta(i: int, who: str = "w") -> object:
@@ -120,10 +120,7 @@ def test_a_tail_reads_on_one_connection(
         eventlog.append(run_id, [_delta(i)], token)  # type: ignore[list-item]
         assert next(events).offset == i  # one live batch each
         if i == 3:  # Redis drops the tail's connection while the caller takes its time (a restart, a kill)
-            tails = [c["id"] for c in r.client_list() if c["cmd"] == "xread" and int(c["id"]) != r.client_id()]
-            assert tails
-            for client_id in tails:
-                r.client_kill_filter(_id=client_id)
+            assert kill_connections(r, "xread")
     done = make_event(EventType.RUN_FINISHED, thread_id="s1", run_id=run_id, outcome={"type": "success"})
     eventlog.set_status(run_id, "ended", token, [done])
     assert [e.offset for e in events] == [6]  # it connected again and missed nothing
