@@ -8,15 +8,17 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /app
 
 # Dependencies first, so a code change does not reinstall them.
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY agents_celery ./agents_celery
 RUN pip install '.[server]'
 
-# The demo agents module; replace with your own (AGENTS_CELERY_AGENTS / --agents).
+# The deployable API (api/wsgi.py, api/gunicorn.conf.py) and the demo agents module the Procfile and
+# docker-compose name (examples.agents); replace the latter with your own (AGENTS_CELERY_AGENTS / --agents).
+COPY api ./api
 COPY examples ./examples
 
 RUN useradd --create-home --uid 10001 agents
 USER agents
 
 EXPOSE 7777 5555
-CMD ["gunicorn", "agents_celery.api:create_app()", "--bind", "0.0.0.0:7777", "--worker-class", "gevent", "--workers", "2", "--worker-connections", "2000"]
+CMD ["gunicorn", "-c", "api/gunicorn.conf.py", "api.wsgi:app"]

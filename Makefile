@@ -15,8 +15,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 lint: install
-	$(VENV)/bin/ruff check agents_celery tests bench examples
-	$(VENV)/bin/ruff format --check agents_celery tests bench examples
+	$(VENV)/bin/ruff check agents_celery api tests bench examples
+	$(VENV)/bin/ruff format --check agents_celery api tests bench examples
 
 typecheck: install
 	$(VENV)/bin/mypy

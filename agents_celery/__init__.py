@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .agent import Agent, load_agents
-from .celery_app import STEP_TASK, configure, create_celery_app
+from .broker.celery_app import STEP_TASK, configure, create_celery_app
 from .decisions import Decision
 from .errors import (
     AbandonedRunError,
@@ -29,13 +29,13 @@ from .errors import (
     UnknownAgentError,
     ValidationError,
 )
-from .eventlog import AsyncEventLog, EventLog
 from .events import Event, EventType
 from .hooks import Hooks, LoggingHooks, MetricsHooks, StepInfo
 from .models import Model, OpenAIChat, ScriptedModel, ScriptedToolCall, ScriptedTurn
 from .runs import RunState, RunStatus
 from .runtime import RunStream, Runtime, RunView
 from .settings import Settings, load_settings
+from .storage.eventlog import AsyncEventLog, EventLog
 from .tools import Tool, ToolContext, tool
 
 __version__ = "0.2.0"

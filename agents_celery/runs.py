@@ -7,7 +7,7 @@ Transitions (anything else is refused)::
     paused   -> running | cancelled | failed
     completed, failed, cancelled: final
 
-The state is committed by compare-and-set on ``step`` (see :mod:`agents_celery.store`). Its JSON carries
+The state is committed by compare-and-set on ``step`` (see :mod:`agents_celery.storage.store`). Its JSON carries
 ``schema_version``; loading an unknown version fails fast, naming the versions this code supports.
 Version 2 stores the conversation (``messages``) in a list beside the JSON, so a commit appends the new
 messages instead of rewriting them all; version 1 (messages inside the JSON) is still read, and the next

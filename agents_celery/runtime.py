@@ -17,8 +17,8 @@ import redis
 from celery import Celery
 
 from .agent import Agent
-from .celery_app import STEP_TASK, create_celery_app
-from .connections import connect, connect_async
+from .broker.celery_app import STEP_TASK, create_celery_app
+from .broker.publisher import StepPublisher
 from .decisions import Decision, as_decision, decide, with_edited_args
 from .errors import (
     RedisUnavailableError,
@@ -30,13 +30,13 @@ from .errors import (
     UnknownAgentError,
     ValidationError,
 )
-from .eventlog import AsyncEventLog
 from .events import Event, EventType, close_open, make_event
-from .leases import Leases
-from .publisher import StepPublisher
 from .runs import RunState, RunStatus, ToolCall
 from .settings import Settings, load_settings
-from .store import RunStore
+from .storage.connections import connect, connect_async
+from .storage.eventlog import AsyncEventLog
+from .storage.leases import Leases
+from .storage.store import RunStore
 
 
 @dataclass

@@ -6,8 +6,9 @@ Every value has a default that works on one machine. A bad value fails at start-
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 import pydantic
 from pydantic import AliasChoices, Field, field_validator, model_validator
@@ -15,6 +16,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigurationError
 
+SENTINEL_SCHEMES = {"redis+sentinel", "sentinel"}
 _REDIS_SCHEMES = {"redis", "rediss", "unix", "redis+socket", "redis+sentinel", "sentinel"}
 
 
@@ -85,9 +87,7 @@ class Settings(BaseSettings):
         """The broker URL, falling back to the Redis URL (a Sentinel URL becomes kombu's form)."""
         if self.broker_url:
             return self.broker_url
-        if urlparse(self.redis_url).scheme in ("redis+sentinel", "sentinel"):
-            from .connections import parse_sentinel
-
+        if urlparse(self.redis_url).scheme in SENTINEL_SCHEMES:
             s = parse_sentinel(self.redis_url)
             auth = f":{s.password}@" if s.password else ""
             return ";".join(f"sentinel://{auth}{host}:{port}/{s.db}" for host, port in s.hosts)
@@ -96,9 +96,7 @@ class Settings(BaseSettings):
     @property
     def broker_transport_options(self) -> dict[str, Any]:
         """Transport options the broker URL needs (the Sentinel service name when it came from the Redis URL)."""
-        if not self.broker_url and urlparse(self.redis_url).scheme in ("redis+sentinel", "sentinel"):
-            from .connections import parse_sentinel
-
+        if not self.broker_url and urlparse(self.redis_url).scheme in SENTINEL_SCHEMES:
             return {"master_name": parse_sentinel(self.redis_url).service}
         return {}
 
@@ -127,3 +125,35 @@ def load_settings(**overrides: Any) -> Settings:
             variable = "CELERY_BROKER_URL" if field == "broker_url" else f"AGENTS_CELERY_{field.upper()}"
             problems.append(f"{variable}: {err['msg']}")
         raise ConfigurationError("bad configuration: " + "; ".join(problems)) from None
+
+
+@dataclass(frozen=True)
+class SentinelURL:
+    """The parts of a Sentinel URL."""
+
+    hosts: list[tuple[str, int]]
+    service: str
+    db: int
+    password: str | None
+
+
+def parse_sentinel(url: str) -> SentinelURL:
+    """Split ``redis+sentinel://[:password@]h1:p1,h2:p2/service[/db]``; ConfigurationError when malformed."""
+    parsed = urlparse(url)
+    netloc = parsed.netloc
+    password = None
+    if "@" in netloc:
+        auth, netloc = netloc.rsplit("@", 1)
+        password = unquote(auth.split(":", 1)[1]) if ":" in auth else unquote(auth)
+    hosts = []
+    for part in filter(None, netloc.split(",")):
+        host, _, port = part.rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigurationError(f"AGENTS_CELERY_REDIS_URL: bad Sentinel address {part!r} in {url!r}")
+        hosts.append((host, int(port)))
+    path = [p for p in parsed.path.split("/") if p]
+    if not hosts or not path or (len(path) > 1 and not path[1].isdigit()):
+        raise ConfigurationError(
+            f"AGENTS_CELERY_REDIS_URL: expected redis+sentinel://host:port[,host:port]/service_name[/db], got {url!r}"
+        )
+    return SentinelURL(hosts, path[0], int(path[1]) if len(path) > 1 else 0, password or None)

@@ -1,5 +1,5 @@
 """The API app gunicorn serves in the SSE bench: ``create_app()`` with a Runtime that sends to the bench's
-prefixed broker keys (otherwise the same as ``agents_celery.api:create_app()``)."""
+prefixed broker keys (otherwise the same as ``agents_celery.contrib.flask:create_app()``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 
 from flask import Flask
 
-from agents_celery.api import create_app
+from agents_celery.contrib.flask import create_app
 
 from .common import runtime_for
 

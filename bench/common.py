@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 import redis
 
-from agents_celery.processes import stop_process
+from agents_celery.cli.processes import stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/11")
@@ -281,7 +281,7 @@ def celery_worker(
     """``celery -A <app> worker`` with the threads pool (by default): the command ``agents-celery worker`` runs.
 
     ``agents-celery worker`` is ``app.worker_main(["worker", "-Q", queue, ...])`` on
-    ``agents_celery.worker:app``; :mod:`bench.worker` is that same app plus a broker key prefix.
+    ``agents_celery.broker.worker:app``; :mod:`bench.worker` is that same app plus a broker key prefix.
     """
     cmd = [
         sys.executable, "-m", "celery", "-A", app, "worker", "-Q", queue,
@@ -333,7 +333,7 @@ def settings_for(prefix: str, queue: str, **overrides: Any) -> Any:
 def runtime_for(prefix: str, queue: str, **overrides: Any) -> Any:
     """A Runtime that sends to the bench workers (same broker key prefix)."""
     from agents_celery import Runtime
-    from agents_celery.celery_app import create_celery_app
+    from agents_celery.broker.celery_app import create_celery_app
 
     settings = settings_for(prefix, queue, **overrides)
     app = create_celery_app(settings, agents={})

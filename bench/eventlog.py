@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import uuid
 
-from agents_celery.eventlog import EventLog
 from agents_celery.events import EventType, make_event
-from agents_celery.keys import Keys
-from agents_celery.leases import Leases
+from agents_celery.storage.eventlog import EventLog
+from agents_celery.storage.keys import Keys
+from agents_celery.storage.leases import Leases
 
 from .common import Row, cli_main, client, log, median, prefixed, timed
 

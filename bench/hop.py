@@ -20,7 +20,7 @@ _QUEUE = os.environ.get("AGENTS_CELERY_QUEUE", "bench-hop")
 app = Celery("bench_hop", broker=_URL)
 app.conf.task_default_queue = _QUEUE
 if os.environ.get("BENCH_HOP_DURABLE") == "1":
-    # The same delivery settings the step task runs with (agents_celery.celery_app.durable_defaults).
+    # The same delivery settings the step task runs with (agents_celery.broker.celery_app.durable_defaults).
     app.conf.update(task_acks_late=True, task_reject_on_worker_lost=True, worker_prefetch_multiplier=1)
 prefix_broker_keys(app, os.environ.get("BENCH_PREFIX", "bench-hop"))
 mark_ready(app, os.environ.get("BENCH_PREFIX", "bench-hop"))

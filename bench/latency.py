@@ -6,7 +6,7 @@ Figure: a FakeOpenAIServer streams ~300 tokens, 5 ms apart, to a real worker (``
 token's text is its send time (``time.time_ns()``, stamped as the chunk is written, not when the reply was
 built); a client reading the run with ``Runtime.get_stream(id).events()`` subtracts it from its receive
 time; so does an HTTP client of ``GET /runs/<id>/events`` on a gunicorn API process (when
-``agents_celery.api`` exists): ``http.client`` reading lines as they arrive (the target row), and httpx's
+``agents_celery.contrib.flask`` exists): ``http.client`` reading lines as they arrive (the target row), and httpx's
 ``iter_lines`` (info: its parsing adds ~0.3 ms per frame here). All processes read the same clock.
 """
 
@@ -73,8 +73,8 @@ def xread_floor(prefix: str, samples: int, gap: float = GAP) -> list[float]:
 
 def stamping_server(tokens: int, delay: float) -> Any:
     """A FakeOpenAIServer whose text chunks carry the time they are written (see module doc)."""
-    from agents_celery import testing
-    from agents_celery.testing import FakeOpenAIServer, FakeReply
+    from agents_celery.testing import openai_server as testing
+    from agents_celery.testing.openai_server import FakeOpenAIServer, FakeReply
 
     completion = testing._Completion
     if not getattr(completion, "_bench_stamped", False):
@@ -157,7 +157,7 @@ def run(quick: bool) -> list[Row]:
     samples = 500
     tokens = 300
     runs = 1 if quick else 3
-    have_api = importlib.util.find_spec("agents_celery.api") is not None
+    have_api = importlib.util.find_spec("agents_celery.contrib.flask") is not None
     with prefixed("latency") as prefix:
         log("latency: XADD -> XREAD BLOCK floor")
         floor = xread_floor(prefix, samples)

@@ -15,7 +15,7 @@ import os
 import time
 from typing import Any
 
-from agents_celery.eventlog import stream_id
+from agents_celery.storage.eventlog import stream_id
 
 from .agents import started_key
 from .common import Row, agents_worker, cli_main, client, log, median, prefixed, runtime_for, settings_for

@@ -21,10 +21,10 @@ import time
 import uuid
 from typing import Any
 
-from agents_celery.eventlog import EventLog
 from agents_celery.events import EventType, make_event
-from agents_celery.keys import Keys
-from agents_celery.leases import Leases
+from agents_celery.storage.eventlog import EventLog
+from agents_celery.storage.keys import Keys
+from agents_celery.storage.leases import Leases
 
 from .common import Proc, Row, agents_worker, bench_env, cli_main, client, log, median, prefixed, timed
 
@@ -180,10 +180,10 @@ def e2e_runs(port: int, runs: int, clients: int) -> float:
 
 
 def run(quick: bool) -> list[Row]:
-    if importlib.util.find_spec("agents_celery.api") is None:
+    if importlib.util.find_spec("agents_celery.contrib.flask") is None:
         print("skipped: API not present", file=sys.stderr)
         return [Row("SSE benches", None, "", skipped="API not present")]
-    from agents_celery.testing import FakeOpenAIServer, ScriptResponder
+    from agents_celery.testing.openai_server import FakeOpenAIServer, ScriptResponder
 
     subs = 1000
     repeats = 2 if quick else 3

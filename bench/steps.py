@@ -239,9 +239,9 @@ def in_process(prefix: str, n: int, profile: bool = False) -> RunTiming:
     import io
     import pstats
 
-    from agents_celery.engine import Engine
+    from agents_celery.engine.engine import Engine
     from agents_celery.hooks import LoggingHooks
-    from agents_celery.store import RunStore
+    from agents_celery.storage.store import RunStore
 
     from .agents import steps as steps_agent
 

@@ -23,8 +23,8 @@ from agents_celery import (
     StopStep,
     tool,
 )
-from agents_celery.connections import connect
-from agents_celery.keys import Keys
+from agents_celery.storage.connections import connect
+from agents_celery.storage.keys import Keys
 from agents_celery.tools import ToolContext
 
 _PREFIX = os.environ.get("AGENTS_CELERY_KEY_PREFIX", "ac")

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from agents_celery.processes import stop_process
+from agents_celery.cli.processes import stop_process
 
 from .cluster import ROOT
 
@@ -37,7 +37,14 @@ class ApiServer:
         self._out = self.log.open("wb")
         cmd = [sys.executable, "-m", "agents_celery.cli", "api", "--host", "127.0.0.1", "--port", str(self.port)]
         if gunicorn:  # the production command documented in agents_celery/api/serve.py
-            cmd = [sys.executable, "-m", "gunicorn", "agents_celery.api:create_app()", "--worker-class", "gevent"]
+            cmd = [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "agents_celery.contrib.flask:create_app()",
+                "--worker-class",
+                "gevent",
+            ]
             cmd += ["--workers", "1", "--worker-connections", "2000", "--bind", f"127.0.0.1:{self.port}"]
         self.proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=self._out, stderr=subprocess.STDOUT)
 

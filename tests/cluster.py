@@ -11,7 +11,7 @@ import time
 import uuid
 from pathlib import Path
 
-from agents_celery.processes import stop_process
+from agents_celery.cli.processes import stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import redis
 
-from agents_celery.eventlog import EventLog
-from agents_celery.keys import Keys
 from agents_celery.settings import Settings, load_settings
+from agents_celery.storage.eventlog import EventLog
+from agents_celery.storage.keys import Keys
 
 TEST_REDIS_URL = os.environ.get("AGENTS_CELERY_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
 
@@ -91,7 +91,7 @@ SEPARATE_BROKER_URL = os.environ.get("AGENTS_CELERY_TEST_SEPARATE_BROKER_URL", "
 
 @pytest.fixture(scope="session")
 def fake_openai() -> Iterator[Any]:
-    from agents_celery.testing import FakeOpenAIServer
+    from agents_celery.testing.openai_server import FakeOpenAIServer
 
     server = FakeOpenAIServer().start()
     yield server

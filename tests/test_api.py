@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
-from agents_celery.testing import ScriptResponder
+from agents_celery.testing.openai_server import ScriptResponder
 
 from .api_support import ApiServer, Frame, frames, free_port, read_until
 from .conftest import TEST_REDIS_URL, kill_connections, wait_for
@@ -463,9 +463,9 @@ def test_gevent_holds_more_streams_than_a_default_redis_pool(worker_env: dict[st
 def test_a_stream_reads_its_live_batches_on_one_connection(monkeypatch: pytest.MonkeyPatch, runtime: Any) -> None:
     """A stream keeps the connection it waits on: no checkout from the pool per live batch, connected again
     when Redis dropped it between two reads, and back in the pool when the stream ends."""
-    from agents_celery.api.sse import Reader
-    from agents_celery.api.streams import Streams
     from agents_celery.events import EventType, make_event
+    from agents_celery.http.sse import Reader
+    from agents_celery.http.streams import Streams
 
     run_id = uuid.uuid4().hex
     log = runtime.store.log

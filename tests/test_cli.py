@@ -16,7 +16,7 @@ import pytest
 from agents_celery import Runtime, ScriptedToolCall, ScriptedTurn
 from agents_celery.events import EventType
 from agents_celery.runs import RunStatus
-from agents_celery.testing import ScriptResponder
+from agents_celery.testing.openai_server import ScriptResponder
 
 from .cluster import ROOT
 from .conftest import wait_for

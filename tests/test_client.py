@@ -31,9 +31,9 @@ from agents_celery.client import (
     StreamGapError,
     error_from_response,
 )
-from agents_celery.client_async import AsyncClient
+from agents_celery.client.aio import AsyncClient
 from agents_celery.events import EventType
-from agents_celery.testing import ScriptResponder
+from agents_celery.testing.openai_server import ScriptResponder
 
 from .api_support import ApiServer, free_port
 
@@ -282,7 +282,7 @@ def test_error_mapping(status: int, code: str, cls: type[Exception]) -> None:
 
 def test_the_api_s_own_exceptions_never_come_out_of_the_client() -> None:
     """A process that imports the API (AuthError, code "unauthorized") gets the client's exceptions still."""
-    from agents_celery.api.routes import AuthError
+    from agents_celery.contrib.flask.routes import AuthError
 
     error = error_from_response(401, b'{"detail": "no key", "code": "unauthorized"}')
     assert type(error) is AuthenticationError and not isinstance(error, AuthError)

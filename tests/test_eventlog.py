@@ -17,10 +17,10 @@ from agents_celery.errors import (
     RunFinishedError,
     RunNotFoundError,
 )
-from agents_celery.eventlog import AsyncEventLog, EventLog
 from agents_celery.events import EventType, make_event
-from agents_celery.keys import Keys
-from agents_celery.leases import Leases
+from agents_celery.storage.eventlog import AsyncEventLog, EventLog
+from agents_celery.storage.keys import Keys
+from agents_celery.storage.leases import Leases
 
 from .conftest import TEST_REDIS_URL, kill_connections, new_id, wait_for
 

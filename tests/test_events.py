@@ -75,7 +75,7 @@ def test_what_the_model_refuses_is_refused(kind: EventType, fields: dict[str, An
 def test_step_events_are_written_as_make_event_writes_them(
     monkeypatch: pytest.MonkeyPatch, type_: EventType, kind: str, step: int, attempt: int
 ) -> None:
-    from agents_celery import steps
+    from agents_celery.engine import steps
 
     monkeypatch.setattr(steps, "now_ms", lambda: 1_700_000_000_123)
     got = steps.step_event(type_, kind, step, attempt)
@@ -86,7 +86,7 @@ def test_step_events_are_written_as_make_event_writes_them(
 
 
 def test_an_odd_step_event_goes_through_make_event() -> None:
-    from agents_celery import steps
+    from agents_celery.engine import steps
 
     odd = steps.step_event(EventType.STEP_STARTED, 'we"ird', 1, 1)  # not one of the engine's two names
     assert json.loads(odd.json)["metadata"]["kind"] == 'we"ird'  # quoted, as make_event quotes

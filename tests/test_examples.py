@@ -72,7 +72,7 @@ def uninstrument_celery() -> None:
 
 @pytest.fixture
 def flask_app(fast_settings: Settings, worker: Any) -> Iterator[Flask]:
-    from agents_celery.api import close_app
+    from agents_celery.contrib.flask import close_app
     from examples.flask_app import create_app
 
     app = create_app(fast_settings)

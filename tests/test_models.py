@@ -26,7 +26,7 @@ from agents_celery.models import (
     Usage,
     split_tokens,
 )
-from agents_celery.testing import FailingResponder, FakeOpenAIServer, FakeReply, ScriptResponder
+from agents_celery.testing.openai_server import FailingResponder, FakeOpenAIServer, FakeReply, ScriptResponder
 
 USER = {"role": "user", "content": "what is two plus three"}
 WEATHER = ScriptedTurn(

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import re
+import runpy
 import shlex
 import signal
 import socket
@@ -129,7 +130,14 @@ def normalized(command: str | list[str]) -> list[str]:
     return shlex.split(re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", text))
 
 
+def gunicorn_conf() -> dict[str, Any]:
+    """The settings api/gunicorn.conf.py gives gunicorn (in an environment without PORT and the like)."""
+    return runpy.run_path(str(ROOT / "api" / "gunicorn.conf.py"))
+
+
 def port_of(words: list[str]) -> int:
+    if words[:3] == ["gunicorn", "-c", "api/gunicorn.conf.py"] and "--bind" not in words:
+        return int(gunicorn_conf()["bind"].rsplit(":", 1)[1])
     for i, word in enumerate(words):
         if word.startswith("--port="):
             return int(word.split("=", 1)[1])
@@ -141,12 +149,12 @@ def port_of(words: list[str]) -> int:
 def test_procfile_runs_web_worker_and_flower_without_beat() -> None:
     procs = procfile()
     assert set(procs) == {"web", "worker", "flower"}  # no beat: the sweeper runs inside every worker
-    assert normalized(procs["web"])[:2] == ["gunicorn", "agents_celery.api:create_app()"]
-    web = normalized(procs["web"])
-    worker_class = web[web.index("--worker-class") + 1] if "--worker-class" in web else web[web.index("-k") + 1]
-    assert worker_class in {"gevent", "gthread", "eventlet"}, "SSE streams need a worker class that holds many"
+    assert normalized(procs["web"]) == ["gunicorn", "-c", "api/gunicorn.conf.py", "api.wsgi:app"]
+    conf = gunicorn_conf()
+    assert conf["worker_class"] in {"gevent", "gthread", "eventlet"}, "SSE streams need a worker class that holds many"
+    assert conf["bind"] == "0.0.0.0:7777" and not conf.get("preload_app")
     assert normalized(procs["worker"])[:4] == ["agents-celery", "worker", "--agents", "examples.agents"]
-    assert normalized(procs["flower"])[:4] == ["celery", "-A", "agents_celery.worker", "flower"]
+    assert normalized(procs["flower"])[:4] == ["celery", "-A", "agents_celery.broker.worker", "flower"]
     for command in procs.values():
         assert "beat" not in normalized(command)
 
@@ -226,7 +234,7 @@ def events_worker(events_env: dict[str, str]) -> Iterator[Proc]:
 def flower(events_env: dict[str, str]) -> Iterator[str]:
     port = free_port()
     celery = Path(sys.executable).parent / "celery"
-    cmd = [str(celery), "-A", "agents_celery.worker", "flower", f"--port={port}", "--address=127.0.0.1"]
+    cmd = [str(celery), "-A", "agents_celery.broker.worker", "flower", f"--port={port}", "--address=127.0.0.1"]
     proc = Proc([*cmd, f"--broker={TEST_BROKER_URL}"], events_env, "flower")
     url = f"http://127.0.0.1:{port}"
     try:
@@ -326,7 +334,7 @@ def test_procfile_runs_under_honcho(key_prefix: str) -> None:
 
 
 def test_log_records_carry_run_step_and_attempt() -> None:
-    from agents_celery import observability
+    from agents_celery.broker import observability
 
     observability.install_log_record_factory()
     logger = logging.getLogger("agents_celery.test")
@@ -348,7 +356,8 @@ def test_log_records_carry_run_step_and_attempt() -> None:
 
 
 def test_setup_logging_puts_the_context_hook_first(settings: Any) -> None:
-    from agents_celery import create_celery_app, observability
+    from agents_celery import create_celery_app
+    from agents_celery.broker import observability
 
     app = create_celery_app(settings, agents={})
     observability.setup_logging(app)
@@ -372,8 +381,8 @@ exporter = ConsoleSpanExporter(out=out, formatter=lambda s: s.to_json(indent=Non
 provider.add_span_processor(SimpleSpanProcessor(exporter))
 trace.set_tracer_provider(provider)
 
-from agents_celery.cli import main
-from agents_celery.worker import app  # instruments itself: AGENTS_CELERY_TRACING=1 is in its environment
+from agents_celery.cli.main import main
+from agents_celery.broker.worker import app  # instruments itself: AGENTS_CELERY_TRACING=1 is in its environment
 
 sys.exit(main(["worker", *sys.argv[2:]]))
 """
@@ -416,7 +425,7 @@ def test_api_request_and_steps_share_a_trace(
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from agents_celery.api import close_app, create_app
+    from agents_celery.contrib.flask import close_app, create_app
 
     worker, spans_file, env = traced_worker
     exporter = InMemorySpanExporter()

@@ -12,8 +12,8 @@ import pytest
 import redis
 from celery import Celery, signals
 
-from agents_celery.celery_app import STEP_TASK, create_celery_app
-from agents_celery.publisher import StepPublisher
+from agents_celery.broker.celery_app import STEP_TASK, create_celery_app
+from agents_celery.broker.publisher import StepPublisher
 from agents_celery.settings import Settings, load_settings
 
 from .conftest import TEST_BROKER_URL, TEST_REDIS_URL

@@ -20,7 +20,7 @@ import redis
 from agents_celery import Runtime
 from agents_celery.events import Event, EventType
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
-from agents_celery.testing import ScriptResponder
+from agents_celery.testing.openai_server import ScriptResponder
 
 from .cluster import Worker, worker_env
 from .conftest import SEPARATE_BROKER_URL, TEST_BROKER_URL, TEST_REDIS_URL, wait_for

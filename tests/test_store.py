@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 import redis
 
+from agents_celery.engine.steps import step_started
 from agents_celery.errors import FencedError, StateError
 from agents_celery.events import EventType, make_event
 from agents_celery.runs import RunState, RunStatus, ToolCall
 from agents_celery.settings import Settings
-from agents_celery.steps import step_started
-from agents_celery.store import Ack, Effect, RunStore, Sent
+from agents_celery.storage.store import Ack, Effect, RunStore, Sent
 
 from .conftest import new_id, wait_for
 

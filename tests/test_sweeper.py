@@ -6,12 +6,12 @@ import time
 
 import redis
 
+from agents_celery.engine.sweeper import sweep
 from agents_celery.events import EventType, make_event
-from agents_celery.leases import Leases
 from agents_celery.runs import RunState
 from agents_celery.settings import Settings
-from agents_celery.store import RunStore
-from agents_celery.sweeper import sweep
+from agents_celery.storage.leases import Leases
+from agents_celery.storage.store import RunStore
 
 from .conftest import new_id
 
@@ -85,7 +85,7 @@ def test_a_backlog_holds_back_runs_never_picked_up_but_not_crashed_ones(r: redis
 
 
 def test_the_worker_reads_its_queue_length_from_the_broker(fast_settings: Settings) -> None:
-    from agents_celery.celery_app import create_celery_app, extension
+    from agents_celery.broker.celery_app import create_celery_app, extension
 
     app = create_celery_app(fast_settings.model_copy(update={"queue": f"backlog-{new_id()[:6]}"}), agents={})
     try:

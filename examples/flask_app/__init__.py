@@ -18,8 +18,8 @@ from celery import Celery, Task, shared_task
 from flask import Flask, jsonify
 
 from agents_celery import Runtime, Settings, configure, load_settings
-from agents_celery.api import init_app, make_blueprint
-from agents_celery.observability import instrument
+from agents_celery.contrib.flask import init_app, make_blueprint
+from agents_celery.contrib.flask.tracing import instrument
 
 
 def celery_init_app(app: Flask) -> Celery:

@@ -1,0 +1,165 @@
+"""The asyncio twin of :class:`agents_celery.client.Client`: same methods, awaited; streams are async iterators.
+
+::
+
+    async with AsyncClient("http://localhost:7777") as client:
+        stream = await client.start("assistant", "hi")
+        async for event in stream:
+            save(stream.run_id, event.offset)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from ..errors import RunBusyError
+from ..events import Event
+from . import (
+    BUSY_RETRIES,
+    RETRY_STATUSES,
+    Backoff,
+    Cursor,
+    SSEParser,
+    StreamHandle,
+    _base_url,
+    _headers,
+    _Retry,
+    _StreamBroken,
+    continue_body,
+    error_from_response,
+    event_from_frame,
+    start_body,
+)
+
+__all__ = ["AsyncClient", "AsyncRunStream"]
+
+
+class AsyncRunStream(StreamHandle):
+    """One run's events after ``last_offset``, as an async iterator. Persist ``run_id`` and ``last_offset``."""
+
+    client: AsyncClient
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        self.cursor.done = False
+        return self.client._events(self)
+
+
+class AsyncClient:
+    """Asynchronous client of the agents-celery HTTP API; see :class:`agents_celery.client.Client`."""
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        *,
+        api_key: str | None = None,
+        timeout: float = 30.0,
+        backoff: Backoff | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.backoff = backoff or Backoff()
+        self._http = httpx.AsyncClient(
+            base_url=_base_url(base_url), headers=_headers(api_key), timeout=timeout, transport=transport
+        )
+
+    async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = await self._http.request(method, path, **kwargs)
+        if response.status_code >= 400:
+            raise error_from_response(response.status_code, response.content)
+        return response.json() if response.content else None
+
+    async def agents(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = await self._request("GET", "/agents")
+        return result
+
+    async def get(self, run_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self._request("GET", f"/runs/{run_id}")
+        return result
+
+    async def start(
+        self,
+        agent: str,
+        message: str,
+        *,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        idempotency_key: str | None = None,
+        until_pause: bool = True,
+    ) -> AsyncRunStream:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        body = start_body(message, session_id, user_id)
+        out = await self._request("POST", f"/agents/{agent}/runs", json=body, headers=headers)
+        return AsyncRunStream(self, out["run_id"], agent, out.get("session_id"), -1, until_pause)
+
+    def follow(
+        self, run_id: str, agent_id: str | None = None, *, after: int = -1, until_pause: bool = True
+    ) -> AsyncRunStream:
+        return AsyncRunStream(self, run_id, agent_id, None, after, until_pause)
+
+    async def continue_run(
+        self, run_id: str, decisions: Sequence[dict[str, Any]] | None = None, *, agent_id: str | None = None
+    ) -> AsyncRunStream:
+        run = await self.get(run_id)
+        agent = agent_id or run["agent_id"]
+        path, body = f"/agents/{agent}/runs/{run_id}/continue", continue_body(decisions)
+        for delay in BUSY_RETRIES:  # the worker that paused the run may hold its lease for a moment
+            try:
+                await self._request("POST", path, json=body)
+                break
+            except RunBusyError:
+                if delay is None:
+                    raise
+                await asyncio.sleep(delay)
+        return AsyncRunStream(self, run_id, agent, run.get("session_id"), int(run["last_offset"]), True)
+
+    async def stop(self, run_id: str, *, agent_id: str | None = None) -> dict[str, Any]:
+        agent = agent_id or (await self.get(run_id))["agent_id"]
+        result: dict[str, Any] = await self._request("POST", f"/agents/{agent}/runs/{run_id}/cancel")
+        return result
+
+    async def _events(self, stream: AsyncRunStream) -> AsyncIterator[Event]:
+        cursor, failures = stream.cursor, 0
+        while not cursor.done:
+            try:
+                async for event in self._connect(cursor):
+                    failures = 0
+                    yield event
+                cursor.closed()
+            except (httpx.TransportError, _StreamBroken, _Retry) as exc:
+                failures += 1
+                delay = cursor.failed(failures, self.backoff, exc)
+                stream.reconnects += 1
+                await asyncio.sleep(delay)
+
+    async def _connect(self, cursor: Cursor) -> AsyncIterator[Event]:
+        params, headers = cursor.request()
+        async with self._http.stream("GET", f"/runs/{cursor.run_id}/events", params=params, headers=headers) as resp:
+            if resp.status_code == 204:
+                cursor.done = True
+                return
+            if resp.status_code >= 400:
+                error = error_from_response(resp.status_code, await resp.aread())
+                raise _Retry(str(error)) if resp.status_code in RETRY_STATUSES else error
+            parser = SSEParser()
+            async for line in resp.aiter_lines():
+                frame = parser.feed(line)
+                event = event_from_frame(frame) if frame is not None else None
+                if event is not None and cursor.accept(event):
+                    yield event
+                    if cursor.done:
+                        return
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()

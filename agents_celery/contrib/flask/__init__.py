@@ -1,0 +1,97 @@
+"""The HTTP API: a Flask blueprint you mount in your app, or a standalone app.
+
+::
+
+    from agents_celery.contrib.flask import create_app, init_app, make_blueprint
+
+    app = create_app()                       # standalone (what ``agents-celery api`` serves)
+
+    init_app(my_app, runtime=Runtime())      # or inside an existing Flask app
+    my_app.register_blueprint(make_blueprint(), url_prefix="/ai")
+
+``init_app`` stores the :class:`~agents_celery.Runtime` in ``app.extensions["agents_celery"]``; nothing is
+global. Config keys (``create_app`` also reads them from the environment): ``AGENTS_CELERY_KEEPALIVE_SECONDS``
+(idle SSE comment interval, default 15) and ``AGENTS_CELERY_BLOCK_SECONDS`` (how long ``stream=false`` waits
+for a run to end or pause, default 600; past it the JSON shows the run still running) and
+``AGENTS_CELERY_API_REDIS_MAX_CONNECTIONS`` (default 2000: how many streams one process can hold open; each
+holds one Redis connection of the API's stream client, see :mod:`agents_celery.http.streams`; the Runtime's
+own pool is widened to the same size). With ``AGENTS_CELERY_TRACING=1`` ``create_app`` opens an OpenTelemetry
+span per request and carries it into the step tasks (see :mod:`agents_celery.contrib.flask.tracing`). Serving it:
+:mod:`agents_celery.contrib.flask.serve`.
+"""
+
+from __future__ import annotations
+
+import os
+
+from flask import Blueprint, Flask
+
+from ...agent import load_agents
+from ...http.streams import MAX_CONNECTIONS, Streams, widen_pool
+from ...runtime import Runtime
+from ...settings import Settings, load_settings
+from .routes import EXTENSION, STREAMS, blueprint, http_error
+
+__all__ = ["blueprint", "close_app", "create_app", "init_app", "make_blueprint"]
+
+
+def make_blueprint() -> Blueprint:
+    """The API blueprint (register it once per app, under any ``url_prefix``)."""
+    return blueprint
+
+
+def init_app(app: Flask, runtime: Runtime | None = None, settings: Settings | None = None) -> Runtime:
+    """Give ``app`` a Runtime (a new one from ``settings`` / the environment when none is passed).
+
+    A new Runtime knows the agents of ``AGENTS_CELERY_AGENTS`` (``agents-celery api --agents``) even
+    before a worker has published them; without it the API lists what workers published.
+    """
+    if runtime is None:
+        settings = settings or load_settings()
+        local = list(load_agents(settings.agents).values()) if settings.agents else []
+        runtime = Runtime(settings=settings, agents=local)
+    rt = runtime
+    app.extensions[EXTENSION] = rt
+    app.config.setdefault("AGENTS_CELERY_KEEPALIVE_SECONDS", 15.0)
+    app.config.setdefault("AGENTS_CELERY_BLOCK_SECONDS", 600.0)
+    app.config.setdefault("AGENTS_CELERY_API_REDIS_MAX_CONNECTIONS", MAX_CONNECTIONS)
+    size = int(app.config["AGENTS_CELERY_API_REDIS_MAX_CONNECTIONS"])
+    app.extensions[STREAMS] = Streams(rt, size)
+    widen_pool(rt, size)
+    return rt
+
+
+def close_app(app: Flask) -> None:
+    """Close the Redis clients ``init_app`` gave ``app`` (its Runtime's and its stream client's)."""
+    streams = app.extensions.pop(STREAMS, None)
+    if streams is not None:
+        streams.close()
+    runtime = app.extensions.pop(EXTENSION, None)
+    if runtime is not None:
+        runtime.close()
+
+
+def create_app(runtime: Runtime | None = None, settings: Settings | None = None) -> Flask:
+    """A standalone Flask app serving the API at the root, with JSON answers for unknown routes too."""
+    app = Flask("agents_celery")
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    for name in ("AGENTS_CELERY_KEEPALIVE_SECONDS", "AGENTS_CELERY_BLOCK_SECONDS"):
+        if os.environ.get(name):
+            app.config[name] = float(os.environ[name])
+    pool_size = os.environ.get("AGENTS_CELERY_API_REDIS_MAX_CONNECTIONS")
+    if pool_size:
+        app.config["AGENTS_CELERY_API_REDIS_MAX_CONNECTIONS"] = int(pool_size)
+    rt = init_app(app, runtime, settings)
+    app.register_blueprint(make_blueprint())
+    app.register_error_handler(404, http_error)
+    app.register_error_handler(405, http_error)
+    if tracing_requested():
+        from .tracing import instrument
+
+        instrument(rt.celery_app, app)  # a span per request, carried into the steps it enqueues
+    return app
+
+
+def tracing_requested() -> bool:
+    """``AGENTS_CELERY_TRACING`` is set to a true value (OpenTelemetry must be installed and configured)."""
+    return os.environ.get("AGENTS_CELERY_TRACING", "").lower() in ("1", "true", "yes", "on")

@@ -1,0 +1,389 @@
+"""What one step does: a model turn, or the tool calls of the last turn.
+
+Plain Python on top of a :class:`StepContext`; the Celery task (:mod:`agents_celery.engine`) takes the
+lease, builds the context, and commits the :class:`StepResult` these functions return. Events that must
+appear live (text and tool-call deltas) go through ``ctx.writer``; events that belong with the checkpoint
+(tool results, step end, run end) are returned and committed atomically with the new state.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..agent import Agent
+from ..errors import AgentsCeleryError, FencedError, ModelError, StopStep, ToolArgumentsError
+from ..events import Deltas, EventType, NewEvent, make_event, now_ms
+from ..hooks import StepInfo, call_hooks
+from ..ids import random_hex
+from ..models import TextDelta, ToolCallDelta, TurnAccumulator, Usage
+from ..runs import RunFailure, RunState, RunStatus, ToolCall
+from ..settings import Settings
+from ..storage.eventlog import LogStatus
+from ..storage.store import Effect, RunStore, Sent
+from ..tools import ToolContext
+from .writer import EventWriter
+
+
+class Cancelled(Exception):
+    """A stop request was noticed inside a step."""
+
+
+@dataclass
+class StepContext:
+    """What a step works with."""
+
+    state: RunState
+    agent: Agent
+    step: int
+    attempt: int
+    token: str
+    store: RunStore
+    settings: Settings
+    writer: EventWriter
+    info: StepInfo
+    stop: threading.Event = field(default_factory=threading.Event)
+    lost: threading.Event = field(default_factory=threading.Event)
+    #: This attempt wrote a STEP_STARTED, so whatever ends it must write the STEP_FINISHED.
+    step_open: bool = False
+    #: Calls the claim already started in the effect ledger (see :attr:`agents_celery.storage.store.Claim.effects`).
+    effects: dict[str, Effect | None] = field(default_factory=dict)
+    #: Ledger results sent to Redis whose replies the engine reads before it commits.
+    sent: list[Sent] = field(default_factory=list)
+
+    def check(self) -> None:
+        """Raise Cancelled when a stop was requested, FencedError once the heartbeat lost the lease."""
+        if self.lost.is_set():
+            raise FencedError(f"run {self.state.run_id!r}: lease lost; another attempt owns the run")
+        if self.stop.is_set():
+            raise Cancelled()
+
+
+@dataclass
+class StepResult:
+    """The new state and the events to commit with it."""
+
+    state: RunState
+    events: list[NewEvent]
+    log_status: LogStatus
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{random_hex()[:16]}"
+
+
+# -- endings -----------------------------------------------------------------------------------------
+
+
+def completed(ctx: StepContext, state: RunState, events: list[NewEvent]) -> StepResult:
+    state = state.moved_to(RunStatus.COMPLETED)
+    finished = make_event(
+        EventType.RUN_FINISHED,
+        thread_id=state.session_id,
+        run_id=state.run_id,
+        outcome={"type": "success"},
+        result=state.output or "",
+    )
+    return StepResult(state, [*events, finished], "ended")
+
+
+def failed(ctx: StepContext, state: RunState, error: BaseException, events: list[NewEvent] = ()) -> StepResult:  # type: ignore[assignment]
+    failure = RunFailure(type=type(error).__name__, message=str(error))
+    state = state.model_copy(update={"status": RunStatus.FAILED, "error": failure})
+    code = getattr(error, "code", None) or type(error).__name__
+    err = make_event(EventType.RUN_ERROR, message=failure.message or failure.type, code=str(code))
+    return StepResult(state, [*events, err], "ended")
+
+
+def cancelled(ctx: StepContext, state: RunState, events: list[NewEvent] = ()) -> StepResult:  # type: ignore[assignment]
+    state = state.moved_to(RunStatus.CANCELLED)
+    done = make_event(
+        EventType.RUN_FINISHED, thread_id=state.session_id, run_id=state.run_id, outcome={"type": "cancelled"}
+    )
+    return StepResult(state, [*events, done], "ended")
+
+
+def paused(ctx: StepContext, state: RunState, events: list[NewEvent]) -> StepResult:
+    state = state.moved_to(RunStatus.PAUSED)
+    interrupts = [_interrupt(ctx.agent, call) for call in state.pending]
+    pause = make_event(
+        EventType.RUN_FINISHED,
+        thread_id=state.session_id,
+        run_id=state.run_id,
+        outcome={"type": "interrupt", "interrupts": interrupts},
+    )
+    return StepResult(state, [*events, pause], "paused")
+
+
+def _interrupt(agent: Agent, call: ToolCall) -> dict[str, Any]:
+    tool = agent.tools.get(call.name)
+    if call.pause_reason == "may_have_run":
+        message = (
+            f"Tool {call.name!r} started in an attempt that crashed and may have run. Approve to run it again, "
+            "or reject to tell the model it may or may not have completed."
+        )
+    else:
+        message = f"Tool {call.name!r} needs your confirmation to run with {call.arguments}."
+    schema = {"type": "object", "properties": {"approved": {"type": "boolean"}}, "required": ["approved"]}
+    if tool is not None:
+        schema["properties"]["editedArgs"] = tool.parameters  # type: ignore[index]
+    return {
+        "id": call.id,
+        "reason": call.pause_reason or "confirmation_required",
+        "message": message,
+        "tool_call_id": call.id,
+        "response_schema": schema,
+        "metadata": {"tool_name": call.name, "tool_args": call.args},
+    }
+
+
+# -- model turn --------------------------------------------------------------------------------------
+
+
+class _TurnStream:
+    """Turns model chunks into events, remembering what is open so it can be closed on any exit."""
+
+    def __init__(self, ctx: StepContext) -> None:
+        self.ctx = ctx
+        self.message_id = new_id("msg")
+        self.text = Deltas(EventType.TEXT_MESSAGE_CONTENT, self.message_id)
+        self.acc = TurnAccumulator()
+        self.text_open = False
+        self.calls: dict[int, str] = {}
+        self.args: dict[int, Deltas] = {}
+        self.open_calls: list[str] = []
+
+    def feed(self, chunk: Any) -> None:
+        emit = self.ctx.writer.emit
+        if isinstance(chunk, TextDelta) and chunk.text:
+            if not self.text_open:
+                emit(make_event(EventType.TEXT_MESSAGE_START, message_id=self.message_id, role="assistant"))
+                self.text_open = True
+            emit(self.text(chunk.text))
+        elif isinstance(chunk, ToolCallDelta):
+            if chunk.index not in self.calls:
+                self.close_text()
+                call_id = chunk.id or new_id("call")
+                chunk = ToolCallDelta(chunk.index, call_id, chunk.name, chunk.arguments)
+                self.calls[chunk.index] = call_id
+                self.args[chunk.index] = Deltas(EventType.TOOL_CALL_ARGS, call_id)
+                self.open_calls.append(call_id)
+                emit(
+                    make_event(
+                        EventType.TOOL_CALL_START,
+                        tool_call_id=call_id,
+                        tool_call_name=chunk.name or "unknown",
+                        parent_message_id=self.message_id,
+                    )
+                )
+            if chunk.arguments:
+                emit(self.args[chunk.index](chunk.arguments))
+        self.acc.add(chunk)
+
+    def close_text(self) -> None:
+        if self.text_open:
+            self.ctx.writer.emit(make_event(EventType.TEXT_MESSAGE_END, message_id=self.message_id))
+            self.text_open = False
+
+    def close(self) -> None:
+        self.close_text()
+        for call_id in self.open_calls:
+            self.ctx.writer.emit(make_event(EventType.TOOL_CALL_END, tool_call_id=call_id))
+        self.open_calls = []
+
+
+def model_turn(ctx: StepContext) -> StepResult:
+    """Call the model once (with retries), stream its deltas, and decide what comes next."""
+    state = ctx.state
+    if state.turns >= ctx.settings.max_turns:
+        return failed(ctx, state, AgentsCeleryError(f"the run took more than {ctx.settings.max_turns} model turns"))
+    turn: _TurnStream | None = None
+    for retry in range(ctx.settings.model_retries + 1):
+        turn = _TurnStream(ctx)
+        try:
+            _stream_once(ctx, turn)
+            break
+        except ModelError as exc:
+            turn.close()
+            if not exc.retryable or retry == ctx.settings.model_retries:
+                return failed(ctx, state, exc, [_step_finished(ctx, "model")])
+            ctx.writer.emit(
+                make_event(
+                    EventType.CUSTOM,
+                    name="model_retry",
+                    value={"attempt": retry + 1, "error": str(exc), "status_code": exc.status_code},
+                )
+            )
+            _sleep_unless_stopped(ctx, ctx.settings.model_backoff_seconds * (2**retry))
+        except BaseException:
+            turn.close()
+            raise
+    assert turn is not None
+    return _after_turn(ctx, turn)
+
+
+def _stream_once(ctx: StepContext, turn: _TurnStream) -> None:
+    ctx.check()
+    call_hooks(ctx.agent.hooks, "before_model_call", ctx.info, ctx.state.messages)
+    system = [{"role": "system", "content": ctx.agent.instructions}] if ctx.agent.instructions else []
+    for chunk in ctx.agent.model.stream([*system, *ctx.state.messages], ctx.agent.tool_schemas()):
+        ctx.check()
+        turn.feed(chunk)
+    turn.close()
+
+
+def _sleep_unless_stopped(ctx: StepContext, seconds: float) -> None:
+    if ctx.stop.wait(seconds):
+        raise Cancelled()
+
+
+def step_name(kind: str, step: int) -> str:
+    return f"model_turn:{step}" if kind == "model" else f"tools:{step}"
+
+
+def step_event(type_: EventType, kind: str, step: int, attempt: int) -> NewEvent:
+    """A STEP_STARTED or STEP_FINISHED, exactly as :func:`make_event` writes it (tests/test_events.py checks).
+
+    Every step writes two and every claim sends two, so they skip make_event's checks: all their fields are
+    the engine's own (two ints and one of two names).
+    """
+    if kind not in ("model", "tools") or type(step) is not int or type(attempt) is not int:
+        meta = {"step": step, "kind": kind, "attempt": attempt}
+        return make_event(type_, step_name=step_name(kind, step), metadata=meta)
+    return NewEvent(
+        type_,
+        f'{{"type":"{type_.value}","timestamp":{now_ms()},'
+        f'"metadata":{{"step":{step},"kind":"{kind}","attempt":{attempt}}},"step_name":"{step_name(kind, step)}"}}',
+    )
+
+
+def step_started(kind: str, step: int, attempt: int) -> NewEvent:
+    """The STEP_STARTED of an attempt (the claim writes a first attempt's; the engine a retried one's)."""
+    return step_event(EventType.STEP_STARTED, kind, step, attempt)
+
+
+def _step_finished(ctx: StepContext, kind: str) -> NewEvent:
+    return step_event(EventType.STEP_FINISHED, kind, ctx.step, ctx.attempt)
+
+
+def with_step_finished(ctx: StepContext, result: StepResult) -> StepResult:
+    """``result`` with the step's STEP_FINISHED in front of its run-ending events, if it has none."""
+    if not ctx.step_open or any(e.type is EventType.STEP_FINISHED for e in result.events):
+        return result
+    return StepResult(result.state, [_step_finished(ctx, ctx.info.kind), *result.events], result.log_status)
+
+
+def _after_turn(ctx: StepContext, turn: _TurnStream) -> StepResult:
+    message = turn.acc.assistant_message()
+    call_hooks(ctx.agent.hooks, "after_model_call", ctx.info, message)
+    usage = dict(ctx.state.usage)
+    if isinstance(turn.acc.usage, Usage):
+        for name in ("prompt_tokens", "completion_tokens", "total_tokens"):
+            usage[name] = usage.get(name, 0) + getattr(turn.acc.usage, name)
+    calls = [_new_call(ctx.agent, c) for c in turn.acc.tool_calls]
+    state = ctx.state.model_copy(
+        update={
+            "messages": [*ctx.state.messages, message],
+            "turns": ctx.state.turns + 1,
+            "usage": usage,
+            "tool_calls": calls,
+            "next": "tools" if calls else "model",
+            "output": turn.acc.text if not calls else ctx.state.output,
+        }
+    )
+    events = [_step_finished(ctx, "model")]
+    if not calls:
+        return completed(ctx, state, events)
+    if state.pending:
+        return paused(ctx, state, events)
+    return StepResult(state, events, "live")
+
+
+def _new_call(agent: Agent, raw: dict[str, str]) -> ToolCall:
+    call = ToolCall(id=raw["id"], name=raw["name"], arguments=raw.get("arguments") or "{}")
+    tool = agent.tools.get(call.name)
+    if tool is None:
+        return call.model_copy(update={"error": f"unknown tool {call.name!r}; available: {sorted(agent.tools)}"})
+    try:
+        tool.validate(call.arguments)
+    except ToolArgumentsError as exc:
+        return call.model_copy(update={"error": str(exc)})
+    if tool.requires_confirmation:
+        return call.model_copy(
+            update={"requires_confirmation": True, "decision": "pending", "pause_reason": "confirmation_required"}
+        )
+    return call
+
+
+# -- tool step ---------------------------------------------------------------------------------------
+
+
+def tool_step(ctx: StepContext) -> StepResult:
+    """Run the tool calls of the last turn (concurrently), through the effect ledger."""
+    ctx.check()
+    todo = [c for c in ctx.state.tool_calls if not c.done]
+    if len(todo) == 1:  # no pool for the common case
+        finished = {todo[0].id: _run_call(ctx, todo[0], ahead=True)}
+    else:
+        with ThreadPoolExecutor(max_workers=max(1, len(todo)), thread_name_prefix="tool") as pool:
+            finished = dict(zip([c.id for c in todo], pool.map(lambda c: _run_call(ctx, c), todo), strict=True))
+    calls = [finished.get(c.id, c) for c in ctx.state.tool_calls]
+    state = ctx.state.model_copy(update={"tool_calls": calls})
+    if state.pending:  # a call may have run in a crashed attempt: a human decides
+        return paused(ctx, state, [_step_finished(ctx, "tools")])
+    ctx.check()
+    results = [
+        make_event(EventType.TOOL_CALL_RESULT, message_id=new_id("tool"), tool_call_id=c.id, content=c.result or "")
+        for c in calls
+    ]
+    messages = [{"role": "tool", "tool_call_id": c.id, "content": c.result or ""} for c in calls]
+    state = state.model_copy(update={"messages": [*state.messages, *messages], "next": "model", "tool_calls": []})
+    return StepResult(state, [*results, _step_finished(ctx, "tools")], "live")
+
+
+def _run_call(ctx: StepContext, call: ToolCall, ahead: bool = False) -> ToolCall:
+    if call.decision == "rejected":
+        note = f" Note from the user: {call.note}" if call.note else ""
+        return call.model_copy(update={"result": f"The user rejected this tool call; it did not run.{note}"})
+    if call.error is not None:
+        return call.model_copy(update={"result": f"Error: {call.error}"})
+    tool = ctx.agent.tools[call.name]
+    if call.rerun:
+        ctx.store.effect_reset(ctx.state.run_id, call.id, ctx.token)
+    if not call.rerun and call.id in ctx.effects:  # the claim started it (one round trip fewer)
+        entry = ctx.effects[call.id]
+    else:
+        entry = ctx.store.effect_begin(ctx.state.run_id, call.id, ctx.token)
+    if entry is not None and entry.status == "done":
+        return _with_result(call, entry.result or "", entry.error)
+    if entry is not None and not tool.idempotent:
+        return call.model_copy(update={"decision": "pending", "pause_reason": "may_have_run"})
+    return _invoke(ctx, call, tool.invoke, ahead)
+
+
+def _invoke(ctx: StepContext, call: ToolCall, invoke: Callable[[Any, ToolContext], str], ahead: bool) -> ToolCall:
+    args = call.args
+    call_hooks(ctx.agent.hooks, "before_tool_call", ctx.info, call.name, args)
+    context = ToolContext(run_id=ctx.state.run_id, tool_call_id=call.id, attempt=ctx.attempt)
+    error: str | None = None
+    try:
+        result = invoke(call.arguments, context)
+    except ToolArgumentsError as exc:
+        result, error = f"Error: {exc}", str(exc)
+    except StopStep:
+        raise
+    except Exception as exc:  # the tool's own failure is the model's business, not a crash
+        result, error = f"Error: {type(exc).__name__}: {exc}", f"{type(exc).__name__}: {exc}"
+    if ahead:  # the step's only call: its reply is read just before the commit (Engine._attempt)
+        ctx.sent.append(ctx.store.effect_done_sent(ctx.state.run_id, call.id, ctx.token, result, error))
+    else:  # calls running side by side: none holds a connection while the others run
+        ctx.store.effect_done(ctx.state.run_id, call.id, ctx.token, result, error)
+    call_hooks(ctx.agent.hooks, "after_tool_call", ctx.info, call.name, result, error)
+    return _with_result(call, result, error)
+
+
+def _with_result(call: ToolCall, result: str, error: str | None) -> ToolCall:
+    return call.model_copy(update={"result": result, "error": error, "decision": call.decision})

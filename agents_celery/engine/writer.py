@@ -1,0 +1,143 @@
+"""EventWriter: streams a step's events to the log, at once when they trickle, batched when they pour.
+
+An event that arrives while nothing is pending, and not right on the heels of the previous write (or of the
+step's start), is appended at once by the step's own thread: a model streaming tokens some milliseconds
+apart pays one round trip and no thread hand-off. An event that arrives in a burst (within ``BURST`` of the
+previous write, so more are probably coming) is kept pending instead, and the process's one flusher thread
+appends whatever piled up in one round trip as soon as it gets to run (typically while the step waits on the
+model's socket). When the step ends, :meth:`EventWriter.take` hands the events still pending to the commit,
+which writes them with the new checkpoint: a fast turn's deltas cost no round trip of their own.
+
+Order is kept: the step's thread writes directly only when nothing is pending or being flushed, and
+``take`` waits for a flush in flight. One thread (the step's) emits into a writer.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+from ..events import NewEvent
+from ..ids import pid
+from ..storage.eventlog import EventLog
+
+#: An event this soon (seconds) after the previous direct write counts as part of a burst.
+BURST = 0.0005
+#: The most events one flush appends (the rest go in the next round trip).
+BATCH = 500
+
+
+class EventWriter:
+    """Appends a step's events in order, fenced by the attempt's lease token."""
+
+    def __init__(self, log: EventLog, run_id: str, token: str) -> None:
+        self._log, self._run_id, self._token = log, run_id, token
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._pending: list[NewEvent] = []
+        self._writing = False  # the flusher is appending a batch
+        self._scheduled = False  # the flusher has this writer in its queue
+        self._closed = False
+        self._error: BaseException | None = None
+        # The step's start counts as a write: what a fast step emits at once rides its commit, while a
+        # model's first token (tens of ms in) is written at once.
+        self._last_direct = time.monotonic()
+
+    def emit(self, event: NewEvent) -> None:
+        """Write or keep an event; raises an earlier write's error (e.g. FencedError)."""
+        if self._error is not None:
+            raise self._error
+        schedule = False
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("this step's events were already handed to its commit")
+            direct = not self._pending and not self._writing and time.monotonic() - self._last_direct >= BURST
+            if not direct:
+                self._pending.append(event)
+                schedule, self._scheduled = not self._scheduled, True
+        if direct:
+            self._log.append(self._run_id, [event], self._token)
+            self._last_direct = time.monotonic()
+        elif schedule:
+            _flusher().submit(self)
+
+    def take(self) -> list[NewEvent]:
+        """End the writer: wait for a flush in flight and return the events not written yet, in order.
+
+        Raises the error of a failed flush (e.g. FencedError).
+        """
+        with self._lock:
+            while self._writing:
+                self._idle.wait()
+            self._closed = True
+            pending, self._pending = self._pending, []
+        if self._error is not None:
+            raise self._error
+        return pending
+
+    def close(self) -> None:
+        """Drop what is pending (an attempt that did not commit leaves it to the next attempt to close)."""
+        with self._lock:
+            while self._writing:
+                self._idle.wait()
+            self._closed = True
+            self._pending = []
+
+    def __enter__(self) -> EventWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _flush_pending(self) -> None:
+        """Called by the flusher thread: append what is pending, in one round trip."""
+        with self._lock:
+            self._scheduled = False
+            if self._closed or self._writing or not self._pending:
+                return
+            batch, self._pending = self._pending[:BATCH], self._pending[BATCH:]
+            self._writing = True
+        try:
+            if self._error is None:
+                self._log.append(self._run_id, batch, self._token)
+        except BaseException as exc:  # re-raised in the step's thread
+            self._error = exc
+        finally:
+            with self._lock:
+                self._writing = False
+                self._idle.notify_all()
+                again = bool(self._pending) and not self._closed and not self._scheduled
+                self._scheduled = self._scheduled or again
+        if again:
+            _flusher().submit(self)
+
+
+class _Flusher:
+    """The process's one thread that appends the pending events of bursting writers."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[EventWriter] = queue.SimpleQueue()
+        self.pid = pid()
+        self._thread = threading.Thread(target=self._run, name="agents-celery-events", daemon=True)
+        self._thread.start()
+
+    def submit(self, writer: EventWriter) -> None:
+        self._queue.put(writer)
+
+    def _run(self) -> None:
+        while True:
+            self._queue.get()._flush_pending()
+
+
+_FLUSHER: _Flusher | None = None
+_FLUSHER_LOCK = threading.Lock()
+
+
+def _flusher() -> _Flusher:
+    """The flusher of this process (a forked child starts its own)."""
+    global _FLUSHER
+    with _FLUSHER_LOCK:
+        if _FLUSHER is None or _FLUSHER.pid != pid():
+            _FLUSHER = _Flusher()
+        return _FLUSHER

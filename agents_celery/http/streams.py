@@ -1,0 +1,58 @@
+"""The API's own Redis client for event streams, sized for many concurrent subscribers.
+
+Every open stream (an SSE response, or a ``stream=false`` request waiting for its run) holds one connection
+of this client while it waits in XREAD BLOCK, so its pool is sized to the number of streams a process serves
+(``AGENTS_CELERY_API_REDIS_MAX_CONNECTIONS``, default 2000: match gunicorn's ``--worker-connections``). It is a
+*blocking* pool: past the limit a stream waits up to :data:`POOL_WAIT_SECONDS` for a free connection instead
+of failing at once. Its socket timeout (:data:`SOCKET_TIMEOUT_SECONDS`) exceeds the longest XREAD block
+(:data:`agents_celery.http.sse.MAX_BLOCK_MS`); redis-py's 5 s default would be too short for longer blocks.
+"""
+
+from __future__ import annotations
+
+from ..runtime import Runtime
+from ..storage.connections import connect
+from ..storage.eventlog import EventLog
+
+#: Default size of the stream client's pool (and of the Runtime's pool, when it is smaller).
+MAX_CONNECTIONS = 2000
+#: Seconds a stream waits for a free connection when the pool is exhausted.
+POOL_WAIT_SECONDS = 5.0
+#: Socket timeout of the stream client: above the longest XREAD BLOCK (1 s), with room for a slow Redis.
+SOCKET_TIMEOUT_SECONDS = 10.0
+
+
+class Streams:
+    """What a stream reads through: a Redis client with a blocking pool of ``max_connections``, and the
+    :class:`~agents_celery.storage.eventlog.EventLog` on it (log status checks go through the same connection)."""
+
+    def __init__(self, runtime: Runtime, max_connections: int = MAX_CONNECTIONS) -> None:
+        self.redis = connect(
+            runtime.settings.redis_url,
+            blocking_pool=True,
+            max_connections=max_connections,
+            timeout=POOL_WAIT_SECONDS,
+            socket_connect_timeout=2,
+            socket_timeout=SOCKET_TIMEOUT_SECONDS,
+            health_check_interval=30,
+        )
+        self.keys = runtime.store.keys
+        self.log = EventLog(
+            self.redis,
+            self.keys,
+            retention_ms=runtime.settings.retention_ms,
+            tombstone_ms=runtime.settings.tombstone_ms,
+        )
+        self.max_connections = max_connections
+
+    def close(self) -> None:
+        self.redis.close()
+
+
+def widen_pool(runtime: Runtime, max_connections: int) -> None:
+    """Let the Runtime's own pool (redis-py's default caps it at 100) open up to ``max_connections``, so many
+    concurrent short requests under an async worker do not fail with "Too many connections"."""
+    pool = runtime.redis.connection_pool
+    current = getattr(pool, "max_connections", None)
+    if isinstance(current, int) and current < max_connections:
+        pool.max_connections = max_connections

@@ -1,0 +1,143 @@
+"""Redis clients from the URLs the settings accept, Sentinel included.
+
+- ``redis://``, ``rediss://``, ``unix://``: as redis-py reads them.
+- ``redis+socket:///path/to/redis.sock?db=N``: a unix socket, in the form Celery's broker URLs use.
+- ``redis+sentinel://[:password@]host:port[,host:port...]/service_name[/db]`` (or ``sentinel://``): asks the
+  Sentinels for the current master of ``service_name`` and follows failovers.
+"""
+
+from __future__ import annotations
+
+import select
+import threading
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import redis
+import redis.asyncio as aredis
+import redis.asyncio.sentinel as asentinel
+import redis.sentinel
+
+from ..errors import ConfigurationError
+from ..ids import pid
+from ..settings import SENTINEL_SCHEMES, parse_sentinel
+
+
+def _socket(url: str) -> tuple[str, int]:
+    parsed = urlparse(url)
+    db = parse_qs(parsed.query).get("db", ["0"])[0]
+    return parsed.path, int(db) if db.isdigit() else 0
+
+
+def connect(url: str, *, blocking_pool: bool = False, **options: Any) -> redis.Redis:
+    """A sync client for ``url``. ``options`` go to the connections (timeouts, ``max_connections`` ...);
+    ``blocking_pool`` makes a full pool wait (``timeout`` seconds) instead of failing (not with Sentinel)."""
+    scheme = urlparse(url).scheme
+    if scheme in SENTINEL_SCHEMES:
+        s = parse_sentinel(url)
+        options.pop("timeout", None)
+        timeout = options.get("socket_connect_timeout")
+        sentinel = redis.sentinel.Sentinel(s.hosts, socket_connect_timeout=timeout)  # type: ignore[no-untyped-call]
+        master: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+            s.service, db=s.db, password=s.password, **options
+        )
+        return master
+    pool_class = redis.BlockingConnectionPool if blocking_pool else redis.ConnectionPool
+    if scheme == "redis+socket":
+        path, db = _socket(url)
+        pool = pool_class(connection_class=redis.UnixDomainSocketConnection, path=path, db=db, **options)
+    else:
+        pool = pool_class.from_url(url, **options)
+    return redis.Redis(connection_pool=pool)
+
+
+def keeping_one(client: redis.Redis) -> redis.Redis:
+    """A client that keeps one connection of ``client``'s pool for all its commands until it is closed
+    (redis-py's ``single_connection_client``), sharing ``client``'s response callbacks (a copy is ~13 KiB).
+
+    For a reader that holds a connection anyway while it waits in XREAD BLOCK: taking it out of the pool and
+    back for every batch costs a pid check each way and a read probing for stale data, five system calls.
+    Call :func:`reconnect_if_closed` before each read, as the reader may sit idle between them."""
+    own = redis.Redis(connection_pool=client.connection_pool, single_connection_client=True)
+    own.response_callbacks = client.response_callbacks
+    return own
+
+
+class ThreadClients:
+    """One client per thread, each keeping a connection of ``client``'s pool for itself (redis-py's
+    ``single_connection_client``), for the threads that send a command per step or per streamed token.
+
+    A command through a pooled client checks a connection out and back in: a pid check each way and a
+    non-blocking read probing for stale data, five system calls besides the send and the reply; on a VM with
+    page-table isolation that doubled the CPU of a small script call after an idle gap. :meth:`get` looks at
+    the kept connection first (:func:`reconnect_if_closed`, one system call), so one Redis closed while the
+    thread was idle connects again instead of failing. A thread's client goes back to the pool when the
+    thread ends; a forked child builds its own. When no connection can be
+    had, :meth:`get` returns the shared client, whose command then fails (or retries) the ordinary way.
+    Under gevent or eventlet (``threading.local`` patched: one per greenlet, which lives for one task) every
+    task would build a client of its own, so it stays out of the way and returns the shared client.
+    """
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.shared = client
+        self._local = threading.local()
+        self._threads = threading.local.__module__ == "_thread"  # real threads, not greenlets
+
+    def get(self) -> redis.Redis:
+        """The calling thread's client."""
+        if not self._threads:
+            return self.shared
+        local = self._local
+        own: redis.Redis | None = getattr(local, "client", None)
+        if own is not None and local.pid == pid():
+            reconnect_if_closed(own)
+            return own
+        try:
+            own = keeping_one(self.shared)
+        except redis.RedisError:
+            return self.shared
+        local.client, local.pid = own, pid()
+        return own
+
+
+def reconnect_if_closed(client: redis.Redis) -> None:
+    """Disconnect the kept connection if Redis closed it while it sat idle (a restart, CLIENT KILL, an idle
+    timeout): the next command then connects again instead of failing. One ``poll`` with no wait, where the
+    pool's check on every checkout takes three system calls (``select`` would refuse a socket numbered past
+    1023, which an API process holding a thousand streams has). An idle connection has nothing to read; if it
+    has, it is closed or holds a stray reply, and either way it must go."""
+    sock = getattr(client.connection, "_sock", None)
+    if sock is not None:
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        if poller.poll(0):
+            client.connection.disconnect()  # type: ignore[union-attr]
+
+
+def connect_async(url: str, **options: Any) -> aredis.Redis:
+    """An asyncio client for ``url`` (same URL forms as :func:`connect`)."""
+    scheme = urlparse(url).scheme
+    if scheme in SENTINEL_SCHEMES:
+        s = parse_sentinel(url)
+        timeout = options.get("socket_connect_timeout")
+        sentinel = asentinel.Sentinel(s.hosts, socket_connect_timeout=timeout)  # type: ignore[no-untyped-call]
+        master: aredis.Redis = sentinel.master_for(s.service, db=s.db, password=s.password, **options)
+        return master
+    if scheme == "redis+socket":
+        path, db = _socket(url)
+        return aredis.Redis(unix_socket_path=path, db=db, **options)
+    return aredis.Redis.from_url(url, **options)
+
+
+def answers(url: str, timeout: float = 0.5) -> bool:
+    """Whether a Redis answers PING at ``url`` within ``timeout`` seconds."""
+    try:
+        client = connect(url, socket_connect_timeout=timeout, socket_timeout=timeout)
+    except (redis.RedisError, ConfigurationError, ValueError):
+        return False
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()

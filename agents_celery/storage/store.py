@@ -1,0 +1,505 @@
+"""Run store: create, claim, commit and stop runs; sessions, the effect ledger, manifests, the live index.
+
+Every write that touches one run goes through a Lua script in :mod:`agents_celery.storage.scripts`, fenced by the
+run's lease token. Session and global keys are written with separate commands (they live in other slots).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import redis
+
+from ..errors import RedisUnavailableError, RunExpiredError, RunNotFoundError, StateError
+from ..events import NewEvent
+from ..ids import random_hex
+from ..runs import RunState, load_state
+from ..settings import Settings
+from .connections import ThreadClients
+from .eventlog import EventLog, LogStatus
+from .keys import Keys
+from .scripts import refusal, register
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Ack:
+    """A delivered step message the commit acks: kombu's unacked index and hash keys, and its delivery tag."""
+
+    index_key: str
+    hash_key: str
+    tag: str
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What an attempt got when it asked for a step."""
+
+    outcome: Literal["OK", "STALE", "BUSY", "ENDED", "NOTFOUND"]
+    attempt: int = 0
+    step_offset: int | None = None
+    next_offset: int = 0
+    state: RunState | None = None
+    stop_reason: str = ""
+    #: A tool step's calls the claim started in the effect ledger: the entry an earlier attempt left, or None
+    #: where this claim recorded ``started`` (the call is this attempt's to run).
+    effects: dict[str, Effect | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Effect:
+    """An effect-ledger entry for one tool call."""
+
+    status: Literal["started", "done"]
+    result: str | None = None
+    error: str | None = None
+
+
+@dataclass
+class CachedState:
+    """A run state this process committed (or is committing), and the id of that version."""
+
+    state_id: str
+    state: RunState
+    #: Set once the commit that writes this version has returned; ``committed`` says whether it succeeded.
+    ready: threading.Event = field(default_factory=threading.Event)
+    committed: bool = False
+
+    def wait(self, timeout: float) -> bool:
+        """Whether the version is usable: its commit returned successfully (waiting up to ``timeout``)."""
+        return self.ready.wait(timeout) and self.committed
+
+    def confirm(self) -> None:
+        """Its commit returned successfully: the state may be used."""
+        self.committed = True
+        self.ready.set()
+
+
+class StateCache:
+    """The last few run states this process committed, by run id, with the id of that version.
+
+    Only a claim that finds the same version in Redis (no one committed since) uses an entry; an attempt
+    that ends without committing forgets its run, so nothing it changed in memory is reused. A commit enters
+    its version before it is sent (:meth:`expect`), so the next step's claim may be sent while the commit's
+    reply is on its way; the state is used only once that commit has returned (:meth:`CachedState.wait`).
+    """
+
+    def __init__(self, size: int = 128) -> None:
+        self._size = size
+        self._entries: OrderedDict[str, CachedState] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, run_id: str) -> CachedState | None:
+        with self._lock:
+            return self._entries.get(run_id)
+
+    def expect(self, run_id: str, state_id: str, state: RunState) -> CachedState | None:
+        """Enter the version a commit is about to write (None when this cache keeps nothing)."""
+        if self._size <= 0:
+            return None
+        entry = CachedState(state_id, state)
+        with self._lock:
+            self._entries[run_id] = entry
+            self._entries.move_to_end(run_id)
+            while self._entries and len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+        return entry
+
+    def keep(self, run_id: str, state_id: str, state: RunState) -> None:
+        entry = self.expect(run_id, state_id, state)
+        if entry is not None:
+            entry.confirm()
+
+    def forget(self, run_id: str, entry: CachedState | None = None) -> None:
+        """Drop the run's entry (only ``entry``, when given: a newer one stays)."""
+        with self._lock:
+            if entry is None or self._entries.get(run_id) is entry:
+                self._entries.pop(run_id, None)
+        if entry is not None:
+            entry.ready.set()  # not committed: whoever waits for it loads the state instead
+
+
+class Sent:
+    """A script call written to Redis whose reply is read later, on a connection of its own meanwhile.
+
+    With ``rerun`` (for an idempotent script), a call whose connection failed runs again the ordinary way;
+    without, the connection error is raised (the script may or may not have run)."""
+
+    def __init__(self, client: redis.Redis, script: Any, keys: list[str], args: list[str], rerun: bool = True) -> None:
+        self._client, self._script, self._keys, self._args, self._rerun = client, script, keys, args, rerun
+        self._failed: redis.RedisError | None = None  # the send failed part way: it may have run
+        self._conn: Any = None
+        try:
+            self._conn = _connection(client.connection_pool)
+        except redis.RedisError:
+            return  # nothing was sent: wait() runs it the ordinary way
+        try:
+            self._conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        except redis.RedisError as exc:
+            self._failed = exc
+            self._drop()
+
+    def wait(self) -> Any:
+        """The script's reply. Runs it again the ordinary way when Redis did not know the script (it did not
+        run) and, with ``rerun``, when the call was not sent or its connection failed."""
+        if self._conn is not None:
+            try:
+                reply = self._conn.read_response()
+            except redis.exceptions.NoScriptError:
+                self._release()  # an error reply, read whole: the connection is clean
+            except redis.ResponseError:
+                self._release()
+                raise
+            except redis.ConnectionError:
+                self._drop()
+                if not self._rerun:
+                    raise
+            except BaseException:  # a timeout, an interrupt: the reply may still be on its way
+                self._drop()
+                raise
+            else:
+                self._release()
+                return reply
+        elif self._failed is not None and not self._rerun:
+            raise redis.ConnectionError(f"the call was not sent whole: {self._failed}")
+        return self._script(keys=self._keys, args=self._args)
+
+    def close(self) -> None:
+        """Read and drop the reply of a call nobody will use (its connection then goes back clean)."""
+        with contextlib.suppress(Exception):
+            if self._conn is not None:
+                self.wait()
+
+    def _release(self) -> None:
+        self._client.connection_pool.release(self._conn)
+        self._conn = None
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            self._conn.disconnect()
+            self._release()
+
+
+@dataclass(frozen=True)
+class SentClaim:
+    """A claim sent ahead (:meth:`RunStore.claim_sent`) and the cached state it named."""
+
+    run_id: str
+    sent: Sent
+    known: CachedState | None
+
+
+def _connection(pool: Any) -> Any:
+    """A connection from the pool (redis-py before 5.3 wants a command name; later ones warn about it)."""
+    try:
+        return pool.get_connection()
+    except TypeError:
+        return pool.get_connection("EVALSHA")
+
+
+def _effect(raw: str) -> Effect | None:
+    if not raw:
+        return None
+    entry = json.loads(raw)
+    return Effect(entry["status"], entry.get("result"), entry.get("error"))
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class RunStore:
+    """Redis-backed run state. Shared by workers (sync) and callers (Runtime, API)."""
+
+    def __init__(
+        self, client: redis.Redis, settings: Settings, *, cached_states: int = 128, own_connections: bool = False
+    ) -> None:
+        self.redis = client
+        self.settings = settings
+        self.keys = Keys(settings.key_prefix)
+        #: A worker's step threads claim, commit and append through connections of their own (see
+        #: :class:`~agents_celery.storage.connections.ThreadClients`); callers (Runtime, API) use the shared pool.
+        self._own = ThreadClients(client) if own_connections else None
+        self.log = EventLog(
+            client,
+            self.keys,
+            retention_ms=settings.retention_ms,
+            tombstone_ms=settings.tombstone_ms,
+            own_connections=self._own,
+        )
+        self._claim = register(client, "claim")
+        self._commit = register(client, "commit")
+        self._effect_begin = register(client, "effect_begin")
+        self._effect_done = register(client, "effect_done")
+        self._effect_reset = register(client, "effect_reset")
+        self._session_take = register(client, "session_take")
+        self._session_release = register(client, "session_release")
+        self._session_sync = register(client, "session_sync")
+        #: Versions of live runs' states this process committed: its next claim of the run skips the load.
+        self.states = StateCache(cached_states)
+
+    def _client(self) -> redis.Redis | None:
+        """The calling thread's own client, or None (the scripts' registered, shared one)."""
+        return self._own.get() if self._own is not None else None
+
+    # -- runs --------------------------------------------------------------------------------------
+
+    def create(self, state: RunState, events: Sequence[NewEvent]) -> None:
+        """Write a new run (state, log and first events) in one script."""
+        # Schema 1 (messages inside) so the run appears in one atomic write; its first commit stores schema 2.
+        fields = {"state": state.to_json_v1()}
+        self.log.create(state.run_id, state.session_id, state.agent_id, events, fields=fields)
+
+    def load(self, run_id: str) -> tuple[RunState, int]:
+        """The run's committed state and step number. Raises RunNotFoundError / RunExpiredError."""
+        k = self.keys.run(run_id)
+        try:
+            with self.redis.pipeline(transaction=True) as pipe:
+                pipe.hmget(k.run, "state", "step")
+                pipe.lrange(k.messages, 0, -1)
+                (raw, step), messages = pipe.execute()
+            if raw is None:
+                if self.redis.exists(k.gone):
+                    raise RunExpiredError(f"run {run_id!r} has expired; its state is no longer kept")
+                raise RunNotFoundError(f"run {run_id!r} does not exist")
+        except redis.ConnectionError as exc:
+            raise RedisUnavailableError(f"Redis does not answer: {exc}") from exc
+        return load_state(raw, messages), int(step or 0)
+
+    def claim(self, run_id: str, step: int, token: str, started: tuple[NewEvent, NewEvent]) -> Claim:
+        """Take the lease for an attempt at ``step`` and load what it needs, in one round trip.
+
+        ``started`` holds the STEP_STARTED of a model turn and of a tool step; a first attempt writes the
+        one that fits (its offset is ``next_offset``), a retried one writes neither.
+        """
+        known = self.states.get(run_id)
+        keys, args = self._claim_call(run_id, step, token, started, known)
+        return self._claimed(run_id, self._claim(keys=keys, args=args, client=self._client()), known)
+
+    def claim_sent(self, run_id: str, step: int, token: str, started: tuple[NewEvent, NewEvent]) -> SentClaim:
+        """:meth:`claim`, sent now and answered later (:meth:`claim_read`): the worker's consumer sends it as
+        it receives the step's message, so the round trip overlaps Celery handing the message to a thread."""
+        known = self.states.get(run_id)
+        keys, args = self._claim_call(run_id, step, token, started, known)
+        return SentClaim(run_id, Sent(self.redis, self._claim, keys, [str(a) for a in args], rerun=False), known)
+
+    def claim_read(self, sent: SentClaim) -> Claim:
+        """The claim's outcome; ``BUSY`` when its reply was lost (it may have taken the lease: the sweeper
+        gives the step to a new attempt once that lease expires)."""
+        try:
+            reply = sent.sent.wait()
+        except redis.ConnectionError as exc:
+            log.warning("run=%s: a claim's reply was lost (%s); the sweeper will retry the step", sent.run_id, exc)
+            return Claim("BUSY")
+        return self._claimed(sent.run_id, reply, sent.known)
+
+    def _claim_call(
+        self, run_id: str, step: int, token: str, started: tuple[NewEvent, NewEvent], known: CachedState | None
+    ) -> tuple[list[str], list[str | int]]:
+        k = self.keys.run(run_id)
+        args: list[str | int] = [token, step, self.settings.lease_ttl_ms, started[0].json, started[1].json]
+        args.append(known.state_id if known else "")
+        return [k.run, k.lease, k.stop, k.events, k.effects, k.messages], args
+
+    def _claimed(self, run_id: str, reply: Any, known: CachedState | None) -> Claim:
+        outcome = _text(reply[0])
+        if outcome != "OK":
+            return Claim(outcome)  # type: ignore[arg-type]
+        _, attempt, previous, nxt, raw, stop = (_text(v) for v in reply[:6])
+        ids, entries = reply[6] or [], reply[7] or []
+        effects = {_text(i): _effect(_text(e)) for i, e in zip(ids, entries, strict=True)}
+        if raw:
+            state = load_state(raw, reply[8])
+        elif known is not None and known.wait(self.settings.lease_ttl_ms / 1000):
+            state = known.state  # Redis holds the version this process committed
+        elif known is not None:  # that version is in Redis, but its commit did not return here: read it back
+            state = self.load(run_id)[0]
+        else:
+            raise StateError(f"run {run_id!r} has no stored state")
+        return Claim(
+            "OK",
+            attempt=int(attempt),
+            step_offset=int(previous) if previous else None,
+            next_offset=int(nxt),
+            state=state,
+            stop_reason=stop,
+            effects=effects,
+        )
+
+    def commit(
+        self,
+        state: RunState,
+        token: str,
+        expected_step: int,
+        new_step: int,
+        events: Sequence[NewEvent],
+        log_status: LogStatus,
+        *,
+        release: bool = True,
+        task: tuple[str, str] | None = None,
+        ack: Ack | None = None,
+    ) -> int:
+        """Compare-and-set the state on its step number, with events and the log status; first offset.
+
+        With ``release`` (the default) the lease is given up in the same round trip. ``task`` (the step
+        queue's key and the next step's message, when the broker is this Redis) is pushed in the same script,
+        only if the commit succeeds; so is ``ack`` done (the step's own message leaves kombu's unacked keys).
+
+        Raises:
+            FencedError: the lease is no longer ours. StateError: another attempt committed this step.
+        """
+        k = self.keys.run(state.run_id)
+        state = state.model_copy(update={"updated_at": int(time.time() * 1000)})
+        state_id = random_hex()
+        keep, new_messages = state.message_changes()
+        stored = state._stored
+        v1 = self.settings.state_schema == 1  # messages inside the JSON; the list is left alone
+        if v1:
+            keep, new_messages, stored = -1, [], None
+        args = [
+            token,
+            str(expected_step),
+            str(new_step),
+            state.to_json_v1() if v1 else state.to_json(),
+            log_status,
+            str(self.settings.retention_ms),
+            str(self.settings.tombstone_ms),
+            "1" if release else "0",
+            state.next,
+            str(state.updated_at),
+            state_id,
+            task[1] if task else "",
+            json.dumps(state.ledger_calls) if log_status == "live" else "",
+            "-1" if v1 or (stored is not None and keep == len(stored)) else str(keep),
+            str(len(new_messages)),
+            ack.tag if ack else "",
+        ]
+        args += [json.dumps(m) for m in new_messages] + [e.json for e in events]
+        keys = [k.run, k.events, k.lease, k.effects, k.gone, k.stop, k.messages]
+        if task or ack:  # keys the script does not touch stand in for the missing ones: it reads ARGV first
+            keys += [task[0] if task else k.run, *((ack.index_key, ack.hash_key) if ack else (k.run, k.run))]
+        # Entered before it is sent: the next step's claim may go out before this reply is read.
+        entry = self.states.expect(state.run_id, state_id, state) if log_status == "live" else None
+        if entry is None:
+            self.states.forget(state.run_id)
+        try:
+            first = int(self._commit(keys=keys, args=args, client=self._client()))
+        except BaseException as exc:
+            self.states.forget(state.run_id, entry)
+            mapped = refusal(exc, state.run_id) if isinstance(exc, redis.ResponseError) else None
+            if mapped is not None:
+                raise mapped from None
+            raise
+        state.stored_as(None if v1 else state.messages)
+        if entry is not None:
+            entry.confirm()
+        return first
+
+    # -- stop --------------------------------------------------------------------------------------
+
+    def request_stop(self, run_id: str, reason: str = "stopped by request") -> None:
+        """Store a stop request; it is honoured whatever state the run is in, even before it starts."""
+        self.redis.set(self.keys.run(run_id).stop, reason, px=self.settings.retention_ms)
+
+    def stop_requested(self, run_id: str) -> bool:
+        return bool(self.redis.exists(self.keys.run(run_id).stop))
+
+    # -- effect ledger -------------------------------------------------------------------------------
+
+    def effect_begin(self, run_id: str, tool_call_id: str, token: str) -> Effect | None:
+        """Record that a tool call starts; return the existing entry instead when there is one."""
+        k = self.keys.run(run_id)
+        try:
+            raw = _text(
+                self._effect_begin(keys=[k.effects, k.lease], args=[tool_call_id, token], client=self._client())
+            )
+        except redis.ResponseError as exc:
+            mapped = refusal(exc, run_id)
+            raise (mapped or exc) from None
+        return _effect(raw)
+
+    def effect_done(self, run_id: str, tool_call_id: str, token: str, result: str, error: str | None) -> bool:
+        """Record a finished tool call's result (only the attempt that started it may)."""
+        entry = json.dumps({"status": "done", "token": token, "result": result, "error": error})
+        k = self.keys.run(run_id)
+        return bool(self._effect_done(keys=[k.effects], args=[tool_call_id, token, entry], client=self._client()))
+
+    def effect_done_sent(self, run_id: str, tool_call_id: str, token: str, result: str, error: str | None) -> Sent:
+        """:meth:`effect_done`, sent now and answered later: Redis records the result as soon as it reads the
+        command, while the step goes on to build its commit; :meth:`Sent.wait` reads the answer."""
+        entry = json.dumps({"status": "done", "token": token, "result": result, "error": error})
+        k = self.keys.run(run_id)
+        return Sent(self.redis, self._effect_done, [k.effects], [tool_call_id, token, entry])
+
+    def effect_reset(self, run_id: str, tool_call_id: str, token: str) -> None:
+        """Forget a started-but-unfinished entry, after a human approved running the call again."""
+        k = self.keys.run(run_id)
+        self._effect_reset(keys=[k.effects, k.lease], args=[tool_call_id, token], client=self._client())
+
+    # -- the live index (sweeper) --------------------------------------------------------------------
+
+    def watch(self, run_id: str, in_seconds: float) -> None:
+        """Ask the sweeper to look at the run after ``in_seconds`` unless it moved on."""
+        deadline = int((time.time() + in_seconds) * 1000)
+        self.redis.zadd(self.keys.live, {run_id: deadline})
+
+    def unwatch(self, run_id: str) -> None:
+        self.redis.zrem(self.keys.live, run_id)
+
+    # -- sessions ------------------------------------------------------------------------------------
+
+    def session_active(self, session_id: str) -> str | None:
+        value = self.redis.get(self.keys.session(session_id).active)
+        return _text(value) if value is not None else None
+
+    def session_take(self, session_id: str, run_id: str, previous: str | None) -> bool:
+        """Make ``run_id`` the session's active run if the active one is still ``previous`` (or none)."""
+        key = self.keys.session(session_id).active
+        return bool(self._session_take(keys=[key], args=[run_id, previous or ""]))
+
+    def session_release(self, session_id: str, run_id: str) -> None:
+        """Free the session if ``run_id`` is still its active run."""
+        key = self.keys.session(session_id).active
+        self._session_release(keys=[key], args=[run_id])
+
+    def session_history(self, session_id: str) -> list[dict[str, Any]]:
+        return [json.loads(m) for m in self.redis.lrange(self.keys.session(session_id).history, 0, -1)]
+
+    def session_sync(self, state: RunState) -> None:
+        """Append a finished run's messages to its session's history, once (idempotent)."""
+        sk = self.keys.session(state.session_id)
+        ttl = str(int(self.settings.session_ttl_seconds * 1000))
+        messages = [json.dumps(m) for m in state.new_messages] if state.status == "completed" else []
+        self._session_sync(keys=[sk.history, sk.synced], args=[state.run_id, ttl, *messages])
+
+    # -- agents --------------------------------------------------------------------------------------
+
+    def publish_manifests(self, manifests: Sequence[dict[str, Any]]) -> None:
+        """Publish agent manifests (workers do this at start-up), keeping their module order."""
+        if manifests:
+            self.redis.hset(
+                self.keys.agents,
+                mapping={m["name"]: json.dumps({**m, "position": i}) for i, m in enumerate(manifests)},
+            )
+
+    def manifests(self) -> list[dict[str, Any]]:
+        """Published manifests, in the order their module defines them."""
+        try:
+            raw = self.redis.hvals(self.keys.agents)
+        except redis.ConnectionError as exc:
+            raise RedisUnavailableError(f"Redis does not answer: {exc}") from exc
+        found = [json.loads(v) for v in raw]
+        return sorted(found, key=lambda m: (m.get("position", 0), m["name"]))
+
+    def manifest(self, name: str) -> dict[str, Any] | None:
+        raw = self.redis.hget(self.keys.agents, name)
+        return json.loads(raw) if raw else None

@@ -1,0 +1,435 @@
+"""Test helpers shipped for users: a local OpenAI-compatible server that plays scripted replies.
+
+Like httpx's ``MockTransport``, but a real HTTP server, so the real ``openai`` SDK (and a real worker process)
+can talk to it::
+
+    with FakeOpenAIServer(ScriptResponder(["Hello there!"])) as server:
+        model = OpenAIChat("gpt-4o-mini", base_url=server.url)
+        ...
+        assert server.calls == 1
+
+A *responder* maps the JSON body of a ``POST /v1/chat/completions`` request to a :class:`FakeReply`. It can be
+swapped while the server runs (``server.responder = ...``). :class:`ScriptResponder` picks turns with the same
+rule as :class:`~agents_celery.models.ScriptedModel`; :class:`FailingResponder` injects failures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http
+import json
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from socket import SHUT_RDWR, socket
+from types import TracebackType
+from typing import Any, Self
+
+from ..models import ScriptedToolCall, ScriptedTurn, as_turn, split_tokens, turn_index, word_count
+
+__all__ = ["FailingResponder", "FakeOpenAIServer", "FakeReply", "Responder", "ScriptResponder"]
+
+#: OpenAI's ``error.type`` and ``error.code`` for common statuses.
+_ERROR_KINDS: dict[int, tuple[str, str | None]] = {
+    400: ("invalid_request_error", None),
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("invalid_request_error", "unsupported_country_region_territory"),
+    404: ("invalid_request_error", "model_not_found"),
+    429: ("requests", "rate_limit_exceeded"),
+}
+_CONNECTION_ERRORS = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError)
+
+
+@dataclass(frozen=True)
+class FakeReply:
+    """What the fake server answers to one chat completion request.
+
+    Attributes:
+        text: Assistant text.
+        tool_calls: Tool calls; a call without an id gets ``call_<request number>_<i>``.
+        status: HTTP status; 400 and above sends an OpenAI-style error body instead of a completion.
+        error: Error message for an error status (defaults to the status phrase).
+        token_delay: Seconds slept before each streamed text chunk.
+        chunk_words: Words per streamed text chunk.
+    """
+
+    text: str = ""
+    tool_calls: Sequence[ScriptedToolCall] = ()
+    status: int = 200
+    error: str | None = None
+    token_delay: float = 0.0
+    chunk_words: int = 1
+
+
+#: Maps a request body to the reply.
+Responder = Callable[[dict[str, Any]], FakeReply]
+
+
+class ScriptResponder:
+    """Answers with scripted turns, chosen like :class:`~agents_celery.models.ScriptedModel` does.
+
+    The turn is the number of assistant messages after the last user message in the request; past the end of
+    the script the last turn repeats.
+
+    Args:
+        turns: The script; a string is a text-only turn.
+        token_delay: Seconds slept before each streamed text chunk.
+    """
+
+    def __init__(self, turns: Sequence[ScriptedTurn | str], *, token_delay: float = 0.0) -> None:
+        if not turns:
+            raise ValueError("ScriptResponder needs at least one turn")
+        self.turns = [as_turn(turn) for turn in turns]
+        self.token_delay = token_delay
+
+    def __call__(self, request: dict[str, Any]) -> FakeReply:
+        """The reply to ``request``."""
+        index = turn_index(request.get("messages") or [])
+        turn = self.turns[min(index, len(self.turns) - 1)]
+        calls = tuple(
+            ScriptedToolCall(call.name, call.arguments, call.id or f"call_{index}_{i}")
+            for i, call in enumerate(turn.tool_calls)
+        )
+        return FakeReply(text=turn.text, tool_calls=calls, token_delay=self.token_delay)
+
+
+class FailingResponder:
+    """Fails the first ``failures`` requests with ``status``, then hands requests to ``inner``.
+
+    Args:
+        inner: The responder used once the failures are spent.
+        failures: How many requests fail.
+        status: HTTP status of the failures.
+    """
+
+    def __init__(self, inner: Responder, failures: int, status: int = 500) -> None:
+        self.inner = inner
+        self.failures = failures
+        self.status = status
+        self._failed = 0
+        self._lock = threading.Lock()
+
+    @property
+    def failed(self) -> int:
+        """How many requests failed so far."""
+        with self._lock:
+            return self._failed
+
+    def __call__(self, request: dict[str, Any]) -> FakeReply:
+        """A failure while some are left, else ``inner``'s reply."""
+        with self._lock:
+            fail = self._failed < self.failures
+            if fail:
+                self._failed += 1
+                number = self._failed
+        if fail:
+            return FakeReply(status=self.status, error=f"injected failure {number} of {self.failures}")
+        return self.inner(request)
+
+
+class FakeOpenAIServer:
+    """A local OpenAI-compatible HTTP server, run in a daemon thread.
+
+    Serves ``POST /v1/chat/completions`` (streaming as server-sent events, exactly in OpenAI's chunk format, or
+    not) and ``GET /v1/models``; anything else is a JSON 404.
+
+    Args:
+        responder: Maps each request body to a reply; defaults to a one-turn :class:`ScriptResponder`.
+        host: Interface to listen on.
+        port: Port; 0 picks a free one.
+
+    Attributes:
+        responder: The current responder; may be replaced while the server runs.
+    """
+
+    def __init__(self, responder: Responder | None = None, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.responder: Responder = responder or ScriptResponder(["Hello from the fake OpenAI server."])
+        self.host = host
+        self.port = port
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._requests: list[dict[str, Any]] = []
+        self._connections: set[socket] = set()
+
+    @property
+    def url(self) -> str:
+        """Base URL for an OpenAI client, such as ``http://127.0.0.1:54321/v1``."""
+        if self._httpd is None:
+            raise RuntimeError("FakeOpenAIServer is not started; call start() or use it as a context manager")
+        return f"http://{self.host}:{self._httpd.server_address[1]}/v1"
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        """The JSON bodies of the chat completion requests received so far (a copy)."""
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def calls(self) -> int:
+        """How many chat completion requests were received."""
+        with self._lock:
+            return len(self._requests)
+
+    def start(self) -> Self:
+        """Bind the port and start serving in a daemon thread."""
+        if self._httpd is not None:
+            raise RuntimeError("FakeOpenAIServer is already started")
+        httpd = _HTTPServer((self.host, self.port), _Handler)
+        httpd.fake = self
+        self._httpd = httpd
+        # A short poll interval keeps stop() fast: shutdown() waits for the serving loop to notice.
+        serve = functools.partial(httpd.serve_forever, poll_interval=0.02)
+        self._thread = threading.Thread(target=serve, name="fake-openai-server", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving, cut open connections and wait for the handler threads; safe to call twice."""
+        httpd, thread = self._httpd, self._thread
+        if httpd is None or thread is None:
+            return
+        httpd.shutdown()
+        with self._lock:
+            connections = list(self._connections)
+        for conn in connections:
+            # Wakes a handler blocked on a kept-alive connection, or one sleeping between tokens.
+            with contextlib.suppress(OSError):
+                conn.shutdown(SHUT_RDWR)
+        httpd.server_close()  # joins the handler threads
+        thread.join()
+        self._httpd = self._thread = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def _record(self, request: dict[str, Any]) -> int:
+        with self._lock:
+            self._requests.append(request)
+            return len(self._requests)
+
+    def _track(self, conn: socket, *, alive: bool) -> None:
+        with self._lock:
+            if alive:
+                self._connections.add(conn)
+            else:
+                self._connections.discard(conn)
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    fake: FakeOpenAIServer
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        # Tracked here, in the serving thread, so that stop() (after shutdown()) sees every connection.
+        self.fake._track(request, alive=True)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        self.fake._track(request, alive=False)
+        super().shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that went away is normal (a stopped run, a test that is done); anything else is printed.
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _HTTPServer
+    #: A kept-alive connection idle for this long is closed, so a forgotten client cannot hold a thread forever.
+    timeout = 30
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # keep test output clean
+
+    def do_GET(self) -> None:
+        if self.path.split("?")[0].rstrip("/") == "/v1/models":
+            models = [{"id": "fake-model", "object": "model", "created": 0, "owned_by": "agents-celery"}]
+            self._send_json(200, {"object": "list", "data": models})
+        else:
+            self._send_error(404, f"Unknown request URL: GET {self.path}", "unknown_url")
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path.split("?")[0].rstrip("/") != "/v1/chat/completions":
+            self._send_error(404, f"Unknown request URL: POST {self.path}", "unknown_url")
+            return
+        try:
+            request = json.loads(body)
+        except json.JSONDecodeError as exc:
+            self._send_error(400, f"We could not parse the JSON body of your request: {exc}")
+            return
+        if not isinstance(request, dict):
+            self._send_error(400, "The request body must be a JSON object")
+            return
+        number = self.server.fake._record(request)
+        try:
+            reply = self.server.fake.responder(request)
+        except Exception as exc:
+            self._send_error(500, f"responder failed: {type(exc).__name__}: {exc}")
+            return
+        try:
+            self._answer(request, reply, number)
+        except _CONNECTION_ERRORS:
+            self.close_connection = True
+
+    def _answer(self, request: dict[str, Any], reply: FakeReply, number: int) -> None:
+        if reply.status >= 400:
+            self._send_error(reply.status, reply.error)
+            return
+        completion = _Completion.build(request, reply, number)
+        if request.get("stream"):
+            self._send_stream(completion, reply)
+        else:
+            self._send_json(reply.status, completion.message_object())
+
+    def _send_stream(self, completion: _Completion, reply: FakeReply) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for event in completion.stream_events(reply):
+            self._write_chunk(f"data: {json.dumps(event)}\n\n".encode())
+        self._write_chunk(b"data: [DONE]\n\n")
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def _write_chunk(self, data: bytes) -> None:
+        # Flushed one by one, so a client sees each token when it is "generated".
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def _send_json(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        self.wfile.flush()
+
+    def _send_error(self, status: int, message: str | None, code: str | None = None) -> None:
+        kind, default_code = _ERROR_KINDS.get(
+            status, ("server_error" if status >= 500 else "invalid_request_error", None)
+        )
+        text = message or _status_phrase(status)
+        self._send_json(status, {"error": {"message": text, "type": kind, "param": None, "code": code or default_code}})
+
+
+@dataclass(frozen=True)
+class _Completion:
+    """One answer, ready to be sent as a ``chat.completion`` object or as ``chat.completion.chunk`` events."""
+
+    id: str
+    model: str
+    created: int
+    text: str
+    tool_calls: list[dict[str, Any]]
+    usage: dict[str, int]
+    include_usage: bool
+
+    @classmethod
+    def build(cls, request: dict[str, Any], reply: FakeReply, number: int) -> _Completion:
+        calls: list[dict[str, Any]] = [
+            {
+                "id": call.id or f"call_{number}_{i}",
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments_json()},
+            }
+            for i, call in enumerate(reply.tool_calls)
+        ]
+        prompt = word_count(request.get("messages") or [])
+        completion = len(reply.text.split()) + sum(len(call.arguments_json().split()) for call in reply.tool_calls)
+        options = request.get("stream_options") or {}
+        return cls(
+            id=f"chatcmpl-{uuid.uuid4().hex[:24]}",
+            model=str(request.get("model") or "fake-model"),
+            created=int(time.time()),
+            text=reply.text,
+            tool_calls=calls,
+            usage={"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+            include_usage=bool(isinstance(options, dict) and options.get("include_usage")),
+        )
+
+    @property
+    def finish_reason(self) -> str:
+        return "tool_calls" if self.tool_calls else "stop"
+
+    def _base(self, kind: str) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": kind,
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": "fp_fake",
+        }
+
+    def message_object(self) -> dict[str, Any]:
+        """The non-streaming ``chat.completion`` object."""
+        message: dict[str, Any] = {"role": "assistant", "content": self.text or None, "refusal": None}
+        if self.tool_calls:
+            message["tool_calls"] = self.tool_calls
+        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": self.finish_reason}
+        return {**self._base("chat.completion"), "choices": [choice], "usage": self.usage}
+
+    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        chunk = {**self._base("chat.completion.chunk"), "choices": [choice]}
+        if self.include_usage:
+            chunk["usage"] = None
+        return chunk
+
+    def stream_events(self, reply: FakeReply) -> Iterator[dict[str, Any]]:
+        """The ``chat.completion.chunk`` objects, in OpenAI's order; sleeps ``token_delay`` before each text chunk."""
+        yield self._chunk({"role": "assistant", "content": "", "refusal": None})
+        for piece in _text_pieces(self.text, reply.chunk_words):
+            if reply.token_delay:
+                time.sleep(reply.token_delay)
+            yield self._chunk({"content": piece})
+        for index, call in enumerate(self.tool_calls):
+            yield from self._tool_call_chunks(index, call)
+        yield self._chunk({}, self.finish_reason)
+        if self.include_usage:
+            yield {**self._base("chat.completion.chunk"), "choices": [], "usage": self.usage}
+
+    def _tool_call_chunks(self, index: int, call: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        # As OpenAI does: id, type and name first with empty arguments, then the arguments in pieces.
+        first = {
+            "index": index,
+            "id": call["id"],
+            "type": "function",
+            "function": {"name": call["function"]["name"], "arguments": ""},
+        }
+        yield self._chunk({"tool_calls": [first]})
+        arguments: str = call["function"]["arguments"]
+        half = len(arguments) // 2
+        for part in (arguments[:half], arguments[half:]):
+            if part:
+                yield self._chunk({"tool_calls": [{"index": index, "function": {"arguments": part}}]})
+
+
+def _text_pieces(text: str, words: int) -> Iterator[str]:
+    tokens = split_tokens(text)
+    size = max(1, words)
+    for start in range(0, len(tokens), size):
+        yield "".join(tokens[start : start + size])
+
+
+def _status_phrase(status: int) -> str:
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return f"HTTP {status}"

@@ -1,0 +1,1 @@
+"""The deployable HTTP service: ``gunicorn -c api/gunicorn.conf.py api.wsgi:app``."""

@@ -1,0 +1,21 @@
+"""Production settings for the API under gunicorn: ``gunicorn -c api/gunicorn.conf.py api.wsgi:app``.
+
+An open event stream mostly waits in Redis (XREAD BLOCK), so gevent's one greenlet per connection holds
+thousands of streams per process where a thread per stream would hold dozens. Every value can be overridden
+from the environment (``PORT``, ``WEB_CONCURRENCY``, ``GUNICORN_WORKER_CONNECTIONS``) or on the command line.
+Do not add ``preload_app``: the gevent worker must patch the process before the app (and redis-py) is imported.
+"""
+
+import os
+
+bind = f"0.0.0.0:{os.environ.get('PORT', '7777')}"
+worker_class = "gevent"
+workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
+#: Open connections (streams included) one worker serves; size AGENTS_CELERY_API_REDIS_MAX_CONNECTIONS to match.
+worker_connections = int(os.environ.get("GUNICORN_WORKER_CONNECTIONS", "2000"))
+#: SSE streams send a keep-alive comment every 15 s; a worker is only "silent" when it really hangs.
+timeout = 60
+#: On a restart, open streams get this long, then clients reconnect with Last-Event-ID and lose nothing.
+graceful_timeout = 30
+keepalive = 5
+accesslog = "-"
