@@ -1,104 +1,132 @@
-"""agents-celery: durable AI-agent runs on the Celery workers and Redis you already operate."""
+"""agents-celery: durable AI-agent runs on the Celery workers and Redis you already operate.
+
+The public names are imported lazily (PEP 562): ``import agents_celery`` costs nothing, and a name loads its
+own module the first time it is used, so ``from agents_celery import tool`` in an agents module does not load
+the Runtime, and ``import agents_celery.client`` (the HTTP client) loads no Celery, kombu or redis-py.
+"""
 
 from __future__ import annotations
 
-from .agent import Agent, load_agents
-from .broker.celery_app import STEP_TASK, configure, create_celery_app
-from .decisions import Decision
-from .errors import (
-    AbandonedRunError,
-    AgentsCeleryError,
-    ConfigurationError,
-    DecisionError,
-    EventValidationError,
-    FencedError,
-    ModelError,
-    NotFoundError,
-    RedisUnavailableError,
-    RunBusyError,
-    RunExpiredError,
-    RunFinishedError,
-    RunNotFoundError,
-    RunNotPausedError,
-    RunTimeoutError,
-    SchemaVersionError,
-    SessionBusyError,
-    StateError,
-    StopStep,
-    ToolArgumentsError,
-    UnknownAgentError,
-    ValidationError,
-)
-from .events import Event, EventType
-from .hooks import Hooks, LoggingHooks, MetricsHooks, StepInfo
-from .models import Model, OpenAIChat, ScriptedModel, ScriptedToolCall, ScriptedTurn
-from .runs import RunState, RunStatus
-from .runtime import RunStream, Runtime, RunView
-from .settings import Settings, load_settings
-from .storage.eventlog import AsyncEventLog, EventLog
-from .tools import Tool, ToolContext, tool
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
-__all__ = [
+#: Public name -> the module that defines it.
+_EXPORTS: dict[str, str] = {
     # definitions
-    "Agent",
-    "Tool",
-    "ToolContext",
-    "tool",
-    "load_agents",
+    "Agent": "agent",
+    "load_agents": "agent",
+    "Tool": "tools",
+    "ToolContext": "tools",
+    "tool": "tools",
     # models
-    "Model",
-    "OpenAIChat",
-    "ScriptedModel",
-    "ScriptedToolCall",
-    "ScriptedTurn",
+    "Model": "models",
+    "OpenAIChat": "models",
+    "ScriptedModel": "models",
+    "ScriptedToolCall": "models",
+    "ScriptedTurn": "models",
     # running
-    "Runtime",
-    "RunStream",
-    "RunView",
-    "Decision",
-    "RunState",
-    "RunStatus",
+    "Runtime": "runtime",
+    "RunStream": "runtime",
+    "RunView": "runs",
+    "Decision": "decisions",
+    "RunState": "runs",
+    "RunStatus": "runs",
     # events
-    "Event",
-    "EventType",
-    "EventLog",
-    "AsyncEventLog",
+    "Event": "events",
+    "EventType": "events",
     # celery
-    "STEP_TASK",
-    "configure",
-    "create_celery_app",
+    "STEP_TASK": "broker.publisher",
+    "configure": "broker.celery_app",
+    "create_celery_app": "broker.celery_app",
     # hooks
-    "Hooks",
-    "LoggingHooks",
-    "MetricsHooks",
-    "StepInfo",
+    "Hooks": "hooks",
+    "LoggingHooks": "hooks",
+    "MetricsHooks": "hooks",
+    "StepInfo": "hooks",
     # settings
-    "Settings",
-    "load_settings",
+    "Settings": "settings",
+    "load_settings": "settings",
     # errors
-    "AgentsCeleryError",
-    "ConfigurationError",
-    "RedisUnavailableError",
-    "ValidationError",
-    "EventValidationError",
-    "ToolArgumentsError",
-    "DecisionError",
-    "NotFoundError",
-    "UnknownAgentError",
-    "RunNotFoundError",
-    "RunExpiredError",
-    "StateError",
-    "RunNotPausedError",
-    "RunFinishedError",
-    "SessionBusyError",
-    "RunBusyError",
-    "FencedError",
-    "SchemaVersionError",
-    "ModelError",
-    "StopStep",
-    "AbandonedRunError",
-    "RunTimeoutError",
-    "__version__",
-]
+    **{
+        name: "errors"
+        for name in (
+            "AgentsCeleryError",
+            "ConfigurationError",
+            "RedisUnavailableError",
+            "ValidationError",
+            "EventValidationError",
+            "ToolArgumentsError",
+            "DecisionError",
+            "NotFoundError",
+            "UnknownAgentError",
+            "RunNotFoundError",
+            "RunExpiredError",
+            "StateError",
+            "RunNotPausedError",
+            "RunFinishedError",
+            "SessionBusyError",
+            "RunBusyError",
+            "FencedError",
+            "SchemaVersionError",
+            "ModelError",
+            "StopStep",
+            "AbandonedRunError",
+            "RunTimeoutError",
+        )
+    },
+}
+
+__all__ = [*_EXPORTS, "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agents_celery' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # once loaded, a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+if TYPE_CHECKING:  # what type checkers and IDEs see
+    from .agent import Agent, load_agents
+    from .broker.celery_app import configure, create_celery_app
+    from .broker.publisher import STEP_TASK
+    from .decisions import Decision
+    from .errors import (
+        AbandonedRunError,
+        AgentsCeleryError,
+        ConfigurationError,
+        DecisionError,
+        EventValidationError,
+        FencedError,
+        ModelError,
+        NotFoundError,
+        RedisUnavailableError,
+        RunBusyError,
+        RunExpiredError,
+        RunFinishedError,
+        RunNotFoundError,
+        RunNotPausedError,
+        RunTimeoutError,
+        SchemaVersionError,
+        SessionBusyError,
+        StateError,
+        StopStep,
+        ToolArgumentsError,
+        UnknownAgentError,
+        ValidationError,
+    )
+    from .events import Event, EventType
+    from .hooks import Hooks, LoggingHooks, MetricsHooks, StepInfo
+    from .models import Model, OpenAIChat, ScriptedModel, ScriptedToolCall, ScriptedTurn
+    from .runs import RunState, RunStatus, RunView
+    from .runtime import RunStream, Runtime
+    from .settings import Settings, load_settings
+    from .tools import Tool, ToolContext, tool

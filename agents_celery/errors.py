@@ -5,10 +5,13 @@
     AgentsCeleryError
     ├── ConfigurationError            bad settings, a bad Redis URL, an agents module that does not load
     ├── RedisUnavailableError         Redis does not answer (the API answers 503)
-    ├── ValidationError               bad input from a caller; nothing was written (HTTP 400/422)
+    ├── AuthenticationError           missing or wrong API key (HTTP 401)
+    ├── ValidationError               bad input from a caller; nothing was written (HTTP 422)
+    │   ├── BadRequestError           a malformed request: not JSON, a bad offset, a bad parameter (HTTP 400)
+    │   ├── BodyValidationError       a well-formed body whose fields are invalid (HTTP 422)
     │   ├── EventValidationError      an event that is not a valid AG-UI event
     │   ├── ToolArgumentsError        tool arguments that fail the tool's schema
-    │   └── DecisionError             a continue decision that names no pending call, or is malformed
+    │   └── DecisionError             a continue decision that names no pending call, or is malformed (HTTP 400)
     ├── NotFoundError                 (HTTP 404)
     │   ├── UnknownAgentError         no worker published that agent
     │   └── RunNotFoundError          no run with that id ever existed (or it is addressed under another agent)
@@ -23,7 +26,13 @@
     ├── ModelError                    the model call failed (``retryable`` says whether to try again)
     ├── StopStep                      raised by a hook to stop the current step; the run fails with the reason
     ├── AbandonedRunError             a step failed more attempts than allowed; the run fails visibly
-    └── RunTimeoutError               Runtime.run gave up waiting (also a TimeoutError); the run was stopped
+    ├── RunTimeoutError               Runtime.run gave up waiting (also a TimeoutError); the run was stopped
+    ├── APIError                      an HTTP error the client has no class for (``status``)
+    ├── ConnectionLostError           the client could not re-establish a stream; resume from ``last_offset``
+    └── StreamGapError                the client saw an offset skipped (offsets are contiguous: a bug)
+
+Every class has a ``code``: the HTTP front ends answer ``{"detail": ..., "code": ...}`` with it, and the HTTP
+client raises the class of the code it gets back (:func:`by_code`).
 """
 
 from __future__ import annotations
@@ -52,6 +61,24 @@ class ValidationError(AgentsCeleryError):
     """Bad input from a caller. Nothing was written."""
 
     code = "validation_error"
+
+
+class AuthenticationError(AgentsCeleryError):
+    """Missing or wrong ``Authorization: Bearer`` key (HTTP 401)."""
+
+    code = "unauthorized"
+
+
+class BadRequestError(ValidationError):
+    """The request is malformed (bad JSON, a form field that should hold JSON and does not, a bad offset)."""
+
+    code = "bad_request"
+
+
+class BodyValidationError(ValidationError):
+    """The request is well-formed but its fields are invalid."""
+
+    code = "invalid_body"
 
 
 class EventValidationError(ValidationError):
@@ -169,3 +196,42 @@ class RunTimeoutError(AgentsCeleryError, TimeoutError):
     def __init__(self, message: str, run_id: str) -> None:
         super().__init__(message)
         self.run_id = run_id
+
+
+class APIError(AgentsCeleryError):
+    """An HTTP error the client has no class for. ``status`` is the HTTP status."""
+
+    code = "api_error"
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ConnectionLostError(AgentsCeleryError):
+    """The stream could not be re-established within the retry budget; resume later from ``last_offset``."""
+
+    code = "connection_lost"
+
+    def __init__(self, message: str, run_id: str, last_offset: int) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.last_offset = last_offset
+
+
+class StreamGapError(AgentsCeleryError):
+    """The server skipped an offset. Offsets are contiguous by construction, so this is a bug: report it."""
+
+    code = "stream_gap"
+
+
+def by_code() -> dict[str, type[AgentsCeleryError]]:
+    """Every error class of this module by its ``code`` (the first class wins where two share one)."""
+    found: dict[str, type[AgentsCeleryError]] = {}
+    pending: list[type[AgentsCeleryError]] = [AgentsCeleryError]
+    while pending:
+        cls = pending.pop(0)
+        if cls.__module__ == __name__:
+            found.setdefault(cls.code, cls)
+        pending.extend(cls.__subclasses__())
+    return found

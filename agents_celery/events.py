@@ -9,6 +9,7 @@ snake_case plus ``type`` and ``timestamp`` (ms); renderers turn it into a wire d
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -184,6 +185,10 @@ class Event:
         outcome = self.data.get("outcome") or {}
         return self.type is EventType.RUN_FINISHED and outcome.get("type") == "interrupt"
 
+    def to_json(self) -> str:
+        """The event on the wire (canonical dialect, CLI ``--json``): :meth:`to_dict` as compact JSON."""
+        return json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=False)
+
     def to_dict(self) -> dict[str, Any]:
         """The event as one flat JSON-able dict: envelope fields plus the AG-UI fields."""
         return {
@@ -195,6 +200,40 @@ class Event:
             "timestamp": self.timestamp,
             **self.data,
         }
+
+
+_HEAD = re.compile(r'\{"type":"([A-Z_]+)","timestamp":(-?\d+)([,}])')
+#: Field names of the envelope; a stored event carrying one of them is serialised the slow way.
+_ENVELOPE = ('"offset"', '"run_id"', '"session_id"', '"agent_id"', '"type"', '"timestamp"')
+
+
+class WireJSON:
+    """:meth:`Event.to_json` of one run's stored entries, built from the stored text without decoding it.
+
+    A stored event is ``{"type":...,"timestamp":...,<fields>}``; its wire form puts the offset and the run's
+    ids between the two. Built by string, it is byte for byte what ``to_json`` writes (tests/test_events.py
+    checks), at a fraction of the cost: an SSE stream writes one per event. Anything unusual (an envelope name
+    among the fields) takes the ordinary way.
+    """
+
+    def __init__(self, run_id: str, session_id: str, agent_id: str) -> None:
+        self.ids = (run_id, session_id, agent_id)
+        self._envelope = ",".join(
+            f'"{k}":{json.dumps(v, ensure_ascii=False)}'
+            for k, v in (("run_id", run_id), ("session_id", session_id), ("agent_id", agent_id))
+        )
+
+    def __call__(self, offset: int, stored: str) -> tuple[str, str]:
+        """The event's type and its wire JSON."""
+        m = _HEAD.match(stored)
+        if m is not None:
+            rest = stored[m.end() :] if m.group(3) == "," else ""
+            if not any(name in rest for name in _ENVELOPE):
+                kind, ts = m.group(1), m.group(2)
+                tail = "," + rest if rest else "}"
+                return kind, f'{{"offset":{offset},"type":"{kind}",{self._envelope},"timestamp":{ts}{tail}'
+        ev = Event.from_stored(offset, stored, *self.ids)
+        return ev.type.value, ev.to_json()
 
 
 _PAIRS = (

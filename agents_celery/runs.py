@@ -17,6 +17,7 @@ commit writes it as version 2.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -192,3 +193,54 @@ def load_state(raw: str | bytes, messages: list[Any] | None = None) -> RunState:
     loaded = [json.loads(m) for m in messages or []]
     state = RunState.model_validate({**data, "messages": loaded})
     return state.stored_as(state.messages)
+
+
+@dataclass
+class RunView:
+    """A run as callers see it."""
+
+    run_id: str
+    agent_id: str
+    session_id: str
+    status: RunStatus
+    last_offset: int
+    output: str | None
+    error: dict[str, str] | None
+    pending: list[ToolCall] = field(default_factory=list)
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    stop_requested: bool = False
+    usage: dict[str, int] = field(default_factory=dict)
+    created_at: int = 0
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunView:
+        """A RunView from its :meth:`to_dict` form (``GET /runs/<id>``)."""
+        return cls(
+            run_id=data["run_id"],
+            agent_id=data["agent_id"],
+            session_id=data["session_id"],
+            status=RunStatus(data["status"]),
+            last_offset=int(data["last_offset"]),
+            output=data.get("output"),
+            error=data.get("error"),
+            pending=[ToolCall.model_validate(c) for c in data.get("pending") or []],
+            stop_requested=bool(data.get("stop_requested")),
+            usage=data.get("usage") or {},
+            created_at=int(data.get("created_at") or 0),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "agent_id": self.agent_id,
+            "session_id": self.session_id,
+            "status": self.status.value,
+            "last_offset": self.last_offset,
+            "output": self.output,
+            "error": self.error,
+            "pending": [c.model_dump() for c in self.pending],
+            "stop_requested": self.stop_requested,
+            "usage": self.usage,
+            "created_at": self.created_at,
+        }

@@ -10,15 +10,14 @@ import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 from celery import Celery
 
 from .agent import Agent
-from .broker.celery_app import STEP_TASK, create_celery_app
-from .broker.publisher import StepPublisher
+from .broker.fastpaths import FastPaths
+from .broker.publisher import StepPublisher, sender_app
 from .decisions import Decision, as_decision, decide, with_edited_args
 from .errors import (
     RedisUnavailableError,
@@ -31,78 +30,55 @@ from .errors import (
     ValidationError,
 )
 from .events import Event, EventType, close_open, make_event
-from .runs import RunState, RunStatus, ToolCall
+from .runs import RunState, RunStatus, RunView
 from .settings import Settings, load_settings
 from .storage.connections import connect, connect_async
-from .storage.eventlog import AsyncEventLog
+from .storage.eventlog import AsyncEventLog, check_offset
 from .storage.leases import Leases
 from .storage.store import RunStore
 
 
-@dataclass
-class RunView:
-    """A run as callers see it."""
-
-    run_id: str
-    agent_id: str
-    session_id: str
-    status: RunStatus
-    last_offset: int
-    output: str | None
-    error: dict[str, str] | None
-    pending: list[ToolCall] = field(default_factory=list)
-    tool_calls: list[ToolCall] = field(default_factory=list)
-    messages: list[dict[str, Any]] = field(default_factory=list)
-    stop_requested: bool = False
-    usage: dict[str, int] = field(default_factory=dict)
-    created_at: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "agent_id": self.agent_id,
-            "session_id": self.session_id,
-            "status": self.status.value,
-            "last_offset": self.last_offset,
-            "output": self.output,
-            "error": self.error,
-            "pending": [c.model_dump() for c in self.pending],
-            "stop_requested": self.stop_requested,
-            "usage": self.usage,
-            "created_at": self.created_at,
-        }
-
-
 class RunStream:
-    """A handle on one run's event log. Persist ``id`` and the last offset you saw to reconnect later."""
+    """A handle on one run's event log. Persist ``run_id`` and the last offset you saw to reconnect later.
+
+    The HTTP client's :class:`agents_celery.client.RunStream` has the same names: ``run_id`` (``id``),
+    ``session_id``, ``agent_id``, ``events(offset)`` and ``get()``.
+    """
 
     def __init__(self, runtime: Runtime, run_id: str, session_id: str, agent_id: str) -> None:
         self.runtime = runtime
-        self.id = run_id
+        self.run_id = run_id
         self.session_id = session_id
         self.agent_id = agent_id
 
+    @property
+    def id(self) -> str:
+        """The run id (``run_id``)."""
+        return self.run_id
+
     def events(self, offset: int | None = None, *, until_pause: bool = True) -> Iterator[Event]:
         """The events after ``offset`` (all when None), then live ones, until the run ends or pauses."""
-        after = -1 if offset is None else offset
-        return self.runtime.store.log.tail(self.id, after, until_pause=until_pause)
+        after = -1 if offset is None else check_offset(offset, "offset")
+        return self.runtime.store.log.events(self.run_id, after, until_pause=until_pause)
 
     async def aevents(self, offset: int | None = None, *, until_pause: bool = True) -> AsyncIterator[Event]:
         """Async version of :meth:`events`."""
+        after = -1 if offset is None else check_offset(offset, "offset")
         # A client per call: an asyncio Redis client belongs to the event loop that created it.
         client = connect_async(self.runtime.settings.redis_url, socket_connect_timeout=2)
         try:
             log = AsyncEventLog(client, self.runtime.store.keys)
-            async for event in log.tail(self.id, -1 if offset is None else offset, until_pause=until_pause):
+            async for event in log.events(self.run_id, after, until_pause=until_pause):
                 yield event
         finally:
             await client.aclose()
 
     def get(self) -> RunView:
-        return self.runtime.get(self.id)
+        """The run as it stands (:meth:`Runtime.get`)."""
+        return self.runtime.get(self.run_id)
 
     def __repr__(self) -> str:
-        return f"RunStream(id={self.id!r}, agent={self.agent_id!r})"
+        return f"RunStream(run_id={self.run_id!r}, agent={self.agent_id!r})"
 
 
 class Runtime:
@@ -124,12 +100,15 @@ class Runtime:
     ) -> None:
         self.settings = settings or load_settings(redis_url=redis_url)
         self.redis = connect(self.settings.redis_url, socket_connect_timeout=2, health_check_interval=30)
-        self.store = RunStore(self.redis, self.settings, cached_states=0)  # it never claims a step
+        fast = FastPaths.decide(self.settings.fast_paths)
+        # It never claims a step: no state cache. Its log readers look at their kept connection the fast way.
+        self.store = RunStore(self.redis, self.settings, cached_states=0, idle_check=fast.idle_check)
         self.leases = Leases(self.redis, self.store.keys)
         self._owns_celery_app = celery_app is None
-        self.celery_app = celery_app or create_celery_app(self.settings, agents={})
+        #: The app steps are sent with: the caller's own, or a bare one that only sends (no worker wiring).
+        self.celery_app = celery_app or sender_app(self.settings)
         self.local_agents = {a.name: a for a in agents}
-        self._publisher = StepPublisher(self.celery_app, STEP_TASK, self.settings.queue)
+        self._publisher = StepPublisher(self.celery_app, self.settings.queue, fast)
 
     # -- agents ----------------------------------------------------------------------------------------
 

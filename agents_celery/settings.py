@@ -64,6 +64,9 @@ class Settings(BaseSettings):
     #: Run-state schema commits write: 2 (conversation in its own list) or 1 (inside the state JSON: all that
     #: agents-celery 0.1 reads). Set 1 while workers of both versions run side by side, then unset.
     state_schema: int = Field(default=2, ge=1, le=2)
+    #: The worker's fast paths through private internals of Celery, kombu and redis-py (see
+    #: :mod:`agents_celery.broker.fastpaths`); 0 (false) uses public APIs only.
+    fast_paths: bool = True
 
     @field_validator("redis_url")
     @classmethod

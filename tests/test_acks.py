@@ -15,8 +15,8 @@ import redis
 from celery import Celery
 from vine import promise
 
-from agents_celery.broker.acks import StepRequest, commit_acks
 from agents_celery.broker.celery_app import STEP_TASK, create_celery_app
+from agents_celery.broker.fastpaths import StepRequest, commit_acks
 from agents_celery.settings import load_settings
 
 from .conftest import TEST_BROKER_URL, TEST_REDIS_URL

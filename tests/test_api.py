@@ -464,7 +464,7 @@ def test_a_stream_reads_its_live_batches_on_one_connection(monkeypatch: pytest.M
     """A stream keeps the connection it waits on: no checkout from the pool per live batch, connected again
     when Redis dropped it between two reads, and back in the pool when the stream ends."""
     from agents_celery.events import EventType, make_event
-    from agents_celery.http.sse import Reader
+    from agents_celery.http.sse import pages as log_pages
     from agents_celery.http.streams import Streams
 
     run_id = uuid.uuid4().hex
@@ -477,7 +477,8 @@ def test_a_stream_reads_its_live_batches_on_one_connection(monkeypatch: pytest.M
     monkeypatch.setattr(pool, "get_connection", lambda *a, **k: taken.append(1) or checkout(*a, **k))
     monkeypatch.setattr(pool, "release", lambda conn: given_back.append(1) or checkin(conn))
     try:
-        pages = Reader.open(streams, run_id).pages(-1, until_pause=False, keepalive_seconds=0.2)
+        info = streams.log.info(run_id)
+        pages = log_pages(streams, run_id, -1, until_pause=False, keepalive_seconds=0.2, info=info)
         assert [offset for offset, _ in next(pages) or []] == [0]  # the replay
         content = make_event(EventType.TEXT_MESSAGE_CONTENT, message_id="m", delta="hi")
         for offset in range(1, 6):
@@ -489,7 +490,7 @@ def test_a_stream_reads_its_live_batches_on_one_connection(monkeypatch: pytest.M
         log.set_status(run_id, "ended", token, [done])
         assert [o for o, _ in next(pages) or []] == [6]
         assert next(pages, "ended") == "ended"
-        assert len(taken) == 2  # the log's info (Reader.open), then the stream's own connection, once
+        assert len(taken) == 2  # the log's info (streams.log.info), then the stream's own connection, once
         assert len(given_back) == 2  # the stream's given back when it ended
     finally:
         streams.close()

@@ -23,15 +23,10 @@ from agents_celery import (
     UnknownAgentError,
     ValidationError,
 )
-from agents_celery.client import (
-    AuthenticationError,
-    Backoff,
-    Client,
-    ConnectionLostError,
-    StreamGapError,
-    error_from_response,
-)
+from agents_celery.client import Backoff, Client, RunStream
 from agents_celery.client.aio import AsyncClient
+from agents_celery.client.protocol import error_from_response
+from agents_celery.errors import AuthenticationError, ConnectionLostError, StreamGapError
 from agents_celery.events import EventType
 from agents_celery.testing.openai_server import ScriptResponder
 
@@ -122,7 +117,7 @@ def test_stream_survives_cut_connections_without_gap_or_duplicate(
 ) -> None:
     text = long_answer(fake_openai)
     with Client(proxy.url, backoff=FAST) as client:
-        stream = client.start("fake", "talk")
+        stream = client.stream("fake", "talk")
         events = list(stream)
     offsets = [e.offset for e in events]
     assert offsets == list(range(len(offsets)))
@@ -137,14 +132,14 @@ def test_stream_survives_cut_connections_without_gap_or_duplicate(
 def test_follow_from_a_saved_run_id_and_offset(proxy: CuttingProxy, fake_openai: Any, runtime: Runtime) -> None:
     long_answer(fake_openai)
     with Client(proxy.url, backoff=FAST) as client:
-        stream = client.start("fake", "talk")
+        stream = client.stream("fake", "talk")
         first = []
         for event in stream:
             first.append(event.offset)
             if event.type is EventType.TEXT_MESSAGE_CONTENT:
                 break  # the consumer goes away; it kept (run_id, offset)
         saved = (stream.run_id, stream.last_offset)
-        rest = [e.offset for e in client.follow(saved[0], after=saved[1])]
+        rest = [e.offset for e in client.get_stream(saved[0]).events(saved[1])]
     assert first + rest == list(range(runtime.get(saved[0]).last_offset + 1))
 
 
@@ -153,7 +148,7 @@ def test_async_client_reconnects_too(proxy: CuttingProxy, fake_openai: Any, runt
 
     async def main() -> tuple[str, list[int]]:
         async with AsyncClient(proxy.url, backoff=FAST) as client:
-            stream = await client.start("fake", "talk")
+            stream = await client.stream("fake", "talk")
             return stream.run_id, [e.offset async for e in stream]
 
     run_id, offsets = asyncio.run(main())
@@ -166,18 +161,18 @@ def test_pause_continue_stop_and_errors(api: ApiServer, fake_openai: Any) -> Non
         [ScriptedTurn("", [ScriptedToolCall("delete_file", {"path": "/tmp/z"})]), "Done."]
     )
     with Client(api.url) as client:
-        stream = client.start("fake", "delete it")
+        stream = client.stream("fake", "delete it")
         assert list(stream)[-1].data["outcome"]["type"] == "interrupt"
         run = client.get(stream.run_id)
-        assert run["status"] == "paused" and run["pending"][0]["name"] == "delete_file"
-        call_id = run["pending"][0]["id"]
+        assert run.status == "paused" and run.pending[0].name == "delete_file"
+        call_id = run.pending[0].id
         with pytest.raises(ValidationError):
             client.continue_run(stream.run_id, [{"tool_call_id": "nope", "confirmed": True}])
         more = client.continue_run(stream.run_id, [{"tool_call_id": call_id, "confirmed": True}])
         events = list(more)
         assert events[0].offset == stream.last_offset + 1
         assert any(e.type is EventType.TOOL_CALL_RESULT and "deleted /tmp/z" in e.data["content"] for e in events)
-        assert client.get(stream.run_id)["status"] == "completed"
+        assert client.get(stream.run_id).status == "completed"
         with pytest.raises(RunNotPausedError):
             client.continue_run(stream.run_id)
         with pytest.raises(RunFinishedError):
@@ -185,18 +180,18 @@ def test_pause_continue_stop_and_errors(api: ApiServer, fake_openai: Any) -> Non
         with pytest.raises(RunNotFoundError):
             client.get("0" * 32)
         with pytest.raises(UnknownAgentError):
-            client.start("no-such-agent", "hi")
+            client.stream("no-such-agent", "hi")
 
 
 def test_stop_a_running_run(api: ApiServer, fake_openai: Any) -> None:
     long_answer(fake_openai, words=300, delay=0.05)
     with Client(api.url) as client:
-        stream = client.start("fake", "talk")
+        stream = client.stream("fake", "talk")
         for event in stream:
             if event.type is EventType.TEXT_MESSAGE_CONTENT:
                 client.stop(stream.run_id)
         assert event.data["outcome"]["type"] == "cancelled"
-        assert client.get(stream.run_id)["status"] == "cancelled"
+        assert client.get(stream.run_id).status == "cancelled"
 
 
 def test_bearer_api_key(worker: Any, worker_env: dict[str, str]) -> None:
@@ -241,7 +236,7 @@ def test_reconnects_with_last_event_id_and_dedupes() -> None:
         return httpx.Response(200, content=sse(0, 1, 2, 3))  # a server that replays too much: deduped
 
     with Client("http://api", transport=httpx.MockTransport(handler), backoff=FAST) as client:
-        stream = client.follow("r")
+        stream = RunStream(client, "r", "a", "s", -1, True)
         assert [e.offset for e in stream] == [0, 1, 2, 3]
     assert seen == [None, "1"] and stream.reconnects == 1
 
@@ -249,7 +244,7 @@ def test_reconnects_with_last_event_id_and_dedupes() -> None:
 def test_a_gap_raises() -> None:
     transport = httpx.MockTransport(lambda request: httpx.Response(200, content=sse(0, 1, 3)))
     with Client("http://api", transport=transport) as client, pytest.raises(StreamGapError, match="offset 3"):
-        list(client.follow("r"))
+        list(RunStream(client, "r", "a", "s", -1, True))
 
 
 def test_gives_up_after_the_retry_budget_naming_the_offset() -> None:
@@ -259,8 +254,8 @@ def test_gives_up_after_the_retry_budget_naming_the_offset() -> None:
         Client("http://api", transport=transport, backoff=budget) as client,
         pytest.raises(ConnectionLostError) as info,
     ):
-        list(client.follow("r"))
-    assert "after=0" in str(info.value)
+        list(RunStream(client, "r", "a", "s", -1, True))
+    assert ".events(0)" in str(info.value)
     assert info.value.last_offset == 0
 
 
@@ -280,9 +275,9 @@ def test_error_mapping(status: int, code: str, cls: type[Exception]) -> None:
     assert isinstance(error, cls) and str(error) == "because"
 
 
-def test_the_api_s_own_exceptions_never_come_out_of_the_client() -> None:
-    """A process that imports the API (AuthError, code "unauthorized") gets the client's exceptions still."""
-    from agents_celery.contrib.flask.routes import AuthError
+def test_errors_come_from_the_one_error_tree() -> None:
+    """One class per code, in agents_celery.errors: a process that imports the API gets the same classes."""
+    import agents_celery.contrib.flask  # noqa: F401  (the API's module is loaded too)
 
     error = error_from_response(401, b'{"detail": "no key", "code": "unauthorized"}')
-    assert type(error) is AuthenticationError and not isinstance(error, AuthError)
+    assert type(error) is AuthenticationError and type(error).__module__ == "agents_celery.errors"

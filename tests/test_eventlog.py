@@ -97,7 +97,7 @@ def test_tail_from_offset_sees_each_event_once(eventlog: EventLog, r: redis.Redi
     k = 20
     writer = threading.Thread(target=_feed, args=(eventlog, run_id, token, 10_000))
     writer.start()
-    seen = [e.offset for e in eventlog.tail(run_id, after=k, block_ms=200)]
+    seen = [e.offset for e in eventlog.events(run_id, after=k, block_ms=200)]
     writer.join(timeout=60)
     end = 50 + 10_000 + 1  # RUN_STARTED at 0, 50 pre, 10,000 fed, RUN_FINISHED
     assert seen == list(range(k + 1, end + 1))
@@ -114,7 +114,7 @@ def test_a_tail_reads_on_one_connection(
     checkout, checkin, taken, given_back = pool.get_connection, pool.release, [], []
     monkeypatch.setattr(pool, "get_connection", lambda *a, **k: taken.append(1) or checkout(*a, **k))
     monkeypatch.setattr(pool, "release", lambda conn: given_back.append(1) or checkin(conn))
-    events = EventLog(reader, keys, retention_ms=60_000, tombstone_ms=60_000).tail(run_id, block_ms=200)
+    events = EventLog(reader, keys, retention_ms=60_000, tombstone_ms=60_000).events(run_id, block_ms=200)
     assert next(events).offset == 0
     for i in range(1, 6):
         eventlog.append(run_id, [_delta(i)], token)  # type: ignore[list-item]
@@ -136,7 +136,7 @@ def test_async_tail_from_offset_sees_each_event_once(eventlog: EventLog, r: redi
         client = aredis.Redis.from_url(TEST_REDIS_URL)
         try:
             writer.start()
-            return [e.offset async for e in AsyncEventLog(client, keys).tail(run_id, after=7, block_ms=200)]
+            return [e.offset async for e in AsyncEventLog(client, keys).events(run_id, after=7, block_ms=200)]
         finally:
             await client.aclose()
 
@@ -154,10 +154,10 @@ def test_tail_until_pause_stops_at_the_latest_pause_only(eventlog: EventLog, r: 
         outcome={"type": "interrupt", "interrupts": [{"id": "c1", "reason": "confirmation_required"}]},
     )
     eventlog.set_status(run_id, "paused", token, [pause])
-    assert [e.offset for e in eventlog.tail(run_id, until_pause=True, block_ms=100)] == [0, 1]
+    assert [e.offset for e in eventlog.events(run_id, until_pause=True, block_ms=100)] == [0, 1]
     eventlog.set_status(run_id, "live", token, [make_event(EventType.RUN_STARTED, thread_id="s1", run_id=run_id)])
     eventlog.set_status(run_id, "paused", token, [pause])
-    assert [e.offset for e in eventlog.tail(run_id, until_pause=True, block_ms=100)] == [0, 1, 2, 3]
+    assert [e.offset for e in eventlog.events(run_id, until_pause=True, block_ms=100)] == [0, 1, 2, 3]
 
 
 def test_retention_starts_when_the_run_ends(eventlog: EventLog, r: redis.Redis, keys: Keys) -> None:

@@ -1,4 +1,5 @@
-"""StepPublisher: the message it LPUSHes is the one ``send_task`` would have sent; it steps aside when it must."""
+"""StepPublisher and its direct_publish fast path: the message it LPUSHes is the one ``send_task`` would have sent;
+it steps aside when it must, and with fast paths off it is ``send_task``."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import pytest
 import redis
 from celery import Celery, signals
 
-from agents_celery.broker.celery_app import STEP_TASK, create_celery_app
-from agents_celery.broker.publisher import StepPublisher
+from agents_celery.broker.celery_app import create_celery_app
+from agents_celery.broker.fastpaths import DirectPublisher, FastPaths
+from agents_celery.broker.publisher import STEP_TASK, StepPublisher
 from agents_celery.settings import Settings, load_settings
 
 from .conftest import TEST_BROKER_URL, TEST_REDIS_URL
@@ -48,9 +50,9 @@ def _without_ids(message: dict[str, Any]) -> dict[str, Any]:
 
 def test_the_message_is_the_one_send_task_sends(app_and_queue: tuple[Celery, str, redis.Redis]) -> None:
     app, queue, broker = app_and_queue
-    publisher = StepPublisher(app, STEP_TASK, queue)
+    publisher = StepPublisher(app, queue, FastPaths(True))
     try:
-        assert publisher.direct_route() is not None, "a plain redis:// broker should take the direct path"
+        assert publisher.direct is not None and publisher.direct.route(queue) is not None, "a plain redis:// broker"
         app.send_task(STEP_TASK, args=["run-1", 3], kwargs={"agent": "assistant"}, queue=queue)
         expected = _pop(broker, queue)
         publisher.send("run-1", 3, "assistant")
@@ -67,7 +69,7 @@ def test_the_message_is_the_one_send_task_sends(app_and_queue: tuple[Celery, str
 def test_a_publish_signal_receiver_gets_send_task(app_and_queue: tuple[Celery, str, redis.Redis]) -> None:
     """Tracing and other instrumentation hook Celery's publish signals: they keep working."""
     app, queue, broker = app_and_queue
-    publisher = StepPublisher(app, STEP_TASK, queue)
+    publisher = StepPublisher(app, queue, FastPaths(True))
     seen: list[Any] = []
 
     def receiver(sender: Any = None, headers: Any = None, **_: Any) -> None:
@@ -75,7 +77,7 @@ def test_a_publish_signal_receiver_gets_send_task(app_and_queue: tuple[Celery, s
 
     signals.before_task_publish.connect(receiver, weak=False)
     try:
-        assert publisher.direct_route() is None
+        assert publisher.direct is not None and publisher.direct.route(queue) is None
         publisher.send("run-2", 0, "assistant")
     finally:
         signals.before_task_publish.disconnect(receiver)
@@ -102,18 +104,49 @@ def test_other_setups_use_send_task(
 ) -> None:
     app, queue, _ = app_and_queue
     app.conf.update(conf)
-    publisher = StepPublisher(app, STEP_TASK, queue)
-    assert publisher.direct_route() is None, why
+    assert DirectPublisher(app, STEP_TASK).route(queue) is None, why
 
 
 def test_the_commit_may_ack_only_what_this_redis_delivers(app_and_queue: tuple[Celery, str, redis.Redis]) -> None:
-    app, queue, _ = app_and_queue
-    assert StepPublisher(app, STEP_TASK, queue).ack_keys(TEST_BROKER_URL) == ("unacked_index", "unacked")
-    assert StepPublisher(app, STEP_TASK, queue).ack_keys("redis://127.0.0.1:6379/15") is None  # state elsewhere
+    app = app_and_queue[0]
+    assert DirectPublisher(app, STEP_TASK).ack_keys(TEST_BROKER_URL) == ("unacked_index", "unacked")
+    assert DirectPublisher(app, STEP_TASK).ack_keys("redis://127.0.0.1:6379/15") is None  # state elsewhere
     app.conf.broker_transport_options = {**app.conf.broker_transport_options, "global_keyprefix": "pre:"}
-    assert StepPublisher(app, STEP_TASK, queue).ack_keys(TEST_BROKER_URL) == ("pre:unacked_index", "pre:unacked")
+    assert DirectPublisher(app, STEP_TASK).ack_keys(TEST_BROKER_URL) == ("pre:unacked_index", "pre:unacked")
     app.conf.broker_read_url = "redis://127.0.0.1:6379/15"  # consumed from another Redis
-    assert StepPublisher(app, STEP_TASK, queue).ack_keys(TEST_BROKER_URL) is None
+    assert DirectPublisher(app, STEP_TASK).ack_keys(TEST_BROKER_URL) is None
     app.conf.broker_read_url = None
     app.conf.broker_transport_options = {**app.conf.broker_transport_options, "unacked_key": "mine"}
-    assert StepPublisher(app, STEP_TASK, queue).ack_keys(TEST_BROKER_URL) is None  # kombu keys we do not know
+    assert DirectPublisher(app, STEP_TASK).ack_keys(TEST_BROKER_URL) is None  # kombu keys we do not know
+
+
+def test_with_fast_paths_off_it_is_send_task(app_and_queue: tuple[Celery, str, redis.Redis]) -> None:
+    app, queue, broker = app_and_queue
+    off = FastPaths.decide(False)
+    assert not off.enabled and off.describe() == "all off (AGENTS_CELERY_FAST_PATHS=0)"
+    publisher = StepPublisher(app, queue, off)
+    sent: list[str] = []
+
+    def receiver(sender: Any = None, headers: Any = None, **_: Any) -> None:
+        sent.append(headers["id"])
+
+    signals.after_task_publish.connect(receiver, weak=False)
+    try:
+        assert publisher.direct is None
+        publisher.send("run-3", 1, "assistant")
+    finally:
+        signals.after_task_publish.disconnect(receiver)
+        publisher.close()
+    message = _pop(broker, queue)
+    assert sent == [message["headers"]["id"]]  # it went through send_task
+
+
+def test_versions_outside_the_tested_ranges_turn_every_fast_path_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agents_celery.broker import fastpaths
+
+    assert FastPaths.decide(True).enabled  # the versions installed here are the tested ones
+    monkeypatch.setitem(fastpaths.TESTED, "kombu", ("5.5", "5.5"))
+    decided = FastPaths.decide(True)
+    assert not decided.enabled
+    assert decided.describe().startswith("all off (untested versions: kombu ")
+    assert decided.send_ahead is not fastpaths.Sent.make and decided.idle_check is not fastpaths.reconnect_if_closed

@@ -55,9 +55,11 @@ class Cluster:
             w.stop()
 
 
-@pytest.fixture
-def cluster(key_prefix: str, fake_openai: Any) -> Iterator[Cluster]:
-    c = Cluster(key_prefix, fake_openai.url)
+@pytest.fixture(params=["fast paths", "public APIs only"])
+def cluster(request: pytest.FixtureRequest, key_prefix: str, fake_openai: Any) -> Iterator[Cluster]:
+    """Workers with the fast paths on, then the same test again with them off (AGENTS_CELERY_FAST_PATHS=0)."""
+    fast = "1" if request.param == "fast paths" else "0"
+    c = Cluster(key_prefix, fake_openai.url, AGENTS_CELERY_FAST_PATHS=fast)
     yield c
     c.stop()
 

@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 import redis
 
+from agents_celery.broker.fastpaths import Sent
 from agents_celery.engine.steps import step_started
 from agents_celery.errors import FencedError, StateError
 from agents_celery.events import EventType, make_event
 from agents_celery.runs import RunState, RunStatus, ToolCall
 from agents_celery.settings import Settings
-from agents_celery.storage.store import Ack, Effect, RunStore, Sent
+from agents_celery.storage.store import Ack, Effect, RunStore
 
 from .conftest import new_id, wait_for
 
@@ -235,7 +236,7 @@ def test_a_commit_acks_the_step_message_only_when_it_succeeds(r: redis.Redis, se
 
 
 def test_a_tool_result_sent_ahead_is_in_the_ledger_before_its_reply_is_read(r: redis.Redis, settings: Settings) -> None:
-    store = RunStore(r, settings)
+    store = RunStore(r, settings, send_ahead=Sent.make)
     run_id = _run(store)
     effects = store.keys.run(run_id).effects
     try:
@@ -260,7 +261,7 @@ def test_a_tool_result_sent_ahead_is_in_the_ledger_before_its_reply_is_read(r: r
 def test_a_tool_result_whose_connection_dies_before_the_reply_is_recorded_anyway(
     r: redis.Redis, settings: Settings
 ) -> None:
-    store = RunStore(r, settings)
+    store = RunStore(r, settings, send_ahead=Sent.make)
     run_id = _run(store)
     effects = store.keys.run(run_id).effects
     try:
@@ -278,7 +279,7 @@ def test_a_claim_sent_during_a_commit_uses_its_state_only_once_that_commit_retur
 ) -> None:
     """The consumer may send step N+1's claim while step N's thread still reads its commit's reply: the
     claim names the version that commit writes, and the state is used only once the commit has returned."""
-    store = RunStore(r, settings)
+    store = RunStore(r, settings, send_ahead=Sent.make)
     run_id = _run(store)
     try:
         claim = store.claim(run_id, 0, "t0", STARTED)
@@ -304,7 +305,7 @@ def test_a_claim_sent_during_a_commit_uses_its_state_only_once_that_commit_retur
 
 
 def test_a_claim_sent_ahead_whose_reply_is_lost_says_busy(r: redis.Redis, settings: Settings) -> None:
-    store = RunStore(r, settings)
+    store = RunStore(r, settings, send_ahead=Sent.make)
     run_id = _run(store)
     try:
         sent = _killed_before_it_runs(r, lambda: store.claim_sent(run_id, 0, "t0", STARTED), lambda c: c.sent)
@@ -317,7 +318,7 @@ def test_a_claim_sent_ahead_whose_reply_is_lost_says_busy(r: redis.Redis, settin
 
 def test_a_claim_that_could_not_be_sent_ahead_is_made_the_ordinary_way(settings: Settings) -> None:
     client = redis.Redis.from_url(settings.redis_url, max_connections=1)
-    store = RunStore(client, settings)
+    store = RunStore(client, settings, send_ahead=Sent.make)
     run_id = _run(store)
     try:
         held = client.connection_pool.get_connection()  # the pool's only connection: none for the claim
@@ -352,3 +353,19 @@ def test_a_worker_store_claims_appends_and_commits_on_the_thread_s_own_connectio
     finally:
         _cleanup(r, store, run_id)
         store.redis.close()
+
+
+def test_with_fast_paths_off_a_result_sent_ahead_is_written_at_once(r: redis.Redis, settings: Settings) -> None:
+    from agents_celery.storage.pending import call_now
+
+    store = RunStore(r, settings, send_ahead=call_now)
+    run_id = _run(store)
+    effects = store.keys.run(run_id).effects
+    try:
+        r.hset(effects, "call_a", json.dumps({"status": "started", "token": "t1"}))
+        sent = store.effect_done_sent(run_id, "call_a", "t1", "ok", None)
+        assert json.loads(r.hget(effects, "call_a"))["result"] == "ok"  # type: ignore[arg-type]  # before wait()
+        assert sent.wait() == 1 and len(r.connection_pool._in_use_connections) == 0  # type: ignore[attr-defined]
+        assert store.effect_done_sent(run_id, "call_a", "t2", "other", None).wait() == 0
+    finally:
+        _cleanup(r, store, run_id)

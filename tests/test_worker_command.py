@@ -25,3 +25,38 @@ def test_worker_loaded_the_agents_module_and_published_it(worker: Any, runtime: 
     assert names.index("fake") < names.index("offline")  # module order (other modules may publish too)
     banner = worker.log.read_text(errors="replace")  # the whole log: the banner is at its start
     assert "tests.agents_fixture" in banner or "fake" in banner
+
+
+def test_the_worker_says_which_fast_paths_are_on(worker: Any) -> None:
+    log = worker.log.read_text(errors="replace")
+    line = next(x for x in log.splitlines() if "agents-celery fast paths:" in x)
+    for name in ("send_ahead", "idle_poll", "direct_publish", "commit_pushes_next", "commit_acks", "claim_on_receipt"):
+        assert f"{name} on" in line, line  # the test worker: threads pool, broker = the state Redis
+
+
+def test_with_fast_paths_off_a_run_completes_on_public_apis_only(
+    worker_env: dict[str, str], fast_settings: Any, r: Any
+) -> None:
+    """AGENTS_CELERY_FAST_PATHS=0: the worker says so, runs a run with tools, and Celery acks each step's
+    message itself (nothing is left in kombu's unacked keys)."""
+    import uuid
+
+    from agents_celery import Runtime
+
+    from .cluster import Worker
+    from .conftest import wait_for
+
+    queue = f"plain-{uuid.uuid4().hex[:8]}"
+    w = Worker({**worker_env, "AGENTS_CELERY_QUEUE": queue, "AGENTS_CELERY_FAST_PATHS": "0"}).wait_ready()
+    rt = Runtime(settings=fast_settings.model_copy(update={"queue": queue, "fast_paths": False}))
+    try:
+        line = next(x for x in w.output().splitlines() if "agents-celery fast paths:" in x)
+        assert "all off (AGENTS_CELERY_FAST_PATHS=0)" in line
+        view = rt.run("offline", "What is 2 + 3?", timeout=30)
+        assert view.status == "completed", view
+        events = list(rt.get_stream(view.run_id).events())
+        assert [e.offset for e in events] == list(range(view.last_offset + 1))
+        wait_for(lambda: not any(view.run_id in v.decode() for v in r.hvals("unacked")), what="Celery's acks")
+    finally:
+        rt.close()
+        w.stop()

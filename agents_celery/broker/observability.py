@@ -25,7 +25,8 @@ from typing import Any
 from celery import Celery, signals
 
 from ..hooks import Hooks, StepInfo
-from .celery_app import STEP_TASK, extension
+from .celery_app import extension
+from .publisher import STEP_TASK
 
 log = logging.getLogger(__name__)
 

@@ -19,13 +19,11 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from ..events import Event
-    from ..remote import Driver
-    from ..runs import ToolCall
-    from ..runtime import RunView
+    from ..runs import RunView, ToolCall
 
 
 def _worker(args: argparse.Namespace, rest: list[str]) -> int:
@@ -269,11 +267,27 @@ def _summary(view: RunView, started: float, out: _Printer) -> int:
     return EXIT_OK if ok else EXIT_FAILED
 
 
+class Driver(Protocol):
+    """What the CLI uses of a runtime: the Runtime (Redis and the broker) or the HTTP Client: same names."""
+
+    def stream(self, agent: str, message: str, *, session_id: str | None = None) -> Any: ...
+
+    def get_stream(self, run_id: str) -> Any: ...
+
+    def get(self, run_id: str) -> RunView: ...
+
+    def continue_run(self, run_id: str, decisions: Sequence[dict[str, Any]] | None = None) -> Any: ...
+
+    def stop(self, run_id: str, reason: str = ...) -> RunView: ...
+
+    def close(self) -> None: ...
+
+
 def _driver(url: str | None) -> Driver:
     if url:
-        from ..remote import RemoteRuntime
+        from ..client import Client
 
-        return RemoteRuntime(url)
+        return Client(url)
     from ..runtime import Runtime
 
     return Runtime()

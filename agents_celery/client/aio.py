@@ -3,7 +3,7 @@
 ::
 
     async with AsyncClient("http://localhost:7777") as client:
-        stream = await client.start("assistant", "hi")
+        stream = await client.stream("assistant", "hi")
         async for event in stream:
             save(stream.run_id, event.offset)
 """
@@ -11,30 +11,32 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
 from typing import Any
 
 import httpx
 
-from ..errors import RunBusyError
+from ..errors import RunBusyError, RunFinishedError, RunTimeoutError
 from ..events import Event
-from . import (
+from ..runs import RunView
+from .protocol import (
     BUSY_RETRIES,
     RETRY_STATUSES,
     Backoff,
     Cursor,
+    Retry,
     SSEParser,
-    StreamHandle,
-    _base_url,
-    _headers,
-    _Retry,
-    _StreamBroken,
+    StreamBroken,
+    auth_headers,
+    base_url_of,
     continue_body,
     error_from_response,
     event_from_frame,
     start_body,
 )
+from .sync import StreamHandle
 
 __all__ = ["AsyncClient", "AsyncRunStream"]
 
@@ -47,6 +49,14 @@ class AsyncRunStream(StreamHandle):
     def __aiter__(self) -> AsyncIterator[Event]:
         self.cursor.done = False
         return self.client._events(self)
+
+    def events(self, offset: int | None = None, *, until_pause: bool = True) -> AsyncIterator[Event]:
+        """See :meth:`agents_celery.client.RunStream.events`."""
+        self._from(offset, until_pause)
+        return self.client._events(self)
+
+    async def get(self) -> RunView:
+        return await self.client.get(self.run_id)
 
 
 class AsyncClient:
@@ -63,7 +73,7 @@ class AsyncClient:
     ) -> None:
         self.backoff = backoff or Backoff()
         self._http = httpx.AsyncClient(
-            base_url=_base_url(base_url), headers=_headers(api_key), timeout=timeout, transport=transport
+            base_url=base_url_of(base_url), headers=auth_headers(api_key), timeout=timeout, transport=transport
         )
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
@@ -76,11 +86,10 @@ class AsyncClient:
         result: list[dict[str, Any]] = await self._request("GET", "/agents")
         return result
 
-    async def get(self, run_id: str) -> dict[str, Any]:
-        result: dict[str, Any] = await self._request("GET", f"/runs/{run_id}")
-        return result
+    async def get(self, run_id: str) -> RunView:
+        return RunView.from_dict(await self._request("GET", f"/runs/{run_id}"))
 
-    async def start(
+    async def stream(
         self,
         agent: str,
         message: str,
@@ -95,17 +104,13 @@ class AsyncClient:
         out = await self._request("POST", f"/agents/{agent}/runs", json=body, headers=headers)
         return AsyncRunStream(self, out["run_id"], agent, out.get("session_id"), -1, until_pause)
 
-    def follow(
-        self, run_id: str, agent_id: str | None = None, *, after: int = -1, until_pause: bool = True
-    ) -> AsyncRunStream:
-        return AsyncRunStream(self, run_id, agent_id, None, after, until_pause)
+    async def get_stream(self, run_id: str) -> AsyncRunStream:
+        view = await self.get(run_id)
+        return AsyncRunStream(self, run_id, view.agent_id, view.session_id, -1, True)
 
-    async def continue_run(
-        self, run_id: str, decisions: Sequence[dict[str, Any]] | None = None, *, agent_id: str | None = None
-    ) -> AsyncRunStream:
+    async def continue_run(self, run_id: str, decisions: Sequence[dict[str, Any]] | None = None) -> AsyncRunStream:
         run = await self.get(run_id)
-        agent = agent_id or run["agent_id"]
-        path, body = f"/agents/{agent}/runs/{run_id}/continue", continue_body(decisions)
+        path, body = f"/agents/{run.agent_id}/runs/{run_id}/continue", continue_body(decisions)
         for delay in BUSY_RETRIES:  # the worker that paused the run may hold its lease for a moment
             try:
                 await self._request("POST", path, json=body)
@@ -114,12 +119,26 @@ class AsyncClient:
                 if delay is None:
                     raise
                 await asyncio.sleep(delay)
-        return AsyncRunStream(self, run_id, agent, run.get("session_id"), int(run["last_offset"]), True)
+        return AsyncRunStream(self, run_id, run.agent_id, run.session_id, run.last_offset, True)
 
-    async def stop(self, run_id: str, *, agent_id: str | None = None) -> dict[str, Any]:
-        agent = agent_id or (await self.get(run_id))["agent_id"]
-        result: dict[str, Any] = await self._request("POST", f"/agents/{agent}/runs/{run_id}/cancel")
-        return result
+    async def stop(self, run_id: str, reason: str = "stopped by request") -> RunView:
+        agent = (await self.get(run_id)).agent_id
+        await self._request("POST", f"/agents/{agent}/runs/{run_id}/cancel", data={"reason": reason})
+        return await self.get(run_id)
+
+    async def run(self, agent: str, message: str, *, timeout: float | None = None, **kwargs: Any) -> RunView:
+        stream = await self.stream(agent, message, **kwargs)
+        try:
+            async with asyncio.timeout(timeout):
+                async for _event in stream:
+                    pass
+        except TimeoutError:
+            with contextlib.suppress(RunFinishedError):
+                await self.stop(stream.run_id, "caller gave up")
+            raise RunTimeoutError(
+                f"run {stream.run_id!r} did not finish within {timeout}s; stopped", stream.run_id
+            ) from None
+        return await self.get(stream.run_id)
 
     async def _events(self, stream: AsyncRunStream) -> AsyncIterator[Event]:
         cursor, failures = stream.cursor, 0
@@ -129,7 +148,7 @@ class AsyncClient:
                     failures = 0
                     yield event
                 cursor.closed()
-            except (httpx.TransportError, _StreamBroken, _Retry) as exc:
+            except (httpx.TransportError, StreamBroken, Retry) as exc:
                 failures += 1
                 delay = cursor.failed(failures, self.backoff, exc)
                 stream.reconnects += 1
@@ -143,7 +162,7 @@ class AsyncClient:
                 return
             if resp.status_code >= 400:
                 error = error_from_response(resp.status_code, await resp.aread())
-                raise _Retry(str(error)) if resp.status_code in RETRY_STATUSES else error
+                raise Retry(str(error)) if resp.status_code in RETRY_STATUSES else error
             parser = SSEParser()
             async for line in resp.aiter_lines():
                 frame = parser.feed(line)

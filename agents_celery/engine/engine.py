@@ -1,18 +1,21 @@
 """The engine: one attempt at one step of one run, as the Celery step task calls it.
 
-``execute(run_id, step)``: take the run's lease (one Lua call that also loads the checkpoint), close what
-a crashed earlier attempt left open, do the step (:mod:`agents_celery.engine.steps`) with a heartbeat renewing
-the lease, commit the new checkpoint by compare-and-set on the step number (fenced by the lease), then
-enqueue the next step (the commit script pushes it itself when the broker is the same Redis, and acks the
-step's own message: :mod:`agents_celery.broker.acks`). A delivery for a step that is already committed, or that
-another attempt holds, does nothing and emits nothing.
+``execute(run_id, step)`` reads as the step does: **claim** (take the run's lease and load the checkpoint in
+one Lua call), **do the step** (a model turn or the tool calls of a turn, :mod:`.steps`, with a heartbeat
+renewing the lease; a retried attempt first closes what the crashed one left open), **commit** (the new
+checkpoint by compare-and-set on the step number, fenced by the lease, with the step's events), then enqueue
+the next step. A delivery for a step that is already committed, or that another attempt holds, does nothing
+and emits nothing.
+
+What the broker adds around an attempt (a claim sent as the message arrived, the next step's message pushed
+by the commit, the step's own message acked by it) comes in one object, the :class:`Delivery`; the engine
+never imports Celery or kombu.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
 import redis
 
@@ -23,7 +26,8 @@ from ..hooks import Hooks, StepInfo, call_hooks
 from ..runs import RunStatus
 from ..settings import Settings
 from ..storage.leases import LeaseKeeper, Leases, new_token
-from ..storage.store import Ack, Claim, RunStore, Sent, SentClaim
+from ..storage.pending import Pending
+from ..storage.store import Ack, Claim, RunStore
 from .steps import (
     Cancelled,
     StepContext,
@@ -41,76 +45,75 @@ log = logging.getLogger(__name__)
 
 #: Sends the task for ``(run_id, step, agent_id)``.
 Enqueue = Callable[[str, int, str], None]
-#: The step queue's key and the message for ``(run_id, step, agent_id)`` when the commit can push it itself.
-TaskFor = Callable[[str, int, str], "tuple[str, str] | None"]
+#: Makes a claim the ordinary way: a fresh lease token and the claim it got.
+FreshClaim = Callable[[], "tuple[str, Claim]"]
 
 
-@dataclass(frozen=True)
-class Ahead:
-    """A claim sent ahead of its attempt (:meth:`Engine.claim_ahead`)."""
+class Delivery:
+    """What the broker does around one attempt. This base is the plain path: the engine claims, commits and
+    enqueues by itself; the broker's fast paths (:class:`agents_celery.broker.fastpaths.FastDelivery`)
+    override it."""
 
-    run_id: str
-    step: int
-    token: str
-    claim: SentClaim
+    def claim(self, run_id: str, step: int, fresh: FreshClaim) -> tuple[str, Claim]:
+        """The attempt's lease token and claim (``fresh()`` makes them the ordinary way)."""
+        return fresh()
 
-    def close(self) -> None:
-        """Its attempt will not run: read the reply anyway (the lease it took expires; the sweeper retries)."""
-        self.claim.sent.close()
+    def next_task(self, run_id: str, step: int, agent_id: str) -> tuple[str, str] | None:
+        """The step queue's key and the next step's message, for the commit to push; None: enqueue after."""
+        return None
+
+    def ack(self) -> Ack | None:
+        """The delivered message, for the commit to ack; None: the broker acks it the ordinary way."""
+        return None
+
+    def committing(self, ack: Ack) -> None:
+        """The commit that acks ``ack`` is about to be sent."""
+
+    def committed(self, ack: Ack) -> None:
+        """That commit succeeded."""
+
+
+PLAIN = Delivery()
+
+
+def first_started(step: int) -> tuple[NewEvent, NewEvent]:
+    """The STEP_STARTED of a first attempt, as a model turn and as a tool step: the claim writes the one that fits."""
+    return step_started("model", step, 1), step_started("tools", step, 1)
 
 
 class Engine:
     """Executes steps. One per worker process; shared by its threads."""
 
-    def __init__(
-        self,
-        store: RunStore,
-        agents: Mapping[str, Agent],
-        enqueue: Enqueue,
-        hooks: Sequence[Hooks] = (),
-        task_for: TaskFor | None = None,
-        on_ack: Callable[[str, bool], None] | None = None,
-    ) -> None:
+    def __init__(self, store: RunStore, agents: Mapping[str, Agent], enqueue: Enqueue, hooks: Sequence[Hooks] = ()):
         self.store = store
-        self.task_for = task_for
-        # Told (tag, False) just before a commit that acks the delivered message is sent, (tag, True) once it
-        # succeeded (agents_celery.broker.acks.commit_acks).
-        self.on_ack = on_ack
         self.settings: Settings = store.settings
         self.agents = agents
         self.enqueue = enqueue
+        #: Worker-level hooks (``configure(app, hooks=...)``): told everything an agent's own hooks are told.
         self.hooks = list(hooks)
         self.leases = Leases(store.redis, store.keys)
         s = self.settings
         self.keeper = LeaseKeeper(self.leases, s.lease_ttl_ms, s.heartbeat_seconds, s.stop_poll_seconds)
 
-    def claim_ahead(self, run_id: str, step: int) -> Ahead:
-        """Send the claim of an attempt at ``step`` now; :meth:`execute` reads its reply (``ahead=``)."""
+    def fresh_claim(self, run_id: str, step: int) -> tuple[str, Claim]:
+        """A new lease token and the claim of an attempt at ``step`` made with it."""
         token = new_token()
-        started = _first_started(step)
-        return Ahead(run_id, step, token, self.store.claim_sent(run_id, step, token, started))
+        return token, self.store.claim(run_id, step, token, first_started(step))
 
-    def execute(self, run_id: str, step: int, ack: Ack | None = None, ahead: Ahead | None = None) -> str:
-        """Run one attempt of ``step``; return what happened (``committed``, ``stale``, ``busy`` ...).
-
-        ``ack``: the delivered message, for the commit to ack (only a ``committed`` attempt acked it).
-        ``ahead``: the claim :meth:`claim_ahead` sent for this very attempt, if any.
-        """
-        if ahead is not None and (ahead.run_id, ahead.step) == (run_id, step):
-            token = ahead.token
-            claim = self.store.claim_read(ahead.claim)
-        else:
-            if ahead is not None:
-                ahead.close()
-            token = new_token()
-            started = _first_started(step)
-            claim = self.store.claim(run_id, step, token, started)
+    def execute(self, run_id: str, step: int, delivery: Delivery = PLAIN) -> str:
+        """Run one attempt of ``step``; return what happened (``committed``, ``stale``, ``busy`` ...)."""
+        token, claim = delivery.claim(run_id, step, lambda: self.fresh_claim(run_id, step))
         if claim.outcome != "OK":
             log.info("run=%s step=%d: nothing to do (%s)", run_id, step, claim.outcome.lower())
             return claim.outcome.lower()
         outcome = "failed"
         try:
-            outcome = self._attempt(run_id, step, token, claim, ack)
+            result, info, hooks = self._do_step(run_id, step, token, claim)
+            outcome = self._commit(run_id, step, token, result, delivery)
+            call_hooks(hooks, "after_commit", info)
+            self._after_commit(result, step, enqueued=outcome == "committed+enqueued")
+            call_hooks(hooks, "after_step", info, result.state.status.value)
+            outcome = "committed"
         except (FencedError, RunFinishedError, StateError) as exc:
             # Superseded: our lease expired and another attempt took over (or already finished the run).
             log.warning("run=%s step=%d: lost the lease; another attempt owns the run (%s)", run_id, step, exc)
@@ -121,7 +124,8 @@ class Engine:
                 self.leases.release(run_id, token)
         return outcome
 
-    def _attempt(self, run_id: str, step: int, token: str, claim: Claim, ack: Ack | None) -> str:
+    def _do_step(self, run_id: str, step: int, token: str, claim: Claim) -> tuple[StepResult, StepInfo, list[Hooks]]:
+        """The step's work under the lease: the result to commit (with the events not yet appended)."""
         assert claim.state is not None
         state = claim.state
         agent = self.agents.get(state.agent_id)
@@ -129,12 +133,12 @@ class Engine:
         info = StepInfo(run_id, state.agent_id, state.session_id, step, kind, claim.attempt)
         hooks = [*self.hooks, *(agent.hooks if agent else [])]
         holding = self.keeper.hold(run_id, token)
-        sent: list[Sent] = []  # ledger results sent during the step; their replies are read before the commit
+        sent: list[Pending] = []  # ledger results sent during the step; their replies are read before the commit
         try:
             with EventWriter(self.store.log, run_id, token) as writer:
                 # agent may be None: _decide fails the run before anything uses it
                 ctx = StepContext(state, agent, step, claim.attempt, token, self.store, self.settings, writer, info)  # type: ignore[arg-type]
-                ctx.stop, ctx.lost, ctx.sent = holding.stop, holding.lost, sent
+                ctx.stop, ctx.lost, ctx.sent, ctx.hooks = holding.stop, holding.lost, sent, hooks
                 if claim.stop_reason:
                     ctx.stop.set()
                 ctx.step_open = claim.attempt == 1  # the claim wrote this attempt's STEP_STARTED
@@ -145,30 +149,28 @@ class Engine:
                         writer.emit(step_started(kind, step, claim.attempt))
                         ctx.step_open = True
                 result = with_step_finished(ctx, self._decide(ctx, agent, hooks))
-                unwritten = writer.take()  # committed with the checkpoint, in the same round trip
+                result.events[:0] = writer.take()  # committed with the checkpoint, in the same round trip
+            for call in sent:
+                call.wait()  # the results are in the ledger before the checkpoint that relies on them
         except BaseException:
             _read_quietly(sent)
             raise
         finally:
             self.keeper.drop(holding)
-        first_status = result.state.status
+        return result, info, hooks
+
+    def _commit(self, run_id: str, step: int, token: str, result: StepResult, delivery: Delivery) -> str:
+        """Commit ``result`` as step ``step + 1``; the commit pushes the next step's task when the delivery can."""
         task = None
-        try:
-            if result.log_status == "live" and self.task_for is not None:
-                task = self.task_for(run_id, step + 1, result.state.agent_id)
-        finally:
-            for call in sent:
-                call.wait()  # the results are in the ledger before the checkpoint that relies on them
-        events = [*unwritten, *result.events]
-        if ack is not None and self.on_ack is not None:
-            self.on_ack(ack.tag, False)
-        self.store.commit(result.state, token, step, step + 1, events, result.log_status, task=task, ack=ack)
-        if ack is not None and self.on_ack is not None:
-            self.on_ack(ack.tag, True)
-        call_hooks(hooks, "after_commit", info)
-        self._after_commit(result, step, enqueued=task is not None)
-        call_hooks(hooks, "after_step", info, first_status.value)
-        return "committed"
+        if result.log_status == "live":
+            task = delivery.next_task(run_id, step + 1, result.state.agent_id)
+        ack = delivery.ack()
+        if ack is not None:
+            delivery.committing(ack)
+        self.store.commit(result.state, token, step, step + 1, result.events, result.log_status, task=task, ack=ack)
+        if ack is not None:
+            delivery.committed(ack)
+        return "committed+enqueued" if task is not None else "committed"
 
     def _decide(self, ctx: StepContext, agent: Agent | None, hooks: list[Hooks]) -> StepResult:
         state = ctx.state
@@ -229,15 +231,10 @@ class Engine:
             self.store.session_release(state.session_id, state.run_id)
 
 
-def _read_quietly(sent: list[Sent]) -> None:
+def _read_quietly(sent: list[Pending]) -> None:
     """Read the replies of ledger writes an attempt sent before it failed (Redis has them either way)."""
     for call in sent:
         try:
             call.wait()
         except Exception as exc:  # the attempt's own error is the one that matters
             log.warning("a tool result may not be in the ledger: %s", exc)
-
-
-def _first_started(step: int) -> tuple[NewEvent, NewEvent]:
-    """The STEP_STARTED of a first attempt, as a model turn and as a tool step: the claim writes the one that fits."""
-    return step_started("model", step, 1), step_started("tools", step, 1)

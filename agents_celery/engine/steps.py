@@ -17,13 +17,14 @@ from typing import Any
 from ..agent import Agent
 from ..errors import AgentsCeleryError, FencedError, ModelError, StopStep, ToolArgumentsError
 from ..events import Deltas, EventType, NewEvent, make_event, now_ms
-from ..hooks import StepInfo, call_hooks
+from ..hooks import Hooks, StepInfo, call_hooks
 from ..ids import random_hex
 from ..models import TextDelta, ToolCallDelta, TurnAccumulator, Usage
 from ..runs import RunFailure, RunState, RunStatus, ToolCall
 from ..settings import Settings
 from ..storage.eventlog import LogStatus
-from ..storage.store import Effect, RunStore, Sent
+from ..storage.pending import Pending
+from ..storage.store import Effect, RunStore
 from ..tools import ToolContext
 from .writer import EventWriter
 
@@ -45,6 +46,8 @@ class StepContext:
     settings: Settings
     writer: EventWriter
     info: StepInfo
+    #: Worker-level hooks, then the agent's own: model and tool hooks go to both.
+    hooks: list[Hooks] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
     lost: threading.Event = field(default_factory=threading.Event)
     #: This attempt wrote a STEP_STARTED, so whatever ends it must write the STEP_FINISHED.
@@ -52,7 +55,7 @@ class StepContext:
     #: Calls the claim already started in the effect ledger (see :attr:`agents_celery.storage.store.Claim.effects`).
     effects: dict[str, Effect | None] = field(default_factory=dict)
     #: Ledger results sent to Redis whose replies the engine reads before it commits.
-    sent: list[Sent] = field(default_factory=list)
+    sent: list[Pending] = field(default_factory=list)
 
     def check(self) -> None:
         """Raise Cancelled when a stop was requested, FencedError once the heartbeat lost the lease."""
@@ -227,7 +230,7 @@ def model_turn(ctx: StepContext) -> StepResult:
 
 def _stream_once(ctx: StepContext, turn: _TurnStream) -> None:
     ctx.check()
-    call_hooks(ctx.agent.hooks, "before_model_call", ctx.info, ctx.state.messages)
+    call_hooks(ctx.hooks, "before_model_call", ctx.info, ctx.state.messages)
     system = [{"role": "system", "content": ctx.agent.instructions}] if ctx.agent.instructions else []
     for chunk in ctx.agent.model.stream([*system, *ctx.state.messages], ctx.agent.tool_schemas()):
         ctx.check()
@@ -278,7 +281,7 @@ def with_step_finished(ctx: StepContext, result: StepResult) -> StepResult:
 
 def _after_turn(ctx: StepContext, turn: _TurnStream) -> StepResult:
     message = turn.acc.assistant_message()
-    call_hooks(ctx.agent.hooks, "after_model_call", ctx.info, message)
+    call_hooks(ctx.hooks, "after_model_call", ctx.info, message)
     usage = dict(ctx.state.usage)
     if isinstance(turn.acc.usage, Usage):
         for name in ("prompt_tokens", "completion_tokens", "total_tokens"):
@@ -366,7 +369,7 @@ def _run_call(ctx: StepContext, call: ToolCall, ahead: bool = False) -> ToolCall
 
 def _invoke(ctx: StepContext, call: ToolCall, invoke: Callable[[Any, ToolContext], str], ahead: bool) -> ToolCall:
     args = call.args
-    call_hooks(ctx.agent.hooks, "before_tool_call", ctx.info, call.name, args)
+    call_hooks(ctx.hooks, "before_tool_call", ctx.info, call.name, args)
     context = ToolContext(run_id=ctx.state.run_id, tool_call_id=call.id, attempt=ctx.attempt)
     error: str | None = None
     try:
@@ -381,7 +384,7 @@ def _invoke(ctx: StepContext, call: ToolCall, invoke: Callable[[Any, ToolContext
         ctx.sent.append(ctx.store.effect_done_sent(ctx.state.run_id, call.id, ctx.token, result, error))
     else:  # calls running side by side: none holds a connection while the others run
         ctx.store.effect_done(ctx.state.run_id, call.id, ctx.token, result, error)
-    call_hooks(ctx.agent.hooks, "after_tool_call", ctx.info, call.name, result, error)
+    call_hooks(ctx.hooks, "after_tool_call", ctx.info, call.name, result, error)
     return _with_result(call, result, error)
 
 

@@ -14,21 +14,9 @@ import pydantic
 from flask import Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..errors import ValidationError
+from ..errors import BadRequestError, BodyValidationError
 
 M = TypeVar("M", bound=BaseModel)
-
-
-class BadRequestError(ValidationError):
-    """The request is malformed (bad JSON, a form field that should hold JSON and does not). HTTP 400."""
-
-    code = "bad_request"
-
-
-class BodyValidationError(ValidationError):
-    """The request is well-formed but its fields are invalid. HTTP 422."""
-
-    code = "invalid_body"
 
 
 class _Body(BaseModel):

@@ -42,6 +42,7 @@ class Streams:
             self.keys,
             retention_ms=runtime.settings.retention_ms,
             tombstone_ms=runtime.settings.tombstone_ms,
+            idle_check=runtime.store.idle_check,
         )
         self.max_connections = max_connections
 

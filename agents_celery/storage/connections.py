@@ -8,8 +8,8 @@
 
 from __future__ import annotations
 
-import select
 import threading
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
@@ -63,6 +63,27 @@ def keeping_one(client: redis.Redis) -> redis.Redis:
     return own
 
 
+def reconnect_if_closed(client: redis.Redis) -> None:
+    """Disconnect the kept connection if Redis closed it while it sat idle (a restart, CLIENT KILL, an idle
+    timeout), so the next command connects again instead of failing. An idle connection has nothing to read;
+    if it has, it is closed or holds a stray reply, and either way it must go. This is the pool's own check on
+    checkout (``Connection.can_read``: three system calls); the worker's fast path polls the socket instead
+    (:func:`agents_celery.broker.fastpaths.reconnect_if_closed`, one)."""
+    conn = client.connection
+    if conn is None:
+        return
+    try:
+        stale = conn.can_read(timeout=0)
+    except (redis.ConnectionError, OSError):
+        stale = True
+    if stale:
+        conn.disconnect()  # type: ignore[no-untyped-call]
+
+
+#: Called before a command on a kept connection (see :func:`reconnect_if_closed`).
+IdleCheck = Callable[[redis.Redis], None]
+
+
 class ThreadClients:
     """One client per thread, each keeping a connection of ``client``'s pool for itself (redis-py's
     ``single_connection_client``), for the threads that send a command per step or per streamed token.
@@ -70,7 +91,7 @@ class ThreadClients:
     A command through a pooled client checks a connection out and back in: a pid check each way and a
     non-blocking read probing for stale data, five system calls besides the send and the reply; on a VM with
     page-table isolation that doubled the CPU of a small script call after an idle gap. :meth:`get` looks at
-    the kept connection first (:func:`reconnect_if_closed`, one system call), so one Redis closed while the
+    the kept connection first (``idle_check``, :func:`reconnect_if_closed` by default), so one Redis closed while the
     thread was idle connects again instead of failing. A thread's client goes back to the pool when the
     thread ends; a forked child builds its own. When no connection can be
     had, :meth:`get` returns the shared client, whose command then fails (or retries) the ordinary way.
@@ -78,8 +99,9 @@ class ThreadClients:
     task would build a client of its own, so it stays out of the way and returns the shared client.
     """
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis, idle_check: IdleCheck = reconnect_if_closed) -> None:
         self.shared = client
+        self._idle_check = idle_check
         self._local = threading.local()
         self._threads = threading.local.__module__ == "_thread"  # real threads, not greenlets
 
@@ -90,7 +112,7 @@ class ThreadClients:
         local = self._local
         own: redis.Redis | None = getattr(local, "client", None)
         if own is not None and local.pid == pid():
-            reconnect_if_closed(own)
+            self._idle_check(own)
             return own
         try:
             own = keeping_one(self.shared)
@@ -98,20 +120,6 @@ class ThreadClients:
             return self.shared
         local.client, local.pid = own, pid()
         return own
-
-
-def reconnect_if_closed(client: redis.Redis) -> None:
-    """Disconnect the kept connection if Redis closed it while it sat idle (a restart, CLIENT KILL, an idle
-    timeout): the next command then connects again instead of failing. One ``poll`` with no wait, where the
-    pool's check on every checkout takes three system calls (``select`` would refuse a socket numbered past
-    1023, which an API process holding a thousand streams has). An idle connection has nothing to read; if it
-    has, it is closed or holds a stray reply, and either way it must go."""
-    sock = getattr(client.connection, "_sock", None)
-    if sock is not None:
-        poller = select.poll()
-        poller.register(sock, select.POLLIN)
-        if poller.poll(0):
-            client.connection.disconnect()  # type: ignore[union-attr]
 
 
 def connect_async(url: str, **options: Any) -> aredis.Redis:

@@ -5,27 +5,34 @@ id is ``<offset>-1``, so replay (XRANGE) and live tail (XREAD BLOCK) start from 
 no gap or duplicate between the two. Every append carries the run's lease token and is refused inside
 Redis (:class:`~agents_celery.errors.FencedError`) when the token is not current. A live or paused run's
 log is never trimmed; when the run ends, the retention starts.
+
+Reading is one loop, :func:`follow_plan`, written once without I/O: it says which read to make next (an
+XRANGE page, an XREAD BLOCK, the log's status) and hands out pages of entries. :func:`follow_sync` and
+:func:`follow_async` make its reads; the Runtime's streams, the HTTP streams and the CLI all go through them.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+import time
+from collections.abc import AsyncIterator, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import redis
 import redis.asyncio as aredis
 
-from ..errors import RedisUnavailableError, RunExpiredError, RunNotFoundError
+from ..errors import RedisUnavailableError, RunExpiredError, RunNotFoundError, ValidationError
 from ..events import Event, NewEvent
-from .connections import ThreadClients, keeping_one, reconnect_if_closed
+from .connections import IdleCheck, ThreadClients, keeping_one, reconnect_if_closed
 from .keys import Keys
 from .scripts import refusal, register
 
 LogStatus = Literal["live", "paused", "ended"]
 
-#: Entries fetched per XRANGE page while replaying.
+#: Entries fetched per round trip, replaying (XRANGE) and live (XREAD).
 PAGE = 1000
+#: One stored entry: its offset and its stored JSON.
+Entry = tuple[int, str]
 
 
 @dataclass(frozen=True)
@@ -43,10 +50,22 @@ class LogInfo:
         """Offset of the newest event, -1 when there is none."""
         return self.next_offset - 1
 
+    def event(self, entry: Entry) -> Event:
+        """The stored ``entry`` of this run as an :class:`Event`."""
+        return Event.from_stored(entry[0], entry[1], self.run_id, self.session_id, self.agent_id)
+
 
 def stream_id(after: int) -> str:
     """The stream id to read *after* offset ``after`` (``-1`` = from the start)."""
     return "0-0" if after < 0 else f"{after}-1"
+
+
+def check_offset(after: int, name: str = "after") -> int:
+    """``after`` if it is -1 (from the start) or an offset; ValidationError otherwise (every caller answers the
+    same: the CLI, the Runtime, the HTTP front ends)."""
+    if type(after) is not int or after < -1:
+        raise ValidationError(f"{name} must be -1 (from the start) or an offset (an integer >= 0), got {after!r}")
+    return after
 
 
 def _text(value: Any) -> str:
@@ -58,18 +77,160 @@ def _info(run_id: str, row: Sequence[Any]) -> LogInfo:
     return LogInfo(run_id, status, int(nxt or 0), session_id, agent_id)  # type: ignore[arg-type]
 
 
-def _events(entries: Iterable[Any], info: LogInfo) -> list[Event]:
+def entries(raw: Iterable[Any]) -> list[Entry]:
+    """Stream entries (as XRANGE / XREAD return them) as (offset, stored JSON) pairs."""
     out = []
-    for entry_id, fields in entries:
-        offset = int(_text(entry_id).split("-", 1)[0])
-        raw = fields.get(b"event") if b"event" in fields else fields.get("event")
-        out.append(Event.from_stored(offset, raw, info.run_id, info.session_id, info.agent_id))
+    for entry_id, fields in raw:
+        stored = fields.get(b"event") if b"event" in fields else fields.get("event")
+        out.append((int(_text(entry_id).split("-", 1)[0]), _text(stored)))
     return out
 
 
-def _stops(event: Event, until_pause: bool, more_follow: bool) -> bool:
-    # A pause that a continue already followed is history, not the end of the stream.
-    return event.is_terminal or (until_pause and event.is_pause and not more_follow)
+# -- the one replay-then-tail loop ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class XRange:
+    """Read: the next page of stored entries from ``start`` on."""
+
+    start: str
+
+
+@dataclass(frozen=True)
+class XRead:
+    """Read: block up to ``block_ms`` for entries after ``last``."""
+
+    last: str
+    block_ms: int
+
+
+class Status:
+    """Read: the log's :class:`LogInfo`."""
+
+
+class Idle:
+    """Out: nothing arrived for the keep-alive interval (an HTTP stream writes a comment)."""
+
+
+#: What :func:`follow_plan` yields: a read to make (answered with its reply), a page out, or an idle tick.
+Step = XRange | XRead | Status | Idle | list[Entry]
+
+#: Stored types that can end a stream, as they open the stored JSON (RUN_FINISHED is a pause when its outcome
+#: is an interrupt); everything else is decided without a parse.
+_ENDS = ('{"type":"RUN_FINISHED"', '{"type":"RUN_ERROR"')
+
+
+def follow_plan(
+    after: int, *, until_pause: bool, block_ms: int = 1000, idle_seconds: float | None = None
+) -> Generator[Step, Any, None]:
+    """The entries with offset > ``after``, then live ones, until the run ends (or pauses, if asked).
+
+    Replays with XRANGE pages, then blocks with XREAD from the last id seen, so there is no gap and no
+    duplicate. The log's status is only read when XREAD times out (or at a pause that ends a page), to tell a
+    finished run from a quiet one. With ``idle_seconds``, an :class:`Idle` comes out when nothing arrived for
+    that long. A pause that a continue already followed is history, not the end of the stream.
+    """
+    last, idle_since = after, time.monotonic()
+    while True:  # replay
+        page = entries((yield XRange(f"{last + 1}-0")))
+        if page:
+            last = page[-1][0]
+            cut, stop = yield from _cut(page, until_pause)
+            yield cut
+            if stop:
+                return
+        if len(page) < PAGE:
+            break
+    if (yield from _done(last, until_pause)):
+        return
+    idle_since = time.monotonic()
+    while True:  # live
+        reply = yield XRead(stream_id(last), block_ms)
+        if not reply:
+            if (yield from _done(last, until_pause)):
+                return
+            if idle_seconds is not None and time.monotonic() - idle_since >= idle_seconds:
+                idle_since = time.monotonic()
+                yield Idle()
+            continue
+        for _, batch in reply:
+            page = entries(batch)
+            if not page:
+                continue
+            last = page[-1][0]
+            cut, stop = yield from _cut(page, until_pause)
+            yield cut
+            if stop:
+                return
+            idle_since = time.monotonic()
+
+
+def _cut(page: list[Entry], until_pause: bool) -> Generator[Step, Any, tuple[list[Entry], bool]]:
+    """``page`` up to its first terminal event, and whether the stream stops there. A pause that ends the page
+    ends the stream when ``until_pause`` and the log says the run is still paused."""
+    for i, (offset, stored) in enumerate(page):
+        if not stored.startswith(_ENDS):
+            continue
+        ev = Event.from_stored(offset, stored, "", "", "")
+        if ev.is_terminal:
+            return page[: i + 1], True
+        if until_pause and ev.is_pause and i + 1 == len(page) and (yield from _done(offset, until_pause)):
+            return page, True
+    return page, False
+
+
+def _done(last: int, until_pause: bool) -> Generator[Step, Any, bool]:
+    info: LogInfo = yield Status()  # RunExpiredError if the log vanished while we waited
+    if last < info.last_offset:
+        return False
+    return info.status == "ended" or (until_pause and info.status == "paused")
+
+
+def follow_sync(
+    plan: Generator[Step, Any, None], client: redis.Redis, key: str, status: Any, idle_check: IdleCheck | None = None
+) -> Iterator[list[Entry] | Idle]:
+    """Make ``plan``'s reads on ``client`` (``status()`` reads the LogInfo); yield its pages and idle ticks.
+    ``idle_check`` runs before each read: the caller may take its time between pages."""
+    reply: Any = None
+    while True:
+        try:
+            step = plan.send(reply)
+        except StopIteration:
+            return
+        reply = None
+        if isinstance(step, (list, Idle)):
+            yield step
+            continue
+        if idle_check is not None:
+            idle_check(client)
+        if isinstance(step, XRange):
+            reply = client.xrange(key, min=step.start, count=PAGE)
+        elif isinstance(step, XRead):
+            reply = client.xread({key: step.last}, count=PAGE, block=step.block_ms)
+        else:
+            reply = status()
+
+
+async def follow_async(
+    plan: Generator[Step, Any, None], client: aredis.Redis, key: str, status: Any
+) -> AsyncIterator[list[Entry] | Idle]:
+    """:func:`follow_sync` for asyncio code (``status`` is a coroutine function)."""
+    reply: Any = None
+    while True:
+        try:
+            step = plan.send(reply)
+        except StopIteration:
+            return
+        reply = None
+        if isinstance(step, (list, Idle)):
+            yield step
+            continue
+        if isinstance(step, XRange):
+            reply = await client.xrange(key, min=step.start, count=PAGE)
+        elif isinstance(step, XRead):
+            reply = await client.xread({key: step.last}, count=PAGE, block=step.block_ms)
+        else:
+            reply = await status()
 
 
 class EventLog:
@@ -83,8 +244,11 @@ class EventLog:
         retention_ms: int,
         tombstone_ms: int,
         own_connections: ThreadClients | None = None,
+        idle_check: IdleCheck = reconnect_if_closed,
     ) -> None:
         self._redis = client
+        #: Run before each read of a tail's kept connection (the worker's fast path polls the socket instead).
+        self._idle_check = idle_check
         #: Appends and status changes go through the calling thread's own connection (a worker's).
         self._own = own_connections
         self._keys = keys
@@ -163,54 +327,47 @@ class EventLog:
 
     def read(self, run_id: str, after: int = -1, limit: int | None = None) -> list[Event]:
         """The events with offset > ``after`` (at most ``limit``), oldest first."""
+        check_offset(after)
         info = self.info(run_id)
-        entries: Any = self._redis.xrange(self._keys.run(run_id).events, min=f"{after + 1}-0", count=limit)
-        return _events(entries, info)
+        raw: Any = self._redis.xrange(self._keys.run(run_id).events, min=f"{after + 1}-0", count=limit)
+        return [info.event(e) for e in entries(raw)]
 
-    def tail(self, run_id: str, after: int = -1, *, until_pause: bool = False, block_ms: int = 1000) -> Iterator[Event]:
-        """Yield the events after ``after``, then live ones, until the run ends (or pauses, if asked).
+    def tail(
+        self,
+        run_id: str,
+        after: int = -1,
+        *,
+        until_pause: bool = False,
+        block_ms: int = 1000,
+        info: LogInfo | None = None,
+        idle_seconds: float | None = None,
+    ) -> Iterator[list[Entry] | Idle]:
+        """Pages of the entries after ``after``, then live ones, until the run ends (or pauses, if asked); an
+        :class:`Idle` tick when nothing arrived for ``idle_seconds``. See :func:`follow_plan`.
 
-        Replays with XRANGE, then blocks with XREAD from the last id seen: no gap, no duplicate. The tail
-        keeps one connection of the pool for all its reads (:func:`~agents_celery.storage.connections.keeping_one`).
+        The tail keeps one connection of the pool for all its reads (:func:`~.connections.keeping_one`) and
+        looks at it before each (``idle_check``), as its reader may sit idle between pages.
         """
-        info = self.info(run_id)
-        key = self._keys.run(run_id).events
-        last = after
+        check_offset(after)
+        info = info or self.info(run_id)
         client = keeping_one(self._redis)
+        plan = follow_plan(after, until_pause=until_pause, block_ms=block_ms, idle_seconds=idle_seconds)
         try:
-            while True:  # replay
-                reconnect_if_closed(client)  # the caller may take its time between events
-                entries: Any = client.xrange(key, min=f"{last + 1}-0", count=PAGE)
-                page = _events(entries, info)
-                for i, event in enumerate(page):
-                    last = event.offset
-                    yield event
-                    if _stops(event, until_pause, i + 1 < len(page) or len(page) == PAGE):
-                        return
-                if len(page) < PAGE:
-                    break
-            if self._caught_up_and_done(run_id, last, until_pause, client):
-                return
-            while True:  # live; the status is only looked at when XREAD times out
-                reconnect_if_closed(client)
-                reply: Any = client.xread({key: stream_id(last)}, count=PAGE, block=block_ms)
-                if not reply and self._caught_up_and_done(run_id, last, until_pause, client):
-                    return
-                for _, batch in reply or []:
-                    page = _events(batch, info)
-                    for i, event in enumerate(page):
-                        last = event.offset
-                        yield event
-                        if _stops(event, until_pause, i + 1 < len(page)):
-                            return
+            yield from follow_sync(
+                plan, client, self._keys.run(run_id).events, lambda: self.info(run_id, client), self._idle_check
+            )
         finally:
             client.close()
 
-    def _caught_up_and_done(self, run_id: str, last: int, until_pause: bool, client: redis.Redis) -> bool:
-        info = self.info(run_id, client)  # raises RunExpiredError if the log vanished while we waited
-        if last < info.last_offset:
-            return False
-        return info.status == "ended" or (until_pause and info.status == "paused")
+    def events(
+        self, run_id: str, after: int = -1, *, until_pause: bool = False, block_ms: int = 1000
+    ) -> Iterator[Event]:
+        """The events after ``after``, then live ones, until the run ends (or pauses, if asked)."""
+        info = self.info(run_id)
+        for page in self.tail(run_id, after, until_pause=until_pause, block_ms=block_ms, info=info):
+            if isinstance(page, list):
+                for entry in page:
+                    yield info.event(entry)
 
 
 class AsyncEventLog:
@@ -235,43 +392,34 @@ class AsyncEventLog:
 
     async def read(self, run_id: str, after: int = -1, limit: int | None = None) -> list[Event]:
         """See :meth:`EventLog.read`."""
+        check_offset(after)
         info = await self.info(run_id)
-        entries: Any = await self._redis.xrange(self._keys.run(run_id).events, min=f"{after + 1}-0", count=limit)
-        return _events(entries, info)
+        raw: Any = await self._redis.xrange(self._keys.run(run_id).events, min=f"{after + 1}-0", count=limit)
+        return [info.event(e) for e in entries(raw)]
 
     async def tail(
+        self,
+        run_id: str,
+        after: int = -1,
+        *,
+        until_pause: bool = False,
+        block_ms: int = 1000,
+        info: LogInfo | None = None,
+        idle_seconds: float | None = None,
+    ) -> AsyncIterator[list[Entry] | Idle]:
+        """See :meth:`EventLog.tail`."""
+        check_offset(after)
+        plan = follow_plan(after, until_pause=until_pause, block_ms=block_ms, idle_seconds=idle_seconds)
+        pages = follow_async(plan, self._redis, self._keys.run(run_id).events, lambda: self.info(run_id))
+        async for page in pages:
+            yield page
+
+    async def events(
         self, run_id: str, after: int = -1, *, until_pause: bool = False, block_ms: int = 1000
     ) -> AsyncIterator[Event]:
-        """See :meth:`EventLog.tail`."""
+        """See :meth:`EventLog.events`."""
         info = await self.info(run_id)
-        key = self._keys.run(run_id).events
-        last = after
-        while True:
-            entries: Any = await self._redis.xrange(key, min=f"{last + 1}-0", count=PAGE)
-            page = _events(entries, info)
-            for i, event in enumerate(page):
-                last = event.offset
-                yield event
-                if _stops(event, until_pause, i + 1 < len(page) or len(page) == PAGE):
-                    return
-            if len(page) < PAGE:
-                break
-        if await self._caught_up_and_done(run_id, last, until_pause):
-            return
-        while True:
-            reply: Any = await self._redis.xread({key: stream_id(last)}, count=PAGE, block=block_ms)
-            if not reply and await self._caught_up_and_done(run_id, last, until_pause):
-                return
-            for _, batch in reply or []:
-                page = _events(batch, info)
-                for i, event in enumerate(page):
-                    last = event.offset
-                    yield event
-                    if _stops(event, until_pause, i + 1 < len(page)):
-                        return
-
-    async def _caught_up_and_done(self, run_id: str, last: int, until_pause: bool) -> bool:
-        info = await self.info(run_id)
-        if last < info.last_offset:
-            return False
-        return info.status == "ended" or (until_pause and info.status == "paused")
+        async for page in self.tail(run_id, after, until_pause=until_pause, block_ms=block_ms, info=info):
+            if isinstance(page, list):
+                for entry in page:
+                    yield info.event(entry)

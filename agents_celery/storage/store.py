@@ -6,7 +6,6 @@ run's lease token. Session and global keys are written with separate commands (t
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import threading
@@ -23,9 +22,10 @@ from ..events import NewEvent
 from ..ids import random_hex
 from ..runs import RunState, load_state
 from ..settings import Settings
-from .connections import ThreadClients
+from .connections import IdleCheck, ThreadClients, reconnect_if_closed
 from .eventlog import EventLog, LogStatus
 from .keys import Keys
+from .pending import Pending, SendAhead, call_now
 from .scripts import refusal, register
 
 log = logging.getLogger(__name__)
@@ -128,82 +128,13 @@ class StateCache:
             entry.ready.set()  # not committed: whoever waits for it loads the state instead
 
 
-class Sent:
-    """A script call written to Redis whose reply is read later, on a connection of its own meanwhile.
-
-    With ``rerun`` (for an idempotent script), a call whose connection failed runs again the ordinary way;
-    without, the connection error is raised (the script may or may not have run)."""
-
-    def __init__(self, client: redis.Redis, script: Any, keys: list[str], args: list[str], rerun: bool = True) -> None:
-        self._client, self._script, self._keys, self._args, self._rerun = client, script, keys, args, rerun
-        self._failed: redis.RedisError | None = None  # the send failed part way: it may have run
-        self._conn: Any = None
-        try:
-            self._conn = _connection(client.connection_pool)
-        except redis.RedisError:
-            return  # nothing was sent: wait() runs it the ordinary way
-        try:
-            self._conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
-        except redis.RedisError as exc:
-            self._failed = exc
-            self._drop()
-
-    def wait(self) -> Any:
-        """The script's reply. Runs it again the ordinary way when Redis did not know the script (it did not
-        run) and, with ``rerun``, when the call was not sent or its connection failed."""
-        if self._conn is not None:
-            try:
-                reply = self._conn.read_response()
-            except redis.exceptions.NoScriptError:
-                self._release()  # an error reply, read whole: the connection is clean
-            except redis.ResponseError:
-                self._release()
-                raise
-            except redis.ConnectionError:
-                self._drop()
-                if not self._rerun:
-                    raise
-            except BaseException:  # a timeout, an interrupt: the reply may still be on its way
-                self._drop()
-                raise
-            else:
-                self._release()
-                return reply
-        elif self._failed is not None and not self._rerun:
-            raise redis.ConnectionError(f"the call was not sent whole: {self._failed}")
-        return self._script(keys=self._keys, args=self._args)
-
-    def close(self) -> None:
-        """Read and drop the reply of a call nobody will use (its connection then goes back clean)."""
-        with contextlib.suppress(Exception):
-            if self._conn is not None:
-                self.wait()
-
-    def _release(self) -> None:
-        self._client.connection_pool.release(self._conn)
-        self._conn = None
-
-    def _drop(self) -> None:
-        if self._conn is not None:
-            self._conn.disconnect()
-            self._release()
-
-
 @dataclass(frozen=True)
 class SentClaim:
     """A claim sent ahead (:meth:`RunStore.claim_sent`) and the cached state it named."""
 
     run_id: str
-    sent: Sent
+    sent: Pending
     known: CachedState | None
-
-
-def _connection(pool: Any) -> Any:
-    """A connection from the pool (redis-py before 5.3 wants a command name; later ones warn about it)."""
-    try:
-        return pool.get_connection()
-    except TypeError:
-        return pool.get_connection("EVALSHA")
 
 
 def _effect(raw: str) -> Effect | None:
@@ -221,20 +152,32 @@ class RunStore:
     """Redis-backed run state. Shared by workers (sync) and callers (Runtime, API)."""
 
     def __init__(
-        self, client: redis.Redis, settings: Settings, *, cached_states: int = 128, own_connections: bool = False
+        self,
+        client: redis.Redis,
+        settings: Settings,
+        *,
+        cached_states: int = 128,
+        own_connections: bool = False,
+        send_ahead: SendAhead = call_now,
+        idle_check: IdleCheck = reconnect_if_closed,
     ) -> None:
         self.redis = client
         self.settings = settings
         self.keys = Keys(settings.key_prefix)
         #: A worker's step threads claim, commit and append through connections of their own (see
         #: :class:`~agents_celery.storage.connections.ThreadClients`); callers (Runtime, API) use the shared pool.
-        self._own = ThreadClients(client) if own_connections else None
+        self._own = ThreadClients(client, idle_check) if own_connections else None
+        #: Run before a command on a kept connection (readers of this store's logs use it too).
+        self.idle_check = idle_check
+        #: How a call whose reply is read later is made (the worker's fast path sends it at once).
+        self._send_ahead = send_ahead
         self.log = EventLog(
             client,
             self.keys,
             retention_ms=settings.retention_ms,
             tombstone_ms=settings.tombstone_ms,
             own_connections=self._own,
+            idle_check=idle_check,
         )
         self._claim = register(client, "claim")
         self._commit = register(client, "commit")
@@ -290,7 +233,7 @@ class RunStore:
         it receives the step's message, so the round trip overlaps Celery handing the message to a thread."""
         known = self.states.get(run_id)
         keys, args = self._claim_call(run_id, step, token, started, known)
-        return SentClaim(run_id, Sent(self.redis, self._claim, keys, [str(a) for a in args], rerun=False), known)
+        return SentClaim(run_id, self._send_ahead(self.redis, self._claim, keys, [str(a) for a in args], False), known)
 
     def claim_read(self, sent: SentClaim) -> Claim:
         """The claim's outcome; ``BUSY`` when its reply was lost (it may have taken the lease: the sweeper
@@ -433,12 +376,12 @@ class RunStore:
         k = self.keys.run(run_id)
         return bool(self._effect_done(keys=[k.effects], args=[tool_call_id, token, entry], client=self._client()))
 
-    def effect_done_sent(self, run_id: str, tool_call_id: str, token: str, result: str, error: str | None) -> Sent:
+    def effect_done_sent(self, run_id: str, tool_call_id: str, token: str, result: str, error: str | None) -> Pending:
         """:meth:`effect_done`, sent now and answered later: Redis records the result as soon as it reads the
-        command, while the step goes on to build its commit; :meth:`Sent.wait` reads the answer."""
+        command, while the step goes on to build its commit; :meth:`Pending.wait` reads the answer."""
         entry = json.dumps({"status": "done", "token": token, "result": result, "error": error})
         k = self.keys.run(run_id)
-        return Sent(self.redis, self._effect_done, [k.effects], [tool_call_id, token, entry])
+        return self._send_ahead(self.redis, self._effect_done, [k.effects], [tool_call_id, token, entry], True)
 
     def effect_reset(self, run_id: str, tool_call_id: str, token: str) -> None:
         """Forget a started-but-unfinished entry, after a human approved running the call again."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hmac
 import time
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 import redis
@@ -18,6 +19,8 @@ from werkzeug.exceptions import HTTPException
 
 from ...errors import (
     AgentsCeleryError,
+    AuthenticationError,
+    BadRequestError,
     DecisionError,
     NotFoundError,
     RedisUnavailableError,
@@ -28,11 +31,11 @@ from ...errors import (
 )
 from ...http import sse
 from ...http.agentos import AGNO_STATUS, tool_object
-from ...http.bodies import BadRequestError, ContinueBody, ResumeBody, RunBody, int_param, parse
+from ...http.bodies import ContinueBody, ResumeBody, RunBody, int_param, parse
 from ...http.openapi import spec
 from ...http.streams import Streams
-from ...runs import ToolCall
-from ...runtime import Runtime, RunView
+from ...runs import RunView, ToolCall
+from ...runtime import Runtime
 from ...storage.eventlog import LogInfo
 
 EXTENSION = "agents_celery"
@@ -53,12 +56,6 @@ STATUS: tuple[tuple[type[AgentsCeleryError], int], ...] = (
 )
 
 
-class AuthError(AgentsCeleryError):
-    """Missing or wrong ``Authorization: Bearer`` key. HTTP 401."""
-
-    code = "unauthorized"
-
-
 def runtime() -> Runtime:
     """The Runtime that ``init_app`` stored on the current app."""
     rt: Runtime = current_app.extensions[EXTENSION]
@@ -69,6 +66,11 @@ def streams() -> Streams:
     """The stream client that ``init_app`` stored on the current app."""
     found: Streams = current_app.extensions[STREAMS]
     return found
+
+
+def sse_response(frames: Iterable[str], status: int = 200) -> Response:
+    """A streaming ``text/event-stream`` response over ``frames``."""
+    return Response(frames, status=status, mimetype=sse.CONTENT_TYPE, headers=dict(sse.HEADERS))
 
 
 def _keepalive() -> float:
@@ -95,7 +97,7 @@ def _authenticate() -> Response | None:
     if given.startswith("Bearer ") and hmac.compare_digest(given[7:].strip().encode(), key.encode()):
         return None
     return error_response(
-        401, "send 'Authorization: Bearer <key>' with the API key (AGENTS_CELERY_API_KEY)", AuthError.code
+        401, "send 'Authorization: Bearer <key>' with the API key (AGENTS_CELERY_API_KEY)", AuthenticationError.code
     )
 
 
@@ -188,12 +190,12 @@ def _finish(run_id: str, session_id: str, after: int, body_stream: bool, backgro
     rt = runtime()
     if body_stream:
         frames = sse.agentos_frames(rt, streams(), run_id, after, keepalive_seconds=_keepalive())
-        return sse.sse_response(frames)
+        return sse_response(frames)
     if background:
         status = AGNO_STATUS[rt.get(run_id).status.value]
         return _json({"run_id": run_id, "session_id": session_id, "status": status}, 202)
     deadline = time.monotonic() + float(current_app.config.get("AGENTS_CELERY_BLOCK_SECONDS", 600.0))
-    for ev in sse.follow(rt, streams(), run_id, after, until_pause=True, keepalive_seconds=1.0):
+    for ev in sse.follow(streams(), run_id, after, until_pause=True, keepalive_seconds=1.0):
         if ev is None and time.monotonic() > deadline:
             break  # the run goes on; the JSON says it is still running
     return _json(run_output(rt.get(run_id)))
@@ -308,7 +310,7 @@ def resume_run(agent_id: str, run_id: str) -> Response:
         frames = sse.agentos_frames(
             rt, streams(), run_id, after, head=[head], keepalive_seconds=_keepalive(), info=info
         )
-    return sse.sse_response(frames)
+    return sse_response(frames)
 
 
 @blueprint.route("/agents/<agent_id>/runs/<run_id>/cancel", methods=["POST"])
@@ -357,4 +359,4 @@ def run_events(run_id: str) -> Response:
         keepalive_seconds=_keepalive(),
         info=info,
     )
-    return sse.sse_response(frames)
+    return sse_response(frames)
