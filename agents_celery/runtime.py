@@ -9,11 +9,10 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import redis
-from celery import Celery
 
 from .agent import Agent
 from .broker.fastpaths import FastPaths
@@ -36,6 +35,9 @@ from .storage.connections import connect, connect_async
 from .storage.eventlog import AsyncEventLog, check_offset
 from .storage.leases import Leases
 from .storage.store import RunStore
+
+if TYPE_CHECKING:
+    from celery import Celery
 
 
 class RunStream:
@@ -89,6 +91,8 @@ class Runtime:
         celery_app: The app to send step tasks with (default: one built from the settings).
         settings: Full settings (default: the environment).
         agents: Agents known locally (for manifests when no worker has published them yet).
+        enqueue: How a step is sent, ``enqueue(run_id, step, agent_id)``; default: as a Celery task by name.
+            :class:`agents_celery.testing.InlineRunner` passes its in-process queue.
     """
 
     def __init__(
@@ -97,6 +101,8 @@ class Runtime:
         celery_app: Celery | None = None,
         settings: Settings | None = None,
         agents: Sequence[Agent] = (),
+        *,
+        enqueue: Callable[[str, int, str], None] | None = None,
     ) -> None:
         self.settings = settings or load_settings(redis_url=redis_url)
         self.redis = connect(self.settings.redis_url, socket_connect_timeout=2, health_check_interval=30)
@@ -109,6 +115,7 @@ class Runtime:
         self.celery_app = celery_app or sender_app(self.settings)
         self.local_agents = {a.name: a for a in agents}
         self._publisher = StepPublisher(self.celery_app, self.settings.queue, fast)
+        self._send = enqueue or self._publisher.send
 
     # -- agents ----------------------------------------------------------------------------------------
 
@@ -199,7 +206,7 @@ class Runtime:
             raise SessionBusyError(f"session {session_id!r} was taken by another run just now; try again")
 
     def _enqueue(self, run_id: str, step: int, agent_id: str) -> None:
-        self._publisher.send(run_id, step, agent_id)
+        self._send(run_id, step, agent_id)
 
     def get_stream(self, run_id: str) -> RunStream:
         """A stream handle for an existing run (RunNotFoundError / RunExpiredError otherwise)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 
@@ -60,3 +61,52 @@ def test_metrics_hooks_count() -> None:
     call_hooks([metrics], "after_tool_call", INFO, "t", "ok", None)
     call_hooks([metrics], "after_tool_call", INFO, "t", "Error", "boom")
     assert metrics.counts == {"steps.model": 1, "tool_calls": 1, "tool_errors": 1}
+
+
+def test_worker_level_hooks_hear_model_and_tool_calls(settings: Any) -> None:
+    """Hooks given to the worker (``configure(app, hooks=...)``) are told what an agent's own hooks are told."""
+    from agents_celery import Agent, ScriptedModel, ScriptedToolCall, ScriptedTurn, tool
+    from agents_celery.testing import InlineRunner
+
+    @tool
+    def double(n: int) -> int:
+        """Double a number."""
+        return 2 * n
+
+    heard: list[str] = []
+
+    class Everything(Hooks):
+        def before_model_call(self, step: StepInfo, messages: list[dict[str, Any]]) -> None:
+            heard.append("before_model_call")
+
+        def after_model_call(self, step: StepInfo, message: dict[str, Any]) -> None:
+            heard.append("after_model_call")
+
+        def before_tool_call(self, step: StepInfo, tool_name: str, arguments: dict[str, Any]) -> None:
+            heard.append(f"before_tool_call:{tool_name}:{arguments}")
+
+        def after_tool_call(self, step: StepInfo, tool_name: str, result: str, error: str | None) -> None:
+            heard.append(f"after_tool_call:{tool_name}:{result}")
+
+    model = ScriptedModel([ScriptedTurn("", [ScriptedToolCall("double", {"n": 21})]), "42"])
+    agent = Agent(name="doubler", model=model, tools=[double])
+    with InlineRunner([agent], settings=settings, hooks=[Everything()]) as runner:
+        assert runner.run("doubler", "double 21").status == "completed"
+    assert heard == [
+        "before_model_call",
+        "after_model_call",
+        "before_tool_call:double:{'n': 21}",
+        "after_tool_call:double:42",
+        "before_model_call",
+        "after_model_call",
+    ]
+
+
+def test_the_default_logging_hooks_log_tool_calls(runtime: Any, worker: Any) -> None:
+    """A worker started with no hooks of its own logs each tool call (LoggingHooks is the default)."""
+    from .conftest import wait_for
+
+    view = runtime.run("offline", "What time is it?", timeout=30)
+    assert view.status == "completed"
+    line = f"run={view.run_id} step=1: tool get_time done"
+    wait_for(lambda: line in worker.log.read_text(errors="replace"), what="the tool call's log line")

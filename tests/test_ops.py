@@ -251,6 +251,11 @@ def flower_steps(url: str, run_id: str) -> list[dict[str, Any]]:
     return [t for t in response.json().values() if run_id in str(t.get("args"))]
 
 
+def all_succeeded(tasks: list[dict[str, Any]]) -> bool:
+    """Three steps (model turn, tool step, model turn), each reported SUCCESS (events arrive one by one)."""
+    return len(tasks) >= 3 and all(t["state"] == "SUCCESS" for t in tasks)
+
+
 def test_flower_shows_each_runs_steps(events_env: dict[str, str], events_worker: Proc, flower: str) -> None:
     runtime = runtime_for(events_env)
     try:
@@ -260,7 +265,7 @@ def test_flower_shows_each_runs_steps(events_env: dict[str, str], events_worker:
             view = runtime.run("offline", "What time is it?", timeout=30)
             assert view.status.value == "completed"
             try:
-                steps = wait_for(lambda v=view: len(flower_steps(flower, v.run_id)) >= 3, timeout=3, what="steps")
+                steps = wait_for(lambda v=view: all_succeeded(flower_steps(flower, v.run_id)), timeout=5, what="steps")
             except AssertionError:
                 steps = None
             if steps or time.monotonic() > deadline:

@@ -145,7 +145,7 @@ def test_versions_outside_the_tested_ranges_turn_every_fast_path_off(monkeypatch
     from agents_celery.broker import fastpaths
 
     assert FastPaths.decide(True).enabled  # the versions installed here are the tested ones
-    monkeypatch.setitem(fastpaths.TESTED, "kombu", ("5.5", "5.5"))
+    monkeypatch.setitem(fastpaths.TESTED, "kombu", ("0.1", "0.1"))  # whatever is installed is newer
     decided = FastPaths.decide(True)
     assert not decided.enabled
     assert decided.describe().startswith("all off (untested versions: kombu ")

@@ -224,6 +224,10 @@ def reconnect_if_closed(client: redis.Redis) -> None:
 _HARMLESS_OPTIONS = {"visibility_timeout", "global_keyprefix", "unacked_restore_limit", "fanout_prefix"}
 
 
+#: What ``send_task`` puts in the ``ignore_result`` header when not told: False up to Celery 5.6, None from 5.7.
+_SEND_TASK_IGNORE_RESULT = None if Version(version("celery")) >= Version("5.7") else False
+
+
 class DirectPublisher:
     """Builds a step task's message as kombu 5.5-5.7's Redis transport stores it, to LPUSH it to its queue's list.
 
@@ -335,7 +339,7 @@ class DirectPublisher:
         current = pid()
         if self._headers is None or self._headers[0] != current:
             message = self.app.amqp.create_task_message(
-                "", self.task_name, [], {}, reply_to=self.app.thread_oid, ignore_result=None
+                "", self.task_name, [], {}, reply_to=self.app.thread_oid, ignore_result=_SEND_TASK_IGNORE_RESULT
             )
             if set(message.properties) != {"correlation_id", "reply_to"}:
                 raise RuntimeError(f"unexpected task message properties: {sorted(message.properties)}")

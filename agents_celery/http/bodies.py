@@ -8,10 +8,10 @@ Malformed input (a body that is not JSON, a ``tools`` form field that is not a J
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 import pydantic
-from flask import Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..errors import BadRequestError, BodyValidationError
@@ -70,12 +70,11 @@ class ResumeBody(_Body):
     session_id: str | None = None
 
 
-def raw_fields(request: Request) -> dict[str, Any]:
-    """The body as a dict: JSON object, urlencoded or multipart form. An empty body is ``{}``."""
-    mimetype = request.mimetype or ""
+def fields_of(mimetype: str, form: Mapping[str, str], data: bytes) -> dict[str, Any]:
+    """A request body as a dict: JSON object, urlencoded or multipart form (``form`` holds the decoded fields;
+    each front end decodes its own). An empty body is ``{}``."""
     if mimetype in ("application/x-www-form-urlencoded", "multipart/form-data"):
-        return {k: v for k, v in request.form.items() if v != ""}  # an empty form field means "not given"
-    data = request.get_data(cache=True)
+        return {k: v for k, v in form.items() if v != ""}  # an empty form field means "not given"
     if not data.strip():
         return {}
     try:
@@ -109,9 +108,9 @@ def _problems(exc: pydantic.ValidationError) -> str:
     return "; ".join(parts)
 
 
-def parse(request: Request, model: type[M], json_fields: tuple[str, ...] = ()) -> M:
-    """Parse the request body into ``model``. Raises BadRequestError (400) / BodyValidationError (422)."""
-    fields = raw_fields(request)
+def parse(fields: dict[str, Any], model: type[M], json_fields: tuple[str, ...] = ()) -> M:
+    """Parse a request body (:func:`fields_of`) into ``model``. Raises BadRequestError (400) /
+    BodyValidationError (422)."""
     for name in json_fields:
         _json_field(fields, name)
     try:

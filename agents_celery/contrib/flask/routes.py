@@ -31,7 +31,7 @@ from ...errors import (
 )
 from ...http import sse
 from ...http.agentos import AGNO_STATUS, tool_object
-from ...http.bodies import ContinueBody, ResumeBody, RunBody, int_param, parse
+from ...http.bodies import ContinueBody, ResumeBody, RunBody, fields_of, int_param, parse
 from ...http.openapi import spec
 from ...http.streams import Streams
 from ...runs import RunView, ToolCall
@@ -71,6 +71,11 @@ def streams() -> Streams:
 def sse_response(frames: Iterable[str], status: int = 200) -> Response:
     """A streaming ``text/event-stream`` response over ``frames``."""
     return Response(frames, status=status, mimetype=sse.CONTENT_TYPE, headers=dict(sse.HEADERS))
+
+
+def _body() -> dict[str, Any]:
+    """The request's body as fields (JSON, urlencoded or multipart)."""
+    return fields_of(request.mimetype or "", request.form, request.get_data(cache=True))
 
 
 def _keepalive() -> float:
@@ -247,7 +252,7 @@ def _agent(manifest: dict[str, Any]) -> dict[str, Any]:
 def create_run(agent_id: str) -> Response:
     rt = runtime()
     rt.agent_manifest(agent_id)  # 404 before looking at the body
-    body = parse(request, RunBody)
+    body = parse(_body(), RunBody)
     stream = rt.stream(
         agent_id,
         body.message,
@@ -263,7 +268,7 @@ def create_run(agent_id: str) -> Response:
 @blueprint.post("/agents/<agent_id>/runs/<run_id>/continue")
 def continue_run(agent_id: str, run_id: str) -> Response:
     info = _run_under(agent_id, run_id)
-    body = parse(request, ContinueBody, json_fields=("tools",))
+    body = parse(_body(), ContinueBody, json_fields=("tools",))
     _check_session(info, body.session_id)
     rt = runtime()
     before = rt.get(run_id).last_offset  # the continue's RUN_STARTED comes right after it
@@ -275,7 +280,7 @@ def continue_run(agent_id: str, run_id: str) -> Response:
 @blueprint.post("/agents/<agent_id>/runs/<run_id>/resume")
 def resume_run(agent_id: str, run_id: str) -> Response:
     info = _run_under(agent_id, run_id)
-    body = parse(request, ResumeBody)
+    body = parse(_body(), ResumeBody)
     _check_session(info, body.session_id)
     rt = runtime()
     after = -1 if body.last_event_index is None else body.last_event_index

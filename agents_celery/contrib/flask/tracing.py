@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from celery import Celery
+from typing import TYPE_CHECKING
+
 from flask import Flask
 
 from ...broker.observability import instrument_tracing
+
+if TYPE_CHECKING:
+    from celery import Celery
 
 
 def instrument(celery_app: Celery, flask_app: Flask) -> bool:
