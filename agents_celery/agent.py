@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .tools import Tool
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_QUEUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 
 
 class Agent:
@@ -32,6 +33,8 @@ class Agent:
         tools: Functions decorated with :func:`~agents_celery.tools.tool`.
         description: Shown in ``GET /agents``.
         hooks: :class:`~agents_celery.hooks.Hooks` run around its steps, on the worker.
+        queue: The Celery queue its steps go to (default: ``AGENTS_CELERY_QUEUE``). A worker started with
+            ``agents-celery worker --agents <module>`` consumes the queues of the agents it serves.
     """
 
     def __init__(
@@ -42,6 +45,7 @@ class Agent:
         tools: Sequence[Tool] = (),
         description: str = "",
         hooks: Sequence[Hooks] = (),
+        queue: str | None = None,
     ) -> None:
         if not _NAME.match(name):
             raise ConfigurationError(f"agent name {name!r} must be 1-64 letters, digits, '_', '-' or '.'")
@@ -52,6 +56,11 @@ class Agent:
         self.model = model
         self.description = description
         self.hooks = list(hooks)
+        if queue is not None and not _QUEUE.match(queue):
+            raise ConfigurationError(
+                f"agent {name!r}: queue {queue!r} must be 1-128 letters, digits, '_', '-', '.' or ':'"
+            )
+        self.queue = queue
         self.tools: dict[str, Tool] = {}
         for t in tools:
             if t.name in self.tools:
@@ -65,6 +74,7 @@ class Agent:
             "description": self.description,
             "model": getattr(self.model, "name", type(self.model).__name__),
             "tools": [t.manifest() for t in self.tools.values()],
+            "queue": self.queue,
         }
 
     def tool_schemas(self) -> list[dict[str, Any]]:

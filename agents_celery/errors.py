@@ -11,6 +11,7 @@
     │   ├── BodyValidationError       a well-formed body whose fields are invalid (HTTP 422)
     │   ├── EventValidationError      an event that is not a valid AG-UI event
     │   ├── ToolArgumentsError        tool arguments that fail the tool's schema
+    │   ├── IdempotencyKeyReusedError an Idempotency-Key sent again with another request
     │   └── DecisionError             a continue decision that names no pending call, or is malformed (HTTP 400)
     ├── NotFoundError                 (HTTP 404)
     │   ├── UnknownAgentError         no worker published that agent
@@ -91,6 +92,12 @@ class ToolArgumentsError(ValidationError):
     """Tool arguments do not match the tool's parameters."""
 
     code = "invalid_tool_arguments"
+
+
+class IdempotencyKeyReusedError(ValidationError):
+    """An Idempotency-Key already names a run started by a different request (agent, message, session, user)."""
+
+    code = "idempotency_key_reused"
 
 
 class DecisionError(ValidationError):

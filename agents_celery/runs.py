@@ -212,6 +212,10 @@ class RunView:
     stop_requested: bool = False
     usage: dict[str, int] = field(default_factory=dict)
     created_at: int = 0
+    #: Who started the run (the front end's user, or ``user_id`` given to ``stream``).
+    user_id: str | None = None
+    #: The Celery queue its steps go to; a run stays ``queued`` until a worker consuming it takes the first step.
+    queue: str | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunView:
@@ -228,6 +232,8 @@ class RunView:
             stop_requested=bool(data.get("stop_requested")),
             usage=data.get("usage") or {},
             created_at=int(data.get("created_at") or 0),
+            user_id=data.get("user_id"),
+            queue=data.get("queue"),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -243,4 +249,6 @@ class RunView:
             "stop_requested": self.stop_requested,
             "usage": self.usage,
             "created_at": self.created_at,
+            "user_id": self.user_id,
+            "queue": self.queue,
         }

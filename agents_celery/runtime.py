@@ -7,6 +7,8 @@ Redis and sends step tasks by name, so it works from any process that can reach 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -19,12 +21,14 @@ from .broker.fastpaths import FastPaths
 from .broker.publisher import StepPublisher, sender_app
 from .decisions import Decision, as_decision, decide, with_edited_args
 from .errors import (
+    IdempotencyKeyReusedError,
     RedisUnavailableError,
     RunBusyError,
     RunFinishedError,
     RunNotPausedError,
     RunTimeoutError,
     SessionBusyError,
+    StateError,
     UnknownAgentError,
     ValidationError,
 )
@@ -38,6 +42,22 @@ from .storage.store import RunStore
 
 if TYPE_CHECKING:
     from celery import Celery
+
+
+#: Sends a step: ``send(run_id, step, agent_id, queue, task_id=..., root_id=..., parent_id=...)``.
+Send = Callable[..., None]
+
+
+def _fingerprint(agent: str, message: str, session_id: str | None, user_id: str | None) -> str:
+    """What an idempotent call asked for: two calls with one key must agree on it."""
+    return hashlib.sha256(json.dumps([agent, message, session_id, user_id]).encode()).hexdigest()[:32]
+
+
+def _idempotent_run_id(key: str, user_id: str | None) -> str:
+    """The run id of the call with this Idempotency-Key (keys are scoped to their user)."""
+    if not isinstance(key, str) or not key or len(key) > 255:
+        raise ValidationError("Idempotency-Key must be 1 to 255 characters")
+    return hashlib.sha256(json.dumps([key, user_id]).encode()).hexdigest()[:32]
 
 
 class RunStream:
@@ -91,7 +111,8 @@ class Runtime:
         celery_app: The app to send step tasks with (default: one built from the settings).
         settings: Full settings (default: the environment).
         agents: Agents known locally (for manifests when no worker has published them yet).
-        enqueue: How a step is sent, ``enqueue(run_id, step, agent_id)``; default: as a Celery task by name.
+        enqueue: How a step is sent, ``enqueue(run_id, step, agent_id, queue, **ids)`` (``task_id``,
+            ``root_id``, ``parent_id``); default: as a Celery task by name (:meth:`StepPublisher.send`).
             :class:`agents_celery.testing.InlineRunner` passes its in-process queue.
     """
 
@@ -102,7 +123,7 @@ class Runtime:
         settings: Settings | None = None,
         agents: Sequence[Agent] = (),
         *,
-        enqueue: Callable[[str, int, str], None] | None = None,
+        enqueue: Send | None = None,
     ) -> None:
         self.settings = settings or load_settings(redis_url=redis_url)
         self.redis = connect(self.settings.redis_url, socket_connect_timeout=2, health_check_interval=30)
@@ -148,17 +169,25 @@ class Runtime:
         user_id: str | None = None,
         idempotency_key: str | None = None,
     ) -> RunStream:
-        """Start a run and return its stream handle (the run executes on the workers)."""
+        """Start a run and return its stream handle (the run executes on the workers).
+
+        With ``idempotency_key``, a retried call (even one racing the first) returns the same run: the run id is
+        derived from the key (and the user), so the run is created exactly once. A key reused with another
+        agent, message, session or user is refused (IdempotencyKeyReusedError); a call refused (the session is
+        busy) created nothing, so a later retry starts the run once the session is free.
+        """
         manifest = self.agent_manifest(agent)
         if not isinstance(message, str) or not message.strip():
             raise ValidationError("message must be a non-empty string")
-        session_id = session_id or uuid.uuid4().hex
-        run_id = uuid.uuid4().hex
+        fingerprint = _fingerprint(manifest["name"], message, session_id, user_id)
+        if idempotency_key:
+            run_id = _idempotent_run_id(idempotency_key, user_id)
+            session_id = session_id or run_id  # every retry of the call names the same session
+        else:
+            run_id, session_id = uuid.uuid4().hex, session_id or uuid.uuid4().hex
         try:
-            if idempotency_key:
-                existing = self._idempotent(idempotency_key, run_id)
-                if existing is not None:
-                    return self.get_stream(existing)
+            if idempotency_key and (existing := self._existing(run_id, fingerprint, idempotency_key)) is not None:
+                return existing
             self._take_session(session_id, run_id)
             history = self.store.session_history(session_id)
             now = int(time.time() * 1000)
@@ -172,24 +201,41 @@ class Runtime:
                 created_at=now,
                 updated_at=now,
             )
+            queue = manifest.get("queue") or self.settings.queue
+            first_task = uuid.uuid4().hex
+            fields = {"queue": queue, "root_task": first_task, "request": fingerprint}
+            if user_id:
+                fields["user_id"] = user_id
             started = make_event(EventType.RUN_STARTED, thread_id=session_id, run_id=run_id)
-            self.store.create(state, [started])
+            try:
+                self.store.create(state, [started], fields)
+            except StateError:  # the same idempotent call, racing this one, created it first
+                existing = self._existing(run_id, fingerprint, idempotency_key or "")
+                if existing is None:
+                    raise
+                return existing
             self.store.watch(run_id, self.settings.enqueue_grace_seconds)
-            self._enqueue(run_id, 0, state.agent_id)
+            self._send(run_id, 0, state.agent_id, queue, task_id=first_task)
         except redis.ConnectionError as exc:
             raise RedisUnavailableError(f"Redis does not answer at {self.settings.redis_url}: {exc}") from exc
         return RunStream(self, run_id, session_id, state.agent_id)
 
-    def _idempotent(self, key: str, run_id: str) -> str | None:
-        """Claim ``key`` for ``run_id``; return the run it already names, waiting briefly for its creation."""
-        idem = self.store.keys.idempotency(key)
-        if self.redis.set(idem, run_id, nx=True, px=self.settings.retention_ms):
+    def _existing(self, run_id: str, fingerprint: str, key: str) -> RunStream | None:
+        """The run an idempotent call already created (None if none); refused if the call differs."""
+        (sent,) = self.store.run_fields(run_id, "request")
+        if sent is None:
             return None
-        existing: Any = self.redis.get(idem)
-        return existing.decode() if isinstance(existing, bytes) else str(existing)
+        if sent != fingerprint:
+            raise IdempotencyKeyReusedError(
+                f"Idempotency-Key {key!r} was used for run {run_id!r} with another agent, message, session or "
+                "user; use a new key for a new request"
+            )
+        return self.get_stream(run_id)
 
     def _take_session(self, session_id: str, run_id: str) -> None:
         previous = self.store.session_active(session_id)
+        if previous == run_id:
+            return  # an idempotent retry of the call that took it
         if previous is not None:
             try:
                 prev_state, _ = self.store.load(previous)
@@ -205,8 +251,10 @@ class Runtime:
         if not self.store.session_take(session_id, run_id, previous):
             raise SessionBusyError(f"session {session_id!r} was taken by another run just now; try again")
 
-    def _enqueue(self, run_id: str, step: int, agent_id: str) -> None:
-        self._send(run_id, step, agent_id)
+    def _resend(self, run_id: str, step: int, agent_id: str) -> None:
+        """Send a step of an existing run (a continue), to its queue and in its chain of tasks."""
+        queue, root, parent = self.store.run_fields(run_id, "queue", "root_task", "last_task")
+        self._send(run_id, step, agent_id, queue or self.settings.queue, root_id=root, parent_id=parent)
 
     def get_stream(self, run_id: str) -> RunStream:
         """A stream handle for an existing run (RunNotFoundError / RunExpiredError otherwise)."""
@@ -219,10 +267,13 @@ class Runtime:
         """The run's committed state and where its log stands."""
         state, _ = self.store.load(run_id)
         info = self.store.log.info(run_id)
+        (queue,) = self.store.run_fields(run_id, "queue")
         return RunView(
             run_id=run_id,
             agent_id=state.agent_id,
             session_id=state.session_id,
+            user_id=state.user_id,
+            queue=queue or self.settings.queue,
             status=state.status,
             last_offset=info.last_offset,
             output=state.output,
@@ -269,7 +320,7 @@ class Runtime:
             )
             self.store.commit(new, token, step, step, [resumed], "live")
             self.store.watch(run_id, self.settings.enqueue_grace_seconds)
-            self._enqueue(run_id, step, state.agent_id)
+            self._resend(run_id, step, state.agent_id)
         finally:
             self.leases.release(run_id, token)
         return RunStream(self, run_id, state.session_id, state.agent_id)

@@ -6,6 +6,7 @@ Every value has a default that works on one machine. A bad value fails at start-
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -117,16 +118,46 @@ class Settings(BaseSettings):
 
 
 def load_settings(**overrides: Any) -> Settings:
-    """Read settings from the environment, applying ``overrides``; raise ConfigurationError on a bad value."""
-    clean = {k: v for k, v in overrides.items() if v is not None}
+    """The settings, from (highest first) ``overrides`` (``None`` means "not given"), the environment, defaults.
+
+    Raises:
+        ConfigurationError: a value is invalid; the message names the environment variable and the problem.
+    """
+    return settings_from(None, "", **overrides)
+
+
+def settings_from(host: Mapping[str, Any] | None, source: str, **overrides: Any) -> Settings:
+    """The settings, from (highest first) ``overrides``, the host's configuration, the environment, defaults.
+
+    Args:
+        host: Settings from the host application's own configuration, by field name in any case (a Celery
+            app's ``agents_celery`` setting, Django's ``AGENTS_CELERY``); see :func:`host_settings`.
+        source: How to name the host's configuration in error messages (``app.conf.agents_celery``).
+        overrides: Explicit values (``None`` means "not given").
+
+    Raises:
+        ConfigurationError: a value is invalid; the message names where it came from (the key in the host's
+            configuration, or the environment variable) and what is wrong.
+    """
+    given = {str(k).lower(): v for k, v in (host or {}).items()}
+    unknown = sorted(set(given) - set(Settings.model_fields))
+    if unknown:
+        known = ", ".join(sorted(Settings.model_fields))
+        raise ConfigurationError(f"{source or 'settings'}: unknown keys {unknown}; known keys: {known}")
+    values = {**given, **{k: v for k, v in overrides.items() if v is not None}}
     try:
-        return Settings(**clean)
+        return Settings(**values)
     except pydantic.ValidationError as exc:
         problems = []
         for err in exc.errors():
             field = ".".join(str(p) for p in err["loc"]) or "settings"
-            variable = "CELERY_BROKER_URL" if field == "broker_url" else f"AGENTS_CELERY_{field.upper()}"
-            problems.append(f"{variable}: {err['msg']}")
+            if field in given and field not in overrides:
+                where = f"{source or 'settings'}[{field!r}]"
+            elif field == "broker_url":
+                where = "CELERY_BROKER_URL"
+            else:
+                where = f"AGENTS_CELERY_{field.upper()}"
+            problems.append(f"{where}: {err['msg']}")
         raise ConfigurationError("bad configuration: " + "; ".join(problems)) from None
 
 

@@ -292,8 +292,8 @@ def test_duplicate_step_delivery_does_nothing(runtime: Runtime, script: Any, r: 
     stream = runtime.stream("fake", "dup")
     events = events_of(runtime, stream.id)
     for step in range(3):  # redeliver every committed step, twice
-        runtime._enqueue(stream.id, step, "fake")
-        runtime._enqueue(stream.id, step, "fake")
+        runtime._resend(stream.id, step, "fake")
+        runtime._resend(stream.id, step, "fake")
     script("probe answer")
     probe = runtime.stream("fake", "probe")  # a later run on the same worker: the redeliveries were handled first
     events_of(runtime, probe.id)

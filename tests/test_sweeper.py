@@ -36,10 +36,10 @@ def test_sweeper_requeues_only_runs_whose_lease_is_free(r: redis.Redis, settings
     end_token = Leases(r, store.keys).acquire(ended, 60_000)
     assert token and end_token
     store.log.set_status(ended, "ended", end_token)
-    sent: list[tuple[str, int, str]] = []
+    sent: list[tuple[str, ...]] = []
     requeued = sweep(store, lambda *a: sent.append(a), now_ms=int(time.time() * 1000) + 10)
     assert free in requeued and leased not in requeued and ended not in requeued
-    assert (free, 0, "a") in sent
+    assert (free, 0, "a", store.settings.queue, "", "") in sent  # a run created without a queue: the default
     live = {m.decode() for m in r.zrange(store.keys.live, 0, -1)}
     assert ended not in live and leased in live and free in live
     # The free run's deadline moved by the enqueue grace; the leased one's by the lease TTL.
@@ -76,11 +76,11 @@ def test_a_backlog_holds_back_runs_never_picked_up_but_not_crashed_ones(r: redis
     store = RunStore(r, _private(settings))
     waiting, crashed = _run(store), _run(store)
     r.hset(store.keys.run(crashed).run, "attempt", 1)  # an attempt claimed it and its lease is gone
-    sent: list[tuple[str, int, str]] = []
-    requeued = sweep(store, lambda *a: sent.append(a), now_ms=int(time.time() * 1000) + 10, backlog=lambda: 7)
+    sent: list[tuple[str, ...]] = []
+    requeued = sweep(store, lambda *a: sent.append(a), now_ms=int(time.time() * 1000) + 10, backlog=lambda q: 7)
     assert requeued == [crashed]
     r.delete(store.keys.sweeper)
-    requeued = sweep(store, lambda *a: sent.append(a), now_ms=int(time.time() * 1000) + 60_000, backlog=lambda: 0)
+    requeued = sweep(store, lambda *a: sent.append(a), now_ms=int(time.time() * 1000) + 60_000, backlog=lambda q: 0)
     assert waiting in requeued  # the queue drained and the step still never started: enqueue it again
 
 
@@ -90,11 +90,35 @@ def test_the_worker_reads_its_queue_length_from_the_broker(fast_settings: Settin
     app = create_celery_app(fast_settings.model_copy(update={"queue": f"backlog-{new_id()[:6]}"}), agents={})
     try:
         ext = extension(app)
-        assert ext.backlog() == 0  # an unknown queue counts as empty (the sweeper fails open)
+        queue = ext.settings.queue
+        assert ext.backlog(queue) == 0  # an unknown queue counts as empty (the sweeper fails open)
         for i in range(3):
             ext.enqueue(f"run{i}", 0, "nobody")  # no worker consumes this queue
-        assert ext.backlog() == 3
+        assert ext.backlog(queue) == 3
         with app.connection_for_write() as conn:
             conn.default_channel.queue_purge(ext.settings.queue)
     finally:
         app.close()  # its broker connections
+
+
+def test_a_run_is_sent_again_to_its_own_queue_in_its_chain(r: redis.Redis, settings: Settings) -> None:
+    """A step the sweeper sends again goes to the queue the run was created for, linked to the run's tasks."""
+    store = RunStore(r, _private(settings))
+    run_id = new_id()
+    state = RunState(run_id=run_id, agent_id="a", session_id="s")
+    fields = {"queue": "isolated", "root_task": "task-0", "last_task": "task-3"}
+    store.create(state, [make_event(EventType.RUN_STARTED, thread_id="s", run_id=run_id)], fields)
+    store.watch(run_id, -1)
+    sent: list[tuple[str, ...]] = []
+    asked: list[str] = []
+    now = int(time.time() * 1000) + 60_000
+
+    def backlog(queue: str) -> int:
+        asked.append(queue)
+        return 1  # its first step still waits there: no duplicate
+
+    assert sweep(store, lambda *a: sent.append(a), now_ms=now, backlog=backlog) == []
+    assert asked == ["isolated"] and sent == []
+    r.delete(store.keys.sweeper)
+    assert sweep(store, lambda *a: sent.append(a), now_ms=now + 10_000, backlog=lambda q: 0) == [run_id]
+    assert sent == [(run_id, 0, "a", "isolated", "task-0", "task-3")]

@@ -260,12 +260,12 @@ class DirectPublisher:
             self._url, self._known = self._configured_url(), True
         return None if self._url is None else (self._url, self._prefix + queue)
 
-    def send(self, queue: str, args: list[Any], kwargs: dict[str, Any]) -> bool:
+    def send(self, queue: str, args: list[Any], kwargs: dict[str, Any], **ids: str | None) -> bool:
         """LPUSH the message; False when the direct path does not apply (the caller sends it the plain way)."""
         route = self.route(queue)
         if route is None:
             return False
-        self._client(route[0]).lpush(route[1], self.envelope(queue, args, kwargs))
+        self._client(route[0]).lpush(route[1], self.envelope(queue, args, kwargs, **ids))
         return True
 
     def ack_keys(self, redis_url: str) -> tuple[str, str] | None:
@@ -294,18 +294,27 @@ class DirectPublisher:
         self._prefix = str(options.get("global_keyprefix") or "")
         return url
 
-    def envelope(self, queue: str, args: list[Any], kwargs: dict[str, Any]) -> str:
+    def envelope(
+        self,
+        queue: str,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        *,
+        task_id: str | None = None,
+        root_id: str | None = None,
+        parent_id: str | None = None,
+    ) -> str:
         """The JSON kombu's Redis transport stores for this task (what ``send_task`` would LPUSH).
 
         Celery's ``create_task_message`` builds the headers once per process (they hold the process's
-        name); each message then fills in its ids, arguments and their reprs. The parent and root ids are
-        those of the task running in this thread, as ``send_task`` sets them (so Flower links the steps).
+        name); each message then fills in its ids, arguments and their reprs. The parent and root ids are the
+        given ones, else those of the task running in this thread, as ``send_task`` sets them (so Flower links
+        the steps).
         """
         app = self.app
-        task_id = random_uuid()
-        root_id = parent_id = None
+        task_id = task_id or random_uuid()
         parent = app.current_worker_task
-        if parent is not None:
+        if parent is not None and root_id is None and parent_id is None:
             root_id = parent.request.root_id or parent.request.id
             parent_id = parent.request.id
         template, serializer = self._template()

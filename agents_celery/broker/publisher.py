@@ -38,13 +38,27 @@ class StepPublisher:
         self.app, self.queue = app, queue
         self.direct = DirectPublisher(app, STEP_TASK) if fast.on("direct_publish") else None
 
-    def send(self, run_id: str, step: int, agent_id: str, queue: str | None = None) -> None:
+    def send(
+        self,
+        run_id: str,
+        step: int,
+        agent_id: str,
+        queue: str | None = None,
+        *,
+        task_id: str | None = None,
+        root_id: str | None = None,
+        parent_id: str | None = None,
+    ) -> None:
+        """Send step ``step`` of the run to ``queue`` (default: the configured one). ``root_id`` and
+        ``parent_id`` link it to the run's earlier steps when it is not sent from inside the step before (where
+        Celery links it by itself)."""
         args: list[Any] = [run_id, step]
         kwargs = {"agent": agent_id}
         target = queue or self.queue
-        if self.direct is not None and self.direct.send(target, args, kwargs):
+        ids = {"task_id": task_id, "root_id": root_id, "parent_id": parent_id}
+        if self.direct is not None and self.direct.send(target, args, kwargs, **ids):
             return
-        self.app.send_task(STEP_TASK, args=args, kwargs=kwargs, queue=target)
+        self.app.send_task(STEP_TASK, args=args, kwargs=kwargs, queue=target, **ids)
 
     def close(self) -> None:
         if self.direct is not None:

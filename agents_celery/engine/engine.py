@@ -51,8 +51,12 @@ FreshClaim = Callable[[], "tuple[str, Claim]"]
 
 class Delivery:
     """What the broker does around one attempt. This base is the plain path: the engine claims, commits and
-    enqueues by itself; the broker's fast paths (:class:`agents_celery.broker.fastpaths.FastDelivery`)
-    override it."""
+    enqueues by itself; the broker's fast paths (:class:`agents_celery.broker.celery_app.FastDelivery`)
+    override it. ``task_id``: the delivered task's id, kept by the commit as the parent of the next step's.
+    """
+
+    def __init__(self, task_id: str = "") -> None:
+        self.task_id = task_id
 
     def claim(self, run_id: str, step: int, fresh: FreshClaim) -> tuple[str, Claim]:
         """The attempt's lease token and claim (``fresh()`` makes them the ordinary way)."""
@@ -167,7 +171,10 @@ class Engine:
         ack = delivery.ack()
         if ack is not None:
             delivery.committing(ack)
-        self.store.commit(result.state, token, step, step + 1, result.events, result.log_status, task=task, ack=ack)
+        state, events = result.state, result.events
+        self.store.commit(
+            state, token, step, step + 1, events, result.log_status, task=task, ack=ack, task_id=delivery.task_id
+        )
         if ack is not None:
             delivery.committed(ack)
         return "committed+enqueued" if task is not None else "committed"

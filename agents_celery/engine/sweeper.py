@@ -24,23 +24,26 @@ from typing import Any
 import redis
 
 from ..storage.store import RunStore
-from .engine import Enqueue
 
 log = logging.getLogger(__name__)
 
 #: Runs looked at per sweep.
 BATCH = 200
 
+#: Sends a step again: ``resend(run_id, step, agent_id, queue, root_id, parent_id)``, to the run's own queue and
+#: in its chain of tasks (the ids the run's record keeps; '' when it has none).
+Resend = Callable[[str, int, str, str, str, str], None]
+#: Messages waiting in a queue.
+Backlog = Callable[[str], int]
 
-def sweep(
-    store: RunStore, enqueue: Enqueue, now_ms: int | None = None, backlog: Callable[[], int] | None = None
-) -> list[str]:
+
+def sweep(store: RunStore, resend: Resend, now_ms: int | None = None, backlog: Backlog | None = None) -> list[str]:
     """One pass; returns the run ids re-enqueued. Skips the pass when another sweeper holds the lock.
 
-    ``backlog`` (the step queue's length) keeps a run whose next step was never picked up from being
-    enqueued again while the queue still holds messages: under a backlog its step is most likely waiting
-    there, and a duplicate would only add to the pile. A run whose attempt died (lease expired) is
-    re-enqueued whatever the backlog: its message sits unacknowledged, not in the queue.
+    ``backlog`` (a queue's length) keeps a run whose next step was never picked up from being sent again while
+    its queue still holds messages: its step is most likely waiting there (behind others, or for a worker
+    that consumes that queue to start), and a duplicate would only add to the pile. A run whose attempt died
+    (lease expired) is sent again whatever the backlog: its message sits unacknowledged, not in the queue.
     """
     s = store.settings
     keys = store.keys
@@ -52,21 +55,22 @@ def sweep(
     due = [r.decode() for r in found]
     grace_ms = int(s.enqueue_grace_seconds * 1000)
     requeued: list[str] = []
-    waiting: list[int] = []  # the backlog, asked once per pass and only if needed
+    waiting: dict[str, int] = {}  # queue lengths, asked once per pass and only if needed
 
-    def backed_up() -> bool:
+    def backed_up(queue: str) -> bool:
         if backlog is None:
             return False
-        if not waiting:
-            waiting.append(backlog())
-        return waiting[0] > 0
+        if queue not in waiting:
+            waiting[queue] = backlog(queue)
+        return waiting[queue] > 0
 
     for run_id in due:
         k = keys.run(run_id)
         with store.redis.pipeline(transaction=False) as pipe:
-            pipe.hmget(k.run, "log", "step", "agent_id", "committed_ms", "attempt")
+            pipe.hmget(k.run, "log", "step", "agent_id", "committed_ms", "attempt", "queue", "root_task", "last_task")
             pipe.pttl(k.lease)
-            (log_status, step, agent_id, committed, attempt), lease_ms = pipe.execute()
+            (log_status, step, agent_id, committed, attempt, queue, root, parent), lease_ms = pipe.execute()
+        queue_name = queue.decode() if queue else s.queue
         waited_ms = now_ms - int(committed or 0)
         if log_status is None or log_status != b"live":
             store.unwatch(run_id)
@@ -74,28 +78,31 @@ def sweep(
             store.watch(run_id, lease_ms / 1000 + 0.05)
         elif waited_ms < grace_ms:  # committed just now: its next step is probably queued behind others
             store.watch(run_id, (grace_ms - waited_ms) / 1000 + 0.05)
-        elif int(attempt or 0) == 0 and backed_up():  # never picked up, and the queue is not empty yet
+        elif int(attempt or 0) == 0 and backed_up(queue_name):  # never picked up, and its queue is not empty
             store.watch(run_id, s.enqueue_grace_seconds)
         else:
             store.watch(run_id, s.enqueue_grace_seconds)
-            enqueue(run_id, int(step), agent_id.decode())
+            ids = [(v or b"").decode() for v in (root, parent)]
+            resend(run_id, int(step), agent_id.decode(), queue_name, *ids)
             requeued.append(run_id)
-            log.warning("run=%s step=%s: lease expired or step never enqueued; enqueued again", run_id, int(step))
+            log.warning(
+                "run=%s step=%s: lease expired or step never enqueued; sent again to %r", run_id, int(step), queue_name
+            )
     return requeued
 
 
 class SweeperThread(threading.Thread):
     """Calls :func:`sweep` every ``sweep_interval_seconds`` until stopped."""
 
-    def __init__(self, store: RunStore, enqueue: Enqueue, backlog: Callable[[], int] | None = None) -> None:
+    def __init__(self, store: RunStore, resend: Resend, backlog: Backlog | None = None) -> None:
         super().__init__(name="agents-celery-sweeper", daemon=True)
-        self.store, self.enqueue, self.backlog = store, enqueue, backlog
+        self.store, self.resend, self.backlog = store, resend, backlog
         self.stopped = threading.Event()
 
     def run(self) -> None:
         while not self.stopped.wait(self.store.settings.sweep_interval_seconds):
             try:
-                sweep(self.store, self.enqueue, backlog=self.backlog)
+                sweep(self.store, self.resend, backlog=self.backlog)
             except redis.RedisError as exc:
                 log.warning("sweeper: Redis error, will retry: %s", exc)
             except Exception:

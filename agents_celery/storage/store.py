@@ -196,11 +196,19 @@ class RunStore:
 
     # -- runs --------------------------------------------------------------------------------------
 
-    def create(self, state: RunState, events: Sequence[NewEvent]) -> None:
-        """Write a new run (state, log and first events) in one script."""
+    def create(self, state: RunState, events: Sequence[NewEvent], fields: dict[str, str] | None = None) -> None:
+        """Write a new run (state, log, first events and ``fields`` of its record) in one script.
+
+        Raises:
+            StateError: the run exists already.
+        """
         # Schema 1 (messages inside) so the run appears in one atomic write; its first commit stores schema 2.
-        fields = {"state": state.to_json_v1()}
-        self.log.create(state.run_id, state.session_id, state.agent_id, events, fields=fields)
+        record = {**(fields or {}), "state": state.to_json_v1()}
+        self.log.create(state.run_id, state.session_id, state.agent_id, events, fields=record)
+
+    def run_fields(self, run_id: str, *names: str) -> list[str | None]:
+        """Fields of the run's record (``queue``, ``root_task``, ``last_task`` ...), None where absent."""
+        return [_text(v) if v is not None else None for v in self.redis.hmget(self.keys.run(run_id).run, names)]
 
     def load(self, run_id: str) -> tuple[RunState, int]:
         """The run's committed state and step number. Raises RunNotFoundError / RunExpiredError."""
@@ -290,12 +298,14 @@ class RunStore:
         release: bool = True,
         task: tuple[str, str] | None = None,
         ack: Ack | None = None,
+        task_id: str = "",
     ) -> int:
         """Compare-and-set the state on its step number, with events and the log status; first offset.
 
         With ``release`` (the default) the lease is given up in the same round trip. ``task`` (the step
         queue's key and the next step's message, when the broker is this Redis) is pushed in the same script,
         only if the commit succeeds; so is ``ack`` done (the step's own message leaves kombu's unacked keys).
+        ``task_id`` (the Celery task committing) is kept as the parent of the run's next step message.
 
         Raises:
             FencedError: the lease is no longer ours. StateError: another attempt committed this step.
@@ -325,6 +335,7 @@ class RunStore:
             "-1" if v1 or (stored is not None and keep == len(stored)) else str(keep),
             str(len(new_messages)),
             ack.tag if ack else "",
+            task_id,
         ]
         args += [json.dumps(m) for m in new_messages] + [e.json for e in events]
         keys = [k.run, k.events, k.lease, k.effects, k.gone, k.stop, k.messages]

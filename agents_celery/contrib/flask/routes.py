@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hmac
 import time
-import uuid
 from collections.abc import Iterable
 from typing import Any
 
@@ -256,7 +255,7 @@ def create_run(agent_id: str) -> Response:
     stream = rt.stream(
         agent_id,
         body.message,
-        session_id=body.session_id or str(uuid.uuid4()),
+        session_id=body.session_id,
         user_id=body.user_id,
         idempotency_key=request.headers.get("Idempotency-Key") or None,
     )

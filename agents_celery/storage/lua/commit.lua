@@ -4,8 +4,8 @@
 --        6 retention_ms      7 tombstone_ms      8 release ('1'|'0') 9 next_kind       10 now_ms
 --       11 state_id         12 next step's task message or ''      13 ledger calls JSON
 --       14 keep (messages list elements to keep, -1: all)          15 m (messages to append)
---       16 delivery tag to ack or ''
---       17 .. 16+m messages to append, then events...
+--       16 delivery tag to ack or ''                              17 id of the task committing, or ''
+--       18 .. 17+m messages to append, then events...
 -- -> first offset of the events; errors NOTFOUND | ENDED | FENCED | CONFLICT
 --
 -- With a task message (the broker is this Redis), it is LPUSHed to the step queue only if the commit
@@ -18,7 +18,8 @@
 -- ``next_kind`` (model | tools) lets the next claim write its STEP_STARTED; ``committed_ms`` tells the
 -- sweeper how long ago the next step was due to be enqueued; ``state_id`` names this version of the state,
 -- so a claim by the process that wrote it can skip sending it back; ``ledger calls`` (a JSON list of tool
--- call ids) are the calls the next tool step starts, which its claim records in the effect ledger.
+-- call ids) are the calls the next tool step starts, which its claim records in the effect ledger. The task id
+-- (``last_task``) is the parent of the next step's message, so Flower links the steps of a run.
 -- @include _append.lua
 -- @include _guard.lua
 -- @include _expire.lua
@@ -28,10 +29,11 @@ local step = redis.call('HGET', KEYS[1], 'step')
 if step ~= ARGV[2] then return redis.error_reply('CONFLICT step is ' .. tostring(step)) end
 local keep, m = tonumber(ARGV[14]), tonumber(ARGV[15])
 if keep == 0 then redis.call('DEL', KEYS[7]) elseif keep > 0 then redis.call('LTRIM', KEYS[7], 0, keep - 1) end
-for i = 1, m do redis.call('RPUSH', KEYS[7], ARGV[16 + i]) end
-local first = append(KEYS[1], KEYS[2], 17 + m)
+for i = 1, m do redis.call('RPUSH', KEYS[7], ARGV[17 + i]) end
+local first = append(KEYS[1], KEYS[2], 18 + m)
 redis.call('HSET', KEYS[1], 'state', ARGV[4], 'step', ARGV[3], 'log', ARGV[5], 'next_kind', ARGV[9],
   'committed_ms', ARGV[10], 'state_id', ARGV[11], 'ledger_calls', ARGV[13])
+if ARGV[17] ~= '' then redis.call('HSET', KEYS[1], 'last_task', ARGV[17]) end
 if ARGV[8] == '1' then redis.call('DEL', KEYS[3]) end
 if ARGV[3] ~= ARGV[2] then redis.call('HSET', KEYS[1], 'attempt', 0) end  -- a new step: attempts start over
 if ARGV[5] == 'ended' then

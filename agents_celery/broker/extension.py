@@ -1,0 +1,215 @@
+"""What ``configure`` attaches to a Celery app: the agents it serves, the engine of this process, the sweeper,
+the publisher, and which fast paths apply (``app.agents_celery``).
+
+A step is sent to its agent's queue (``Agent(queue=...)``, else ``AGENTS_CELERY_QUEUE``), with the ids that
+make Flower show a run's steps as one chain: the root is the run's first step task, the parent the task of the
+step before (both kept in the run's record, so a continue from the API or a re-send by the sweeper links too).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from celery import Celery
+from celery.concurrency.solo import TaskPool as SoloPool
+from celery.concurrency.thread import TaskPool as ThreadsPool
+
+from ..agent import Agent
+from ..engine.engine import Delivery, Engine, FreshClaim, first_started
+from ..engine.sweeper import SweeperThread
+from ..hooks import Hooks
+from ..ids import pid
+from ..settings import Settings
+from ..storage.connections import connect
+from ..storage.leases import new_token
+from ..storage.store import Ack, Claim, RunStore, SentClaim
+from .fastpaths import FastPaths, claim_on_receipt, claimed_ahead, commit_acks
+from .publisher import StepPublisher
+
+log = logging.getLogger(__name__)
+
+
+class AgentsCelery:
+    """The agents-celery side of one Celery app (see the module docs)."""
+
+    def __init__(self, app: Celery, settings: Settings, agents: Mapping[str, Agent], hooks: Sequence[Hooks]) -> None:
+        self.app = app
+        self.settings = settings
+        self.agents = dict(agents)
+        self.hooks = list(hooks)
+        self._engine: Engine | None = None
+        self._pid = 0
+        self._lock = threading.Lock()
+        self.sweeper: SweeperThread | None = None
+        #: Which fast paths this process uses (:mod:`agents_celery.broker.fastpaths`).
+        self.fast = FastPaths.decide(settings.fast_paths)
+        self.publisher = StepPublisher(app, settings.queue, self.fast)
+        self._paths_known = False
+
+    def queue_of(self, agent_id: str) -> str:
+        """The queue an agent's steps go to."""
+        agent = self.agents.get(agent_id)
+        return (agent.queue if agent is not None else None) or self.settings.queue
+
+    @property
+    def queues(self) -> list[str]:
+        """The queues of the agents this app serves (what its workers consume unless told otherwise)."""
+        return sorted({self.queue_of(name) for name in self.agents} or {self.settings.queue})
+
+    def enqueue(self, run_id: str, step: int, agent_id: str) -> None:
+        """Send the task of the run's next step, from the step before (Celery links the two)."""
+        self.publisher.send(run_id, step, agent_id, self.queue_of(agent_id))
+
+    def resend(self, run_id: str, step: int, agent_id: str, queue: str, root_id: str, parent_id: str) -> None:
+        """Send a step again (the sweeper), to the queue and in the chain the run's record names."""
+        self.publisher.send(run_id, step, agent_id, queue, root_id=root_id or None, parent_id=parent_id or None)
+
+    def check_paths(self, pool: Any = None) -> FastPaths:
+        """Turn off the fast paths this app's broker does not allow (once per process; ``pool``: the worker's)."""
+        fast, direct = self.fast, self.publisher.direct
+        if not self._paths_known and fast.enabled:
+            self._paths_known = True
+            route = direct.route(self.settings.queue) if direct is not None else None
+            if route is None:
+                why = "the broker is not a plain redis:// URL, or a publish signal, option or setting changes messages"
+                fast.off("direct_publish", why)
+            if route is None or route[0] != self.settings.redis_url:
+                fast.off("commit_pushes_next", "the broker is not the Redis that holds run state")
+            if direct is None or direct.ack_keys(self.settings.redis_url) is None:
+                fast.off("commit_acks", "the broker is not the Redis that holds run state")
+        if pool is not None and not isinstance(pool, (ThreadsPool, SoloPool)):
+            fast.off("claim_on_receipt", f"the {type(pool).__module__.rsplit('.', 1)[-1]} pool runs tasks elsewhere")
+        elif not fast.on("commit_acks"):
+            fast.off("claim_on_receipt", "it rides the commit_acks request")
+        return fast
+
+    def delivery(self, request: Any) -> Delivery:
+        """What the broker adds to the attempt of a delivered step message (the plain path: its task id)."""
+        fast = self.check_paths()
+        task_id = str(getattr(request, "id", "") or "")
+        if not fast.enabled:
+            return Delivery(task_id)
+        tag = (getattr(request, "properties", None) or {}).get("delivery_tag")
+        ahead = claimed_ahead(tag) if fast.on("claim_on_receipt") else None
+        next_task = self._next_task if fast.on("commit_pushes_next") else None
+        ack = None
+        if tag and fast.on("commit_acks"):
+            keys = self.publisher.direct.ack_keys(self.settings.redis_url) if self.publisher.direct else None
+            ack = Ack(keys[0], keys[1], str(tag)) if keys else None
+        return FastDelivery(task_id, self.engine.store, ahead, next_task, ack)
+
+    def _next_task(self, run_id: str, step: int, agent_id: str) -> tuple[str, str] | None:
+        """The step queue's key and the next step's message, for the commit script to push."""
+        direct, queue = self.publisher.direct, self.queue_of(agent_id)
+        route = direct.route(queue) if direct is not None else None
+        if direct is None or route is None or route[0] != self.settings.redis_url:
+            return None
+        return route[1], direct.envelope(queue, [run_id, step], {"agent": agent_id})
+
+    def claim_ahead(self, request: Any) -> Ahead | None:
+        """Send the claim of a step message the consumer just received (its task reads the reply)."""
+        args = request.args
+        if len(args) < 2 or not isinstance(args[0], str):
+            return None
+        return send_claim(self.engine, args[0], int(args[1]))
+
+    def backlog(self, queue: str) -> int:
+        """Messages waiting in ``queue`` (0 when the broker cannot tell: the sweeper then re-sends)."""
+        try:
+            with self.app.connection_for_write() as conn:
+                declared = conn.default_channel.queue_declare(queue=queue, passive=True)
+                return int(declared.message_count)
+        except Exception as exc:  # a queue not declared yet, a broker blip: fail open
+            log.debug("sweeper: length of queue %r unknown: %s", queue, exc)
+            return 0
+
+    @property
+    def engine(self) -> Engine:
+        """The engine of this process (built after fork, so each pool child has its own Redis pool)."""
+        with self._lock:
+            if self._engine is None or self._pid != pid():
+                fast = self.fast
+                client = connect(self.settings.redis_url, health_check_interval=30)
+                store = RunStore(
+                    client,
+                    self.settings,
+                    own_connections=True,
+                    send_ahead=fast.send_ahead,
+                    idle_check=fast.idle_check,
+                )
+                self._engine = Engine(store, self.agents, self.enqueue, self.hooks)
+                self._pid = pid()
+            return self._engine
+
+    def on_worker_ready(self, pool: Any = None) -> None:
+        """Publish manifests and start the sweeper (in the worker's main process)."""
+        store = self.engine.store
+        store.publish_manifests([a.manifest() for a in self.agents.values()])
+        self.sweeper = SweeperThread(store, self.resend, self.backlog)
+        self.sweeper.start()
+        fast = self.check_paths(pool)
+        if fast.on("claim_on_receipt"):
+            claim_on_receipt(self.claim_ahead)  # the consumer and the tasks share the process
+        log.info("agents-celery worker ready: agents %s, queues %s", list(self.agents), self.queues)
+        log.info("agents-celery fast paths: %s", fast.describe())
+
+    def on_worker_shutdown(self) -> None:
+        if self.sweeper is not None:
+            self.sweeper.stop()
+
+
+# -- the engine's side of one delivered message (fast paths) -----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ahead:
+    """A claim sent as its message arrived, before its attempt started."""
+
+    run_id: str
+    step: int
+    token: str
+    claim: SentClaim
+
+    def close(self) -> None:
+        """Its attempt will not run: read the reply anyway (the lease it took expires; the sweeper retries)."""
+        self.claim.sent.close()
+
+
+def send_claim(engine: Engine, run_id: str, step: int) -> Ahead:
+    """Send the claim of an attempt at ``step`` now; the attempt reads its reply (:meth:`FastDelivery.claim`)."""
+    token = new_token()
+    return Ahead(run_id, step, token, engine.store.claim_sent(run_id, step, token, first_started(step)))
+
+
+class FastDelivery(Delivery):
+    """One delivered step message with the fast paths that apply to it: its claim sent on receipt, the next
+    step's message pushed by the commit, its own message acked by the commit."""
+
+    def __init__(self, task_id: str, store: RunStore, ahead: Ahead | None, next_task: Any, ack: Ack | None) -> None:
+        super().__init__(task_id)
+        self._store, self._ahead, self._next_task, self._ack = store, ahead, next_task, ack
+
+    def claim(self, run_id: str, step: int, fresh: FreshClaim) -> tuple[str, Claim]:
+        ahead = self._ahead
+        if ahead is not None and (ahead.run_id, ahead.step) == (run_id, step):
+            # BUSY when its reply was lost (it may have taken the lease: the sweeper retries once it expires)
+            return ahead.token, self._store.claim_read(ahead.claim)
+        if ahead is not None:
+            ahead.close()
+        return fresh()
+
+    def next_task(self, run_id: str, step: int, agent_id: str) -> tuple[str, str] | None:
+        return self._next_task(run_id, step, agent_id) if self._next_task is not None else None
+
+    def ack(self) -> Ack | None:
+        return self._ack
+
+    def committing(self, ack: Ack) -> None:
+        commit_acks(ack.tag, False)
+
+    def committed(self, ack: Ack) -> None:
+        commit_acks(ack.tag, True)
