@@ -7,7 +7,7 @@ LOCK := requirements/lock.txt
 DEMO_STAMP := $(VENV)/.installed-demo
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: install install-demo lint typecheck test test-fast test-oldest test-newest bench demo lock clean
+.PHONY: install install-demo lint typecheck test test-fast test-oldest test-newest bench serve demo lock clean
 
 install: $(DEV_STAMP)
 
@@ -54,6 +54,11 @@ test-newest:
 bench: install
 	PY=$(PY) scripts/ensure-redis
 	$(PY) -m bench
+
+# The three processes of the Procfile (web on :7777, worker, Flower on :5555) under honcho, from this directory.
+serve: install
+	PY=$(PY) scripts/ensure-redis
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/honcho start
 
 demo: install-demo
 	$(PY) -m agents_celery.cli demo

@@ -2,13 +2,15 @@
 
 An open event stream mostly waits in Redis (XREAD BLOCK), so gevent's one greenlet per connection holds
 thousands of streams per process where a thread per stream would hold dozens. Every value can be overridden
-from the environment (``PORT``, ``WEB_CONCURRENCY``, ``GUNICORN_WORKER_CONNECTIONS``) or on the command line.
+from the environment (``AGENTS_CELERY_API_PORT``, ``WEB_CONCURRENCY``, ``GUNICORN_WORKER_CONNECTIONS``) or on the
+command line. The port is not read from ``PORT``: honcho sets that to 5000 for the first process of a Procfile (on
+a platform that assigns ``PORT``, set ``AGENTS_CELERY_API_PORT=$PORT``).
 Do not add ``preload_app``: the gevent worker must patch the process before the app (and redis-py) is imported.
 """
 
 import os
 
-bind = f"0.0.0.0:{os.environ.get('PORT', '7777')}"
+bind = f"0.0.0.0:{os.environ.get('AGENTS_CELERY_API_PORT', '7777')}"
 worker_class = "gevent"
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
 #: Open connections (streams included) one worker serves; size AGENTS_CELERY_API_REDIS_MAX_CONNECTIONS to match.

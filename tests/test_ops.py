@@ -42,11 +42,11 @@ def free_port() -> int:
 class Proc:
     """A subprocess with its output in a temp file; stopped with SIGTERM, then SIGKILL."""
 
-    def __init__(self, cmd: list[str], env: dict[str, str], name: str) -> None:
+    def __init__(self, cmd: list[str], env: dict[str, str], name: str, cwd: Path = ROOT) -> None:
         self.log = Path(tempfile.mkstemp(prefix=f"{name}-", suffix=".log")[1])
         self._out = self.log.open("wb")
         self.proc = subprocess.Popen(
-            cmd, env=env, cwd=ROOT, stdout=self._out, stderr=subprocess.STDOUT, start_new_session=True
+            cmd, env=env, cwd=cwd, stdout=self._out, stderr=subprocess.STDOUT, start_new_session=True
         )
 
     def output(self) -> str:
@@ -305,28 +305,37 @@ def test_health_is_503_quickly_when_redis_is_down() -> None:
     assert took < 5, f"/health took {took:.1f}s with Redis down"
 
 
-def test_procfile_runs_under_honcho(key_prefix: str) -> None:
-    """``honcho start``: the API answers /health, the worker serves examples.agents, Flower answers."""
-    web_port, flower_port = free_port(), free_port()
-    # Its own key prefix: its worker publishes the demo module's manifests, which other tests must not see.
-    prefix = f"{key_prefix}-honcho"
+def test_a_fresh_clone_runs_the_procfile_as_the_readme_says(key_prefix: str, tmp_path: Path) -> None:
+    """``make serve`` in a fresh clone (no PYTHONPATH): honcho starts gunicorn, a worker serving
+    examples.agents and Flower from the Procfile; a run goes through the web process on :7777, as the README
+    says."""
+    if http_get("http://127.0.0.1:7777/health", timeout=0.5) is not None:
+        pytest.fail("something already listens on :7777, the README's port; stop it first")
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, timeout=60)
+    flower_port = free_port()
+    prefix = f"{key_prefix}-honcho"  # its worker publishes the demo module's manifests, which others must not see
     env = env_for(f"agents-honcho-{uuid.uuid4().hex[:8]}", prefix, FLOWER_PORT=str(flower_port))
-    del env["AGENTS_CELERY_AGENTS"]
-    honcho = Path(sys.executable).parent / "honcho"
-    proc = Proc([str(honcho), "start", "--no-colour", "-p", str(web_port)], env, "honcho")
+    for name in ("AGENTS_CELERY_AGENTS", "PYTHONPATH"):
+        del env[name]
+    # What `make serve` runs, minus the install: honcho with the venv's scripts on PATH.
+    venv_bin = Path(sys.executable).parent
+    env["PATH"] = f"{venv_bin}{os.pathsep}{env['PATH']}"
+    proc = Proc([str(venv_bin / "honcho"), "start", "--no-colour"], env, "honcho", cwd=clone)
     try:
         for what, check in [
-            ("api /health", lambda: (r := http_get(f"http://127.0.0.1:{web_port}/health")) and r.status_code == 200),
+            ("api /health on :7777", lambda: (r := http_get("http://127.0.0.1:7777/health")) and r.status_code == 200),
             ("worker ready", lambda: " ready." in proc.output()),
             ("flower", lambda: http_get(f"http://127.0.0.1:{flower_port}/healthcheck")),
         ]:
-            wait_for(lambda c=check: proc.alive() and c(), timeout=40, what=f"{what}:\n{proc.output()}")
-        runtime = runtime_for(env)
-        try:
-            view = runtime.run("assistant", "What time is it?", timeout=30)
-        finally:
-            runtime.close()
-        assert view.status.value == "completed"
+            wait_for(lambda c=check: proc.alive() and c(), timeout=60, what=f"{what}:\n{proc.output()}")
+        answer = httpx.post(
+            "http://127.0.0.1:7777/agents/assistant/runs",
+            data={"message": "What time is it?", "stream": "false"},
+            timeout=60,
+        )
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["status"] == "COMPLETED" and answer.json()["agent_id"] == "assistant"
     finally:
         proc.stop()
         client = redis.Redis.from_url(TEST_REDIS_URL)
