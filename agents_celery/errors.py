@@ -6,7 +6,9 @@
     ├── ConfigurationError            bad settings, a bad Redis URL, an agents module that does not load
     ├── RedisUnavailableError         Redis does not answer (the API answers 503)
     ├── AuthenticationError           missing or wrong API key (HTTP 401)
+    ├── ForbiddenError                the caller may not do this (HTTP 403)
     ├── ValidationError               bad input from a caller; nothing was written (HTTP 422)
+    │   ├── PayloadTooLargeError      a body, message or list over the configured limits (HTTP 413)
     │   ├── BadRequestError           a malformed request: not JSON, a bad offset, a bad parameter (HTTP 400)
     │   ├── BodyValidationError       a well-formed body whose fields are invalid (HTTP 422)
     │   ├── EventValidationError      an event that is not a valid AG-UI event
@@ -68,6 +70,18 @@ class AuthenticationError(AgentsCeleryError):
     """Missing or wrong ``Authorization: Bearer`` key (HTTP 401)."""
 
     code = "unauthorized"
+
+
+class ForbiddenError(AgentsCeleryError):
+    """The caller is known but may not do this (HTTP 403); the authorization hook of the front end said no."""
+
+    code = "forbidden"
+
+
+class PayloadTooLargeError(ValidationError):
+    """A request body, a message or a list is larger than the configured limit (HTTP 413)."""
+
+    code = "payload_too_large"
 
 
 class BadRequestError(ValidationError):

@@ -141,3 +141,14 @@ def runtime(fast_settings: Settings, worker: Any) -> Iterator[Any]:
     rt = Runtime(settings=fast_settings)
     yield rt
     rt.close()
+
+
+@pytest.fixture
+def script(fake_openai: Any) -> Any:
+    """Sets what the fake OpenAI server answers: ``script(turn, ..., token_delay=0.0)``."""
+    from agents_celery.testing import ScriptResponder
+
+    def set_script(*turns: Any, token_delay: float = 0.0) -> None:
+        fake_openai.responder = ScriptResponder(list(turns), token_delay=token_delay)
+
+    return set_script

@@ -265,3 +265,64 @@ def test_run_tail_show_and_stop_over_the_http_api(worker: Any, worker_env: dict[
         assert stopped.returncode == 2 and "RunFinishedError" in stopped.stderr  # 409 mapped back to the error
     finally:
         api.stop()
+
+
+# -- for scripts and operators ----------------------------------------------------------------------------
+
+
+def test_approve_answers_a_paused_run_without_a_prompt(worker: Any, worker_env: dict[str, str], script: Any) -> None:
+    script(ScriptedTurn("", [ScriptedToolCall("delete_file", {"path": "/tmp/approve-a"})]), "Done.")
+    started = cli(worker_env, "run", "fake", "delete it", "--json")  # NDJSON, no questions: stops at the pause
+    assert started.returncode == 0, started.stderr
+    events = [json.loads(line) for line in started.stdout.splitlines()]
+    assert [e["offset"] for e in events] == list(range(len(events)))
+    assert events[-1]["type"] == "RUN_FINISHED" and events[-1]["outcome"]["type"] == "interrupt"
+    run_id = events[0]["run_id"]
+    call_id = events[-1]["outcome"]["interrupts"][0]["tool_call_id"]
+    shown = cli(worker_env, "show", run_id)
+    assert "agents-celery approve" in shown.stdout  # paused: it says how to answer
+    bad = cli(worker_env, "approve", run_id, "--args", "nope={}")
+    assert bad.returncode == 2 and "not pending" in bad.stderr and "Traceback" not in bad.stderr
+    answered = cli(worker_env, "approve", run_id, "--args", f'{call_id}={{"path": "/tmp/approve-b"}}', "--json")
+    assert answered.returncode == 0, answered.stderr
+    assert json.loads(answered.stdout)["run_id"] == run_id
+    tail = cli(worker_env, "tail", run_id, "--after", str(events[-1]["offset"]), "--json")
+    results = [json.loads(line) for line in tail.stdout.splitlines() if '"TOOL_CALL_RESULT"' in line]
+    assert results and results[0]["content"] == "deleted /tmp/approve-b"
+    ended = cli(worker_env, "show", run_id)
+    assert "completed" in ended.stdout and "approve" not in ended.stdout  # ended: no advice to answer it
+
+
+def test_a_rejection_with_a_note(worker: Any, worker_env: dict[str, str], script: Any) -> None:
+    script(ScriptedTurn("", [ScriptedToolCall("delete_file", {"path": "/tmp/approve-c"})]), "Fine.")
+    run_id = json.loads(cli(worker_env, "run", "fake", "delete it", "--json").stdout.splitlines()[0])["run_id"]
+    answered = cli(worker_env, "approve", run_id, "--reject", "--note", "keep it")
+    assert answered.returncode == 0 and "rejected 1 call(s)" in answered.stdout, answered.stderr
+    tail = cli(worker_env, "tail", run_id, "--json")
+    assert any('"TOOL_CALL_RESULT"' in line and "keep it" in line for line in tail.stdout.splitlines())
+
+
+def test_version_bad_offsets_and_a_closed_pipe(worker: Any, worker_env: dict[str, str], runtime: Runtime) -> None:
+    from agents_celery import __version__
+
+    version = cli(worker_env, "--version")
+    assert version.returncode == 0 and version.stdout.strip() == f"agents-celery {__version__}"
+    view = runtime.run("offline", "What time is it?", timeout=30)
+    negative = cli(worker_env, "tail", view.run_id, "--after", "-5")
+    assert negative.returncode == 2 and "ValidationError" in negative.stderr and "Traceback" not in negative.stderr
+    # A reader that went away (`| head -0`): the first write fails; no traceback, the command just ends.
+    proc = subprocess.Popen(
+        [*CLI, "tail", view.run_id, "--json"], env=worker_env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    assert proc.wait(timeout=30) == 1
+    error = proc.stderr.read()
+    proc.stderr.close()
+    assert b"Traceback" not in error and b"BrokenPipe" not in error, error
+
+
+def test_worker_log_lines_carry_their_run_prefix_once(worker: Any, runtime: Runtime) -> None:
+    view = runtime.run("offline", "What time is it?", timeout=30)
+    lines = [x for x in worker.log.read_text(errors="replace").splitlines() if f"run={view.run_id}" in x]
+    assert lines and all(x.count("run=") == 1 for x in lines), lines

@@ -45,14 +45,6 @@ def assert_contiguous(events: list[Event]) -> None:
     assert [e.offset for e in events] == list(range(len(events)))
 
 
-@pytest.fixture
-def script(fake_openai: Any) -> Any:
-    def set_script(*turns: Any, token_delay: float = 0.0) -> None:
-        fake_openai.responder = ScriptResponder(list(turns), token_delay=token_delay)
-
-    return set_script
-
-
 def test_streaming_text(runtime: Runtime, script: Any) -> None:
     script("Hello there, durable world!")
     stream = runtime.stream("fake", "Say hello")

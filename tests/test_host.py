@@ -175,3 +175,47 @@ def test_a_run_on_a_queue_nobody_consumes_waits_there_until_a_worker_comes(
         runtime.close()
         if worker is not None:
             worker.stop()
+
+
+def test_a_continue_from_the_api_is_linked_to_the_run_s_steps(
+    worker_env: dict[str, str], fast_settings: Settings, r: redis.Redis
+) -> None:
+    """A step sent from outside a worker (a continue, the sweeper) names the run's first task as its root and
+    the task that last committed as its parent: what Celery would set had the step before sent it."""
+    import base64
+    import json
+
+    from agents_celery import ScriptedToolCall, ScriptedTurn, tool
+    from agents_celery.runs import RunStatus, ToolCall
+
+    @tool(requires_confirmation=True)
+    def wipe(path: str) -> str:
+        """Wipe a path."""
+        return "wiped"
+
+    queue = f"linked-{uuid.uuid4().hex[:6]}"
+    model = ScriptedModel([ScriptedTurn("", [ScriptedToolCall("wipe", {"path": "/tmp/x"})]), "Wiped."])
+    agent = Agent(name="wiper", model=model, tools=[wipe], queue=queue)
+    runtime = Runtime(settings=fast_settings, agents=[agent])
+    try:
+        view = runtime.stream("wiper", "wipe it").get()
+        first = json.loads(r.rpop(queue))["headers"]  # the first step, as the Runtime sent it
+        assert first["root_id"] == first["id"] and first["parent_id"] is None
+        # A model turn that paused the run, committed by a task of id "task-1" (what a worker would do):
+        key = runtime.store.keys.run(view.run_id).run
+        r.hset(key, "last_task", "task-1")
+        state, step = runtime.store.load(view.run_id)
+        paused = state.model_copy(update={"status": RunStatus.PAUSED, "tool_calls": []})
+        token = runtime.leases.acquire(view.run_id, 5000)
+        assert token is not None
+        call = ToolCall(id="c1", name="wipe", arguments='{"path": "/tmp/x"}', requires_confirmation=True)
+        paused = paused.model_copy(update={"tool_calls": [call.model_copy(update={"decision": "pending"})]})
+        runtime.store.commit(paused.model_copy(update={"next": "tools"}), token, step, step + 1, [], "paused")
+        runtime.continue_run(view.run_id)
+        message = json.loads(r.rpop(queue))
+        body = json.loads(base64.b64decode(message["body"]))
+        assert body[0] == [view.run_id, step + 1]
+        assert message["headers"]["root_id"] == first["id"] and message["headers"]["parent_id"] == "task-1"
+    finally:
+        r.delete(queue)
+        runtime.close()

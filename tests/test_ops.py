@@ -280,6 +280,11 @@ def test_flower_shows_each_runs_steps(events_env: dict[str, str], events_worker:
         assert task["name"] == "agents_celery.step"
         assert task["state"] == "SUCCESS"
         assert task["kwargs"] == "{'agent': 'offline'}"
+    # Linked like a chain: Flower's task page leads from each step to the one before and to the first.
+    steps = sorted(tasks, key=lambda t: str(t["args"]))
+    first = steps[0]["uuid"]
+    assert all(t["root_id"] == first for t in steps), [(t["uuid"], t["root_id"]) for t in steps]
+    assert [t["parent_id"] for t in steps[1:]] == [t["uuid"] for t in steps[:-1]]
 
 
 # -- health with Redis down, and the whole Procfile under honcho ------------------------------------------

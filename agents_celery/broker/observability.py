@@ -63,11 +63,11 @@ def _annotate(record: logging.LogRecord) -> logging.LogRecord:
     record.run_id = ctx["run_id"] if ctx else None
     record.step = ctx["step"] if ctx else None
     record.attempt = ctx["attempt"] if ctx else None
-    if ctx:
+    if ctx and not (isinstance(record.msg, str) and record.msg.startswith("run=")):
         attempt = "" if ctx["attempt"] is None else f" attempt={ctx['attempt']}"
         record.run_context = f"run={ctx['run_id']} step={ctx['step']}{attempt}: "
     else:
-        record.run_context = ""
+        record.run_context = ""  # outside a step, or a message that names its run itself (LoggingHooks)
     return record
 
 

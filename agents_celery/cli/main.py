@@ -347,6 +347,8 @@ def _with_runtime(command: Callable[[Driver, _Printer], int], args: argparse.Nam
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
     def command(rt: Driver, out: _Printer) -> int:
         stream = rt.stream(args.agent, args.message, session_id=args.session)
+        if args.json:
+            return _ndjson(rt, stream.id, -1)
         out.line(f"run {stream.id} · agent {stream.agent_id} · session {stream.session_id}", "dim")
         return _follow(rt, stream.id, -1, out)
 
@@ -356,10 +358,66 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
 def _tail(args: argparse.Namespace, rest: list[str]) -> int:
     def command(rt: Driver, out: _Printer) -> int:
         stream = rt.get_stream(args.run_id)
+        if args.json:
+            return _ndjson(rt, stream.id, args.after)
         out.line(f"run {stream.id} · agent {stream.agent_id} · events after offset {args.after}", "dim")
         return _follow(rt, stream.id, args.after, out)
 
     return _with_runtime(command, args)
+
+
+def _ndjson(rt: Driver, run_id: str, after: int) -> int:
+    """Print the run's events after ``after`` as NDJSON (one event per line) until it ends or pauses; no
+    questions asked. Exit status: 0 completed or paused, 1 failed or cancelled."""
+    for event in rt.get_stream(run_id).events(after):
+        print(event.to_json(), flush=True)
+    status = rt.get(run_id).status.value
+    return EXIT_OK if status in ("completed", "paused") else EXIT_FAILED
+
+
+def _approve(args: argparse.Namespace, rest: list[str]) -> int:
+    """Answer every pending call of a paused run: approve (with edited arguments) or reject (with a note)."""
+
+    def command(rt: Driver, out: _Printer) -> int:
+        edited: dict[str, Any] = {}
+        for item in args.args or []:
+            call_id, sep, raw = item.partition("=")
+            try:
+                value = json.loads(raw) if sep else None
+            except ValueError as exc:
+                raise _usage(f"--args {item!r}: not JSON after '=' ({exc})") from None
+            if not call_id or not isinstance(value, dict):
+                raise _usage(f"--args {item!r}: give CALL_ID={{...}} with a JSON object")
+            edited[call_id] = value
+        view = rt.get(args.run_id)
+        unknown = sorted(set(edited) - {c.id for c in view.pending})
+        if unknown:
+            raise _usage(f"--args names calls that are not pending: {unknown}")
+        decisions = [
+            {
+                "tool_call_id": call.id,
+                "confirmed": not args.reject,
+                "confirmation_note": args.note,
+                "tool_args": edited.get(call.id),
+            }
+            for call in view.pending
+        ]
+        _continue(rt, args.run_id, decisions)
+        view = rt.get(args.run_id)
+        if args.json:
+            print(json.dumps(view.to_dict()))
+        else:
+            verb = "rejected" if args.reject else "approved"
+            out.line(f"{verb} {len(decisions)} call(s) of run {view.run_id}; it is {view.status.value} now")
+        return EXIT_OK
+
+    return _with_runtime(command, args)
+
+
+def _usage(message: str) -> Exception:
+    from ..errors import ValidationError
+
+    return ValidationError(message)
 
 
 def _stop(args: argparse.Namespace, rest: list[str]) -> int:
@@ -389,8 +447,9 @@ def _show(args: argparse.Namespace, rest: list[str]) -> int:
         rows += [("pending", f"{c.id} {c.name}({c.arguments}) [{c.pause_reason}]") for c in view.pending]
         for key, value in rows:
             out.line(f"{key + ':':<9} {value}")
-        if view.pending:
-            out.line(f"answer with: agents-celery tail {view.run_id} --after {view.last_offset}")
+        if view.pending and view.status.value == "paused":
+            out.line(f"answer with: agents-celery approve {view.run_id} (or --reject), or interactively with:")
+            out.line(f"  agents-celery tail {view.run_id} --after {view.last_offset}")
         return EXIT_OK
 
     return _with_runtime(command, args)
@@ -417,10 +476,19 @@ def _add_client_commands(sub: Any) -> None:
     stop.set_defaults(handler=_stop)
     show = sub.add_parser("show", help="status, offsets and pending approvals of a run")
     show.add_argument("run_id")
-    show.add_argument("--json", action="store_true", help="print the run as JSON")
     show.set_defaults(handler=_show)
-    for command in (run, tail, stop, show):
+    approve = sub.add_parser("approve", help="answer a paused run without a prompt: approve (or reject) its calls")
+    approve.add_argument("run_id")
+    approve.add_argument("--reject", action="store_true", help="reject every pending call instead")
+    approve.add_argument("--note", help="a note for the model (with --reject: why)")
+    approve.add_argument(
+        "--args", action="append", metavar="CALL_ID=JSON", help="approve this call with these arguments (repeatable)"
+    )
+    approve.set_defaults(handler=_approve)
+    for command in (run, tail, stop, show, approve):
         command.add_argument("--url", help="drive the run over the HTTP API at this URL (env AGENTS_CELERY_API_URL)")
+    for command in (run, tail, show, approve):
+        command.add_argument("--json", action="store_true", help="machine output: NDJSON events, or the run as JSON")
     demo = sub.add_parser(
         "demo", help="reconnect and crash-recovery demo (starts its own workers, and Redis if needed)"
     )
@@ -428,7 +496,10 @@ def _add_client_commands(sub: Any) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .. import __version__
+
     parser = argparse.ArgumentParser(prog="agents-celery", description="Durable AI-agent runs on Celery and Redis.")
+    parser.add_argument("--version", action="version", version=f"agents-celery {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     worker = sub.add_parser("worker", help="run a Celery worker serving an agents module (extra options go to Celery)")
     worker.add_argument("--agents", help="agents module, e.g. myapp.agents (env AGENTS_CELERY_AGENTS)")
@@ -453,6 +524,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.handler(args, rest) or 0)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader went away (``| head``): stop quietly, as Python's docs advise
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     except AgentsCeleryError as exc:  # bad configuration, unknown run...: a clear line, not a traceback
         print(f"agents-celery {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2

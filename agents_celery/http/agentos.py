@@ -77,10 +77,13 @@ class AgentOSRenderer:
     Args:
         history: Called at most once, when a TOOL_CALL_RESULT names a call whose START this stream did not
             see (it started before the requested offset); returns the earlier events of the run.
+        confirm: The agent's tools that need a confirmation: their ``ToolCallStarted`` says so.
     """
 
-    def __init__(self, history: Callable[[], list[Event]] | None = None) -> None:
+    def __init__(self, history: Callable[[], list[Event]] | None = None, confirm: frozenset[str] = frozenset()) -> None:
         self._history = history
+        #: Names of the agent's tools that need a confirmation.
+        self._confirm = confirm
         self._names: dict[str, str] = {}
         self._args: dict[str, str] = {}
         self._decisions: dict[str, str] = {}
@@ -112,7 +115,7 @@ class AgentOSRenderer:
             ident,
             self._names.get(ident),
             _parse_args(self._args.get(ident, "")),
-            requires_confirmation=decision is not None,
+            requires_confirmation=decision is not None or self._names.get(ident) in self._confirm,
             confirmed=confirmed,
             **extra,
         )

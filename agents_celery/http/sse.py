@@ -1,33 +1,31 @@
-"""Server-sent events: framing, and the frames of a run's log in each dialect. No web framework here.
+"""Server-sent events: framing, and the frames of a run's log in each dialect. No web framework, no I/O here.
 
-A frame is ``id: <offset>\nevent: <Name>\ndata: <one-line JSON>\n\n`` (LF only: AG-UI's JS parser splits on
+A frame is ``id: <offset>\\nevent: <Name>\\ndata: <one-line JSON>\\n\\n`` (LF only: AG-UI's JS parser splits on
 a bare blank line). Frames that are not events of the log (meta frames, synthesized AG-UI starts) carry no
 ``id:`` line, so the browser's ``Last-Event-ID`` is always the offset of the last real event it received.
 An idle stream gets a ``: keep-alive`` comment every ``keepalive_seconds`` so proxies keep it open and a
 client that went away is noticed (the write fails and the generator is closed).
 
-The log is read by the one replay-then-tail loop (:meth:`agents_celery.storage.eventlog.EventLog.tail`)
-through the API's stream client (:class:`~agents_celery.http.streams.Streams`), one connection per open
-stream, whose socket timeout exceeds the XREAD block time. Every page of entries is written as one chunk
-(one ``send``), and the canonical format is built from the stored JSON without decoding it
-(:class:`~agents_celery.events.WireJSON`).
+A :class:`LogStream` says what to stream (which run, from which offset, until what, in which dialect);
+:meth:`LogStream.frames` (sync, for WSGI) and :meth:`LogStream.aframes` (asyncio, for ASGI) read the log with
+the one replay-then-tail loop (:mod:`agents_celery.storage.eventlog`) and render each page as one chunk. The
+canonical dialect is built from the stored JSON without decoding it (:class:`~agents_celery.events.WireJSON`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import redis
 
 from ..errors import AgentsCeleryError
 from ..events import Event, WireJSON
-from ..runtime import Runtime
-from ..storage.eventlog import Entry, Idle, LogInfo
+from ..storage.eventlog import AsyncEventLog, Entry, EventLog, Idle, LogInfo
 from . import agui as agui_mod
 from .agentos import AgentOSRenderer
-from .streams import Streams
 
 #: Response headers of every event stream: no caching, no proxy buffering (nginx honours X-Accel-Buffering).
 HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -35,6 +33,8 @@ CONTENT_TYPE = "text/event-stream"
 KEEP_ALIVE = ": keep-alive\n\n"
 #: Longest XREAD BLOCK, in ms; the stream client's socket timeout must exceed it.
 MAX_BLOCK_MS = 1000
+
+Dialect = Literal["canonical", "agui", "agentos"]
 
 
 def frame(data: dict[str, Any], event: str | None = None, id: int | None = None) -> str:
@@ -50,136 +50,128 @@ def raw_frame(data: str, event: str | None = None, id: int | None = None) -> str
     return f"{head}data: {data}\n\n"
 
 
-def pages(
-    streams: Streams, run_id: str, after: int, *, until_pause: bool, keepalive_seconds: float, info: LogInfo
-) -> Iterator[list[Entry] | Idle]:
-    """The run's entries after ``after`` in pages, then live ones; an :class:`Idle` every ``keepalive_seconds``."""
-    block_ms = max(50, min(MAX_BLOCK_MS, int(keepalive_seconds * 1000)))
-    return streams.log.tail(
-        run_id, after, until_pause=until_pause, block_ms=block_ms, info=info, idle_seconds=keepalive_seconds
-    )
-
-
-def follow(
-    streams: Streams,
-    run_id: str,
-    after: int,
-    *,
-    until_pause: bool,
-    keepalive_seconds: float = 15.0,
-) -> Iterator[Event | None]:
-    """The events with offset > ``after``, then live ones, until the run ends (or pauses, if asked).
-
-    Yields ``None`` when nothing arrived for ``keepalive_seconds`` (the caller writes a keep-alive comment).
-    """
-    info = streams.log.info(run_id)
-    for page in pages(streams, run_id, after, until_pause=until_pause, keepalive_seconds=keepalive_seconds, info=info):
-        if isinstance(page, Idle):
-            yield None
-            continue
-        for entry in page:
-            yield info.event(entry)
-
-
-def _canonical(wire: WireJSON, entry: Entry) -> str:
-    kind, data = wire(*entry)
-    return raw_frame(data, kind, entry[0])
-
-
 def error_frame(exc: BaseException) -> str:
     """A last frame (no ``id:``) telling the client the stream broke off; it should resume from its offset."""
     code = getattr(exc, "code", "stream_error")
     return frame({"event": "error", "detail": str(exc), "code": code}, "error")
 
 
-def agentos_frames(
-    runtime: Runtime,
-    streams: Streams,
-    run_id: str,
-    after: int,
-    *,
-    until_pause: bool = True,
-    keepalive_seconds: float = 15.0,
-    head: Iterable[dict[str, Any]] = (),
-    subscribed: tuple[int, dict[str, Any]] | None = None,
-    info: LogInfo | None = None,
-) -> Iterator[str]:
-    """Meta frames ``head`` (no ``id:``), then the run's events after ``after`` in the AgentOS dialect.
+class Renderer:
+    """Turns one stream's pages of entries into SSE text, in one dialect (see :class:`LogStream`)."""
 
-    ``subscribed = (offset, meta)``: send ``meta`` once the events up to ``offset`` went out (the end of the
-    catch-up, where live events begin); the events come from one continuous read, so none falls in between.
-    """
+    def __init__(self, stream: LogStream, info: LogInfo, history: Sequence[Event]) -> None:
+        self.stream, self.info, self.history = stream, info, list(history)
+        self.wire = WireJSON(info.run_id, info.session_id, info.agent_id)
+        self.agentos = AgentOSRenderer(lambda: self.history, stream.confirm_tools)
+        self.agui_started = False
+        self.mark = stream.subscribed
 
-    def history() -> list[Event]:
-        return runtime.store.log.read(run_id, -1, limit=after + 1) if after >= 0 else []
+    def head(self) -> str:
+        """The meta frames that open the stream."""
+        out = [frame(meta, meta["event"]) for meta in self.stream.head]
+        if self.mark is not None and self.stream.after >= self.mark[0]:
+            out.append(frame(self.mark[1], self.mark[1]["event"]))
+            self.mark = None
+        return "".join(out)
 
-    renderer = AgentOSRenderer(history)
-    out = [frame(meta, meta["event"]) for meta in head]
-    mark = subscribed
-    if mark is not None and after >= mark[0]:
-        out.append(frame(mark[1], mark[1]["event"]))
-        mark = None
-    if out:
-        yield "".join(out)
-    try:
-        info = info or streams.log.info(run_id)
-        for page in pages(
-            streams, run_id, after, until_pause=until_pause, keepalive_seconds=keepalive_seconds, info=info
-        ):
-            if isinstance(page, Idle):
-                yield KEEP_ALIVE
+    def page(self, page: list[Entry]) -> str:
+        dialect = self.stream.dialect
+        if dialect == "canonical":
+            return "".join(self._canonical(entry) for entry in page)
+        out: list[str] = []
+        for entry in page:
+            ev = self.info.event(entry)
+            if dialect == "agui":
+                if not self.agui_started:
+                    self.agui_started = True
+                    renderer = agui_mod.AguiRenderer(self.info.run_id, ev.session_id)
+                    out += [frame(e, e["type"]) for e in renderer.prelude(self.history, ev)]
+                out.append(frame(agui_mod.render(ev), ev.type.value, ev.offset))
                 continue
-            out = []
-            for entry in page:
-                ev = info.event(entry)
-                rendered = renderer.render(ev)
-                if rendered is not None:
-                    out.append(frame(rendered, rendered["event"], ev.offset))
-                if mark is not None and ev.offset >= mark[0]:
-                    out.append(frame(mark[1], mark[1]["event"]))
-                    mark = None
-            if out:
-                yield "".join(out)
-    except (AgentsCeleryError, redis.RedisError) as exc:
-        yield error_frame(exc)
+            rendered = self.agentos.render(ev)
+            if rendered is not None:
+                out.append(frame(rendered, rendered["event"], ev.offset))
+            if self.mark is not None and ev.offset >= self.mark[0]:
+                out.append(frame(self.mark[1], self.mark[1]["event"]))
+                self.mark = None
+        return "".join(out)
+
+    def _canonical(self, entry: Entry) -> str:
+        kind, data = self.wire(*entry)
+        return raw_frame(data, kind, entry[0])
 
 
-def log_frames(
-    runtime: Runtime,
-    streams: Streams,
-    run_id: str,
-    after: int,
-    *,
-    agui: bool,
-    until_pause: bool,
-    keepalive_seconds: float = 15.0,
-    info: LogInfo | None = None,
-) -> Iterator[str]:
-    """The run's events after ``after`` as stored (canonical) or as strict AG-UI 1.0 events.
+@dataclass
+class LogStream:
+    """What one SSE response streams: the run's events after ``after`` in a dialect, until it ends (or pauses).
 
-    Ends with an error frame if reading the log fails.
+    Args:
+        head: Meta frames (no ``id:``) sent first (AgentOS ``/resume``: ``catch_up`` or ``replay``).
+        subscribed: ``(offset, meta)``: send ``meta`` once the events up to ``offset`` went out (where live
+            events begin); the events come from one continuous read, so none falls in between.
+        confirm_tools: The agent's tools that need a confirmation (AgentOS ``requires_confirmation``).
+        info: The log's info, when the caller read it already.
     """
-    started = False
-    try:
-        info = info or streams.log.info(run_id)
-        wire = WireJSON(info.run_id, info.session_id, info.agent_id)
-        for page in pages(
-            streams, run_id, after, until_pause=until_pause, keepalive_seconds=keepalive_seconds, info=info
-        ):
-            if isinstance(page, Idle):
-                yield KEEP_ALIVE
-            elif not agui:
-                yield "".join(_canonical(wire, entry) for entry in page)
-            else:
-                out = []
-                for entry in page:
-                    ev = info.event(entry)
-                    if not started:
-                        started = True
-                        history = runtime.store.log.read(run_id, -1, limit=after + 1) if after >= 0 else []
-                        renderer = agui_mod.AguiRenderer(run_id, ev.session_id)
-                        out += [frame(e, e["type"]) for e in renderer.prelude(history, ev)]
-                    out.append(frame(agui_mod.render(ev), ev.type.value, ev.offset))
-                yield "".join(out)
-    except (AgentsCeleryError, redis.RedisError) as exc:
-        yield error_frame(exc)
+
+    run_id: str
+    after: int
+    dialect: Dialect
+    until_pause: bool
+    keepalive_seconds: float = 15.0
+    head: Sequence[dict[str, Any]] = ()
+    subscribed: tuple[int, dict[str, Any]] | None = None
+    confirm_tools: frozenset[str] = frozenset()
+    info: LogInfo | None = None
+
+    @property
+    def block_ms(self) -> int:
+        return max(50, min(MAX_BLOCK_MS, int(self.keepalive_seconds * 1000)))
+
+    def _needs_history(self) -> bool:
+        return self.after >= 0 and self.dialect != "canonical"
+
+    def frames(self, log: EventLog) -> Iterator[str]:
+        """The SSE text, read through ``log`` (sync: one kept connection of its client)."""
+        try:
+            info = self.info or log.info(self.run_id)
+            history = log.read(self.run_id, -1, limit=self.after + 1) if self._needs_history() else []
+            renderer = Renderer(self, info, history)
+            if head := renderer.head():
+                yield head
+            pages = log.tail(
+                self.run_id,
+                self.after,
+                until_pause=self.until_pause,
+                block_ms=self.block_ms,
+                info=info,
+                idle_seconds=self.keepalive_seconds,
+            )
+            for page in pages:
+                text = KEEP_ALIVE if isinstance(page, Idle) else renderer.page(page)
+                if text:
+                    yield text
+        except (AgentsCeleryError, redis.RedisError) as exc:
+            yield error_frame(exc)
+
+    async def aframes(self, log: AsyncEventLog) -> AsyncIterator[str]:
+        """The SSE text, read through an asyncio ``log`` (ASGI: no thread held while the stream waits)."""
+        try:
+            info = self.info or await log.info(self.run_id)
+            history = await log.read(self.run_id, -1, limit=self.after + 1) if self._needs_history() else []
+            renderer = Renderer(self, info, history)
+            if head := renderer.head():
+                yield head
+            pages = log.tail(
+                self.run_id,
+                self.after,
+                until_pause=self.until_pause,
+                block_ms=self.block_ms,
+                info=info,
+                idle_seconds=self.keepalive_seconds,
+            )
+            async for page in pages:
+                text = KEEP_ALIVE if isinstance(page, Idle) else renderer.page(page)
+                if text:
+                    yield text
+        except (AgentsCeleryError, redis.RedisError) as exc:
+            yield error_frame(exc)

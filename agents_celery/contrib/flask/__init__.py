@@ -23,14 +23,16 @@ span per request and carries it into the step tasks (see :mod:`agents_celery.con
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from flask import Blueprint, Flask
 
 from ...agent import load_agents
+from ...http.protocol import API, Authorize
 from ...http.streams import MAX_CONNECTIONS, Streams, widen_pool
 from ...runtime import Runtime
 from ...settings import Settings, load_settings
-from .routes import EXTENSION, STREAMS, blueprint, http_error
+from .routes import EXTENSION, PROTOCOL, blueprint, http_error
 
 __all__ = ["blueprint", "close_app", "create_app", "init_app", "make_blueprint"]
 
@@ -40,11 +42,25 @@ def make_blueprint() -> Blueprint:
     return blueprint
 
 
-def init_app(app: Flask, runtime: Runtime | None = None, settings: Settings | None = None) -> Runtime:
+def init_app(
+    app: Flask,
+    runtime: Runtime | None = None,
+    settings: Settings | None = None,
+    *,
+    authorize: Authorize | None = None,
+    user_id: Callable[[], str | None] | None = None,
+) -> Runtime:
     """Give ``app`` a Runtime (a new one from ``settings`` / the environment when none is passed).
 
     A new Runtime knows the agents of ``AGENTS_CELERY_AGENTS`` (``agents-celery api --agents``) even
     before a worker has published them; without it the API lists what workers published.
+
+    Args:
+        authorize: ``authorize(action, user_id, run, agent_id) -> bool``, asked before each action (``list``,
+            ``start``, ``read``, ``continue``, ``stop``) so your app's login applies (see
+            :mod:`agents_celery.http.protocol`). Default: everyone may (the API key, if set, still applies).
+        user_id: Returns the current request's user id (e.g. from Flask-Login's ``current_user``); runs record
+            it, and ``authorize`` is told it.
     """
     if runtime is None:
         settings = settings or load_settings()
@@ -56,16 +72,25 @@ def init_app(app: Flask, runtime: Runtime | None = None, settings: Settings | No
     app.config.setdefault("AGENTS_CELERY_BLOCK_SECONDS", 600.0)
     app.config.setdefault("AGENTS_CELERY_API_REDIS_MAX_CONNECTIONS", MAX_CONNECTIONS)
     size = int(app.config["AGENTS_CELERY_API_REDIS_MAX_CONNECTIONS"])
-    app.extensions[STREAMS] = Streams(rt, size)
+    streams = Streams(rt, size)
     widen_pool(rt, size)
+    app.extensions[PROTOCOL] = API(
+        rt,
+        streams,
+        keepalive_seconds=float(app.config["AGENTS_CELERY_KEEPALIVE_SECONDS"]),
+        block_seconds=float(app.config["AGENTS_CELERY_BLOCK_SECONDS"]),
+        authorize=authorize,
+    )
+    if user_id is not None:
+        app.config["AGENTS_CELERY_USER_ID"] = user_id
     return rt
 
 
 def close_app(app: Flask) -> None:
     """Close the Redis clients ``init_app`` gave ``app`` (its Runtime's and its stream client's)."""
-    streams = app.extensions.pop(STREAMS, None)
-    if streams is not None:
-        streams.close()
+    protocol = app.extensions.pop(PROTOCOL, None)
+    if protocol is not None:
+        protocol.streams.close()
     runtime = app.extensions.pop(EXTENSION, None)
     if runtime is not None:
         runtime.close()

@@ -1,0 +1,367 @@
+"""The HTTP API, written once: each route is a method of :class:`API` that takes a :class:`Request` and returns
+a :class:`Reply`. The Flask blueprint and the Django app only translate their framework's request into a
+``Request`` and a ``Reply`` into their framework's response (JSON, an SSE stream, or a wait for the run).
+
+Every route validates what it can (agent, run, state, body) *before* it answers, so an unknown run is a 404,
+not a 200 stream carrying an error event. Runs always execute on the workers: a client that disconnects from a
+stream never cancels its run.
+
+**Who may do what.** The bearer API key (``AGENTS_CELERY_API_KEY``) guards every route but ``/health``. On top
+of it, a front end may pass an :data:`Authorize` hook: it is asked before each action (``list``, ``start``,
+``read``, ``continue``, ``stop``) with the caller's user id and, for a run, the run; a refused read, continue
+or stop answers 404 (the run's existence is not revealed), a refused start or list 403. Runs record the user
+id of the caller that started them. Without a hook every caller may do everything (the API key decides).
+
+**Statuses.** ``/runs/...`` routes and the JSON of ``/agents/.../runs`` answers (202, cancel) spell a run's
+status as the library does (``queued``, ``running``, ``paused``, ``completed``, ``failed``, ``cancelled``).
+Only the AgentOS dialect's own objects (the run output of ``stream=false`` and the streamed events) use
+Agno's spelling (``PENDING``, ``RUNNING``, ``PAUSED`` ...), because AgentOS clients expect it.
+"""
+
+from __future__ import annotations
+
+import hmac
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..errors import (
+    AgentsCeleryError,
+    AuthenticationError,
+    BadRequestError,
+    DecisionError,
+    ForbiddenError,
+    NotFoundError,
+    PayloadTooLargeError,
+    RedisUnavailableError,
+    RunExpiredError,
+    RunNotFoundError,
+    StateError,
+    ValidationError,
+)
+from ..runs import RunView, ToolCall
+from ..runtime import Runtime
+from ..storage.eventlog import LogInfo, check_offset
+from .agentos import AGNO_STATUS, tool_object
+from .bodies import ContinueBody, ResumeBody, RunBody, parse
+from .sse import LogStream
+from .streams import Streams
+
+Action = Literal["list", "start", "read", "continue", "stop"]
+#: ``authorize(action, user_id, run, agent_id)`` -> whether the caller may; ``run`` is None for list/start.
+Authorize = Callable[[Action, "str | None", "RunView | None", "str | None"], bool]
+
+#: Most specific first: the first class an error is an instance of decides its status.
+STATUS: tuple[tuple[type[AgentsCeleryError], int], ...] = (
+    (AuthenticationError, 401),
+    (ForbiddenError, 403),
+    (PayloadTooLargeError, 413),
+    (BadRequestError, 400),
+    (DecisionError, 400),
+    (ValidationError, 422),
+    (NotFoundError, 404),
+    (RunExpiredError, 410),
+    (StateError, 409),
+    (RedisUnavailableError, 503),
+)
+
+_OFFSET = re.compile(r"^-?[0-9]{1,18}$")
+
+
+def status_of(exc: AgentsCeleryError) -> int:
+    """The HTTP status of a library error (500 for one with no status of its own)."""
+    return next((s for cls, s in STATUS if isinstance(exc, cls)), 500)
+
+
+def offset_param(value: str | None, name: str) -> int | None:
+    """An optional offset from a query parameter or header: ASCII digits only (no ``1_0``, no other scripts'
+    digits), -1 or more (BadRequestError otherwise)."""
+    if value is None or value == "":
+        return None
+    if not _OFFSET.match(value):
+        raise BadRequestError(f"{name} must be an integer offset (-1 or more), got {value!r}")
+    try:
+        return check_offset(int(value), name)
+    except ValidationError as exc:
+        raise BadRequestError(str(exc)) from None
+
+
+class Headers(dict[str, str]):
+    """Request headers by lower-cased name; ``get`` takes any case."""
+
+    def __init__(self, pairs: Iterable[tuple[str, str]]) -> None:
+        super().__init__((name.lower(), value) for name, value in pairs)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return super().get(key.lower(), default)
+
+
+@dataclass
+class Request:
+    """What the protocol needs of an HTTP request; each front end builds one from its framework's."""
+
+    method: str
+    headers: Headers
+    query: Mapping[str, str]
+    #: The body as fields (JSON object, or form fields), parsed on first use (BadRequestError if malformed).
+    body: Callable[[], dict[str, Any]]
+    #: The caller's user id, from the front end's login (None: anonymous, or a machine client with the key).
+    user_id: str | None = None
+    #: The URL of ``GET /runs/<run_id>`` under the front end's prefix (for ``Location`` headers).
+    run_url: Callable[[str], str] = lambda run_id: f"/runs/{run_id}"
+
+
+@dataclass
+class Wait:
+    """Answer once the run ended or paused (or after ``seconds``): its AgentOS run output as JSON."""
+
+    run_id: str
+    after: int
+    seconds: float
+
+
+@dataclass
+class Reply:
+    """What to answer: ``status`` and ``body`` (JSON), or an SSE ``stream``, or a :class:`Wait`."""
+
+    status: int = 200
+    body: Any = None
+    stream: LogStream | None = None
+    wait: Wait | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def error_reply(exc: AgentsCeleryError) -> Reply:
+    """The JSON error answer for a library error: ``{"detail", "code"}`` with its status."""
+    status = status_of(exc)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {}
+    return Reply(status, {"detail": str(exc), "code": exc.code}, headers=headers)
+
+
+class API:
+    """The routes of the HTTP API over one Runtime (see the module docs)."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        streams: Streams,
+        *,
+        keepalive_seconds: float = 15.0,
+        block_seconds: float = 600.0,
+        authorize: Authorize | None = None,
+    ) -> None:
+        self.runtime = runtime
+        self.streams = streams
+        self.keepalive_seconds = keepalive_seconds
+        self.block_seconds = block_seconds
+        self.authorize = authorize
+
+    # -- access ----------------------------------------------------------------------------------------
+
+    def authenticate(self, headers: Headers) -> None:
+        """Check the bearer API key (when one is set); AuthenticationError otherwise."""
+        key = self.runtime.settings.api_key
+        if not key:
+            return
+        scheme, _, given = (headers.get("Authorization") or "").strip().partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), key.encode()):
+            return
+        raise AuthenticationError("send 'Authorization: Bearer <key>' with the API key (AGENTS_CELERY_API_KEY)")
+
+    def _allow(self, req: Request, action: Action, run: RunView | None = None, agent_id: str | None = None) -> None:
+        if self.authorize is None or self.authorize(action, req.user_id, run, agent_id):
+            return
+        if run is not None:  # do not reveal that the run exists
+            raise RunNotFoundError(f"run {run.run_id!r} does not exist")
+        what = f"runs of agent {agent_id!r}" if agent_id else "agents"
+        raise ForbiddenError(f"you may not {action} {what}")
+
+    def _run(self, req: Request, run_id: str, action: Action, agent_id: str | None = None) -> LogInfo:
+        """The run's log (404 for an unknown agent or run, a run of another agent, or one the caller may not see)."""
+        if agent_id is not None:
+            self.runtime.agent_manifest(agent_id)
+        info = self.runtime.store.log.info(run_id)
+        if agent_id is not None and info.agent_id != agent_id:
+            raise RunNotFoundError(f"agent {agent_id!r} has no run {run_id!r}")
+        if self.authorize is not None:  # the hook decides on the run as it stands
+            self._allow(req, action, self.runtime.get(run_id), info.agent_id)
+        return info
+
+    # -- service routes --------------------------------------------------------------------------------
+
+    def health(self) -> Reply:
+        try:
+            self.runtime.redis.ping()
+        except Exception as exc:  # redis errors and socket errors alike: not healthy
+            return Reply(503, {"status": "unavailable", "detail": f"Redis does not answer: {exc}"})
+        return Reply(200, {"status": "ok"})
+
+    # -- agents ----------------------------------------------------------------------------------------
+
+    def list_agents(self, req: Request) -> Reply:
+        self._allow(req, "list")
+        return Reply(200, [_agent(m) for m in self.runtime.agents()])
+
+    def get_agent(self, req: Request, agent_id: str) -> Reply:
+        self._allow(req, "list", agent_id=agent_id)
+        return Reply(200, _agent(self.runtime.agent_manifest(agent_id)))
+
+    def create_run(self, req: Request, agent_id: str) -> Reply:
+        manifest = self.runtime.agent_manifest(agent_id)  # 404 before looking at the body
+        self._allow(req, "start", agent_id=agent_id)
+        body = parse(req.body(), RunBody)
+        user_id = req.user_id or body.user_id
+        if req.user_id and body.user_id and body.user_id != req.user_id:
+            raise ForbiddenError(f"you are user {req.user_id!r}: you may not start runs as {body.user_id!r}")
+        stream = self.runtime.stream(
+            agent_id,
+            body.message,
+            session_id=body.session_id,
+            user_id=user_id,
+            idempotency_key=req.headers.get("Idempotency-Key") or None,
+        )
+        return self._finish(req, stream.run_id, stream.session_id, -1, body, manifest)
+
+    def continue_run(self, req: Request, agent_id: str, run_id: str) -> Reply:
+        info = self._run(req, run_id, "continue", agent_id)
+        body = parse(req.body(), ContinueBody, json_fields=("tools",))
+        _check_session(info, body.session_id)
+        decisions = [t.decision() for t in body.tools or []]
+        before = self.runtime.store.log.info(run_id).last_offset  # the continue's RUN_STARTED comes right after
+        self.runtime.continue_run(run_id, decisions or None)
+        manifest = self.runtime.agent_manifest(agent_id)
+        return self._finish(req, run_id, info.session_id, before, body, manifest)
+
+    def resume_run(self, req: Request, agent_id: str, run_id: str) -> Reply:
+        info = self._run(req, run_id, "read", agent_id)
+        body = parse(req.body(), ResumeBody)
+        _check_session(info, body.session_id)
+        after = -1 if body.last_event_index is None else body.last_event_index
+        status = AGNO_STATUS[self.runtime.get(run_id).status.value]
+        confirm = _confirm_tools(self.runtime.agent_manifest(agent_id))
+        if info.status == "live":
+            head: dict[str, Any] = {
+                "event": "catch_up",
+                "run_id": run_id,
+                "status": status,
+                "missed_events": max(0, info.last_offset - after),
+                "current_event_count": info.next_offset,
+            }
+            subscribed = {"event": "subscribed", "run_id": run_id, "last_event_index": info.last_offset}
+            mark = (info.last_offset, subscribed)
+            stream = LogStream(run_id, after, "agentos", True, self.keepalive_seconds, [head], mark, confirm)
+        else:
+            head = {
+                "event": "replay",
+                "run_id": run_id,
+                "status": status,
+                "total_events": info.next_offset,
+                "last_event_index_requested": body.last_event_index,
+            }
+            stream = LogStream(run_id, after, "agentos", True, self.keepalive_seconds, [head], None, confirm)
+        stream.info = info
+        return Reply(200, stream=stream)
+
+    def cancel_run(self, req: Request, agent_id: str, run_id: str) -> Reply:
+        self._run(req, run_id, "stop", agent_id)
+        reason = req.body().get("reason") if req.method == "POST" else None
+        text = reason if isinstance(reason, str) and reason.strip() else "stopped by request"
+        view = self.runtime.stop(run_id, text[:500])
+        return Reply(200, {"run_id": run_id, "status": view.status.value, "stop_requested": True})
+
+    # -- runs ------------------------------------------------------------------------------------------
+
+    def get_run(self, req: Request, run_id: str) -> Reply:
+        self._run(req, run_id, "read")
+        return Reply(200, self.runtime.get(run_id).to_dict())
+
+    def run_events(self, req: Request, run_id: str) -> Reply:
+        fmt = req.query.get("format", "canonical")
+        if fmt not in ("canonical", "agui"):
+            raise BadRequestError(f"format must be 'canonical' or 'agui', got {fmt!r}")
+        until = req.query.get("until", "pause" if fmt == "agui" else "end")
+        if until not in ("pause", "end"):
+            raise BadRequestError(f"until must be 'pause' or 'end', got {until!r}")
+        header = offset_param(req.headers.get("Last-Event-ID"), "Last-Event-ID")
+        after = header if header is not None else offset_param(req.query.get("after"), "after")
+        after = -1 if after is None else after
+        info = self._run(req, run_id, "read")
+        if after > info.last_offset and info.status != "ended":
+            raise BadRequestError(f"after={after} is past the run's last offset {info.last_offset}")
+        if after >= info.last_offset and (info.status == "ended" or (until == "pause" and info.status == "paused")):
+            return Reply(204)  # nothing more will come: tells an EventSource to stop reconnecting
+        stream = LogStream(run_id, after, fmt, until == "pause", self.keepalive_seconds, info=info)  # type: ignore[arg-type]
+        return Reply(200, stream=stream)
+
+    # -- answers ---------------------------------------------------------------------------------------
+
+    def _finish(
+        self, req: Request, run_id: str, session_id: str, after: int, body: Any, manifest: dict[str, Any]
+    ) -> Reply:
+        """The answer to a start or continue: SSE, 202, or (a Wait for) the run's JSON once it ends or pauses."""
+        if body.stream:
+            confirm = _confirm_tools(manifest)
+            stream = LogStream(run_id, after, "agentos", True, self.keepalive_seconds, (), None, confirm)
+            return Reply(200, stream=stream)
+        if body.background:
+            status = self.runtime.get(run_id).status.value
+            answer = {"run_id": run_id, "session_id": session_id, "status": status}
+            return Reply(202, answer, headers={"Location": req.run_url(run_id)})
+        return Reply(200, wait=Wait(run_id, after, self.block_seconds))
+
+    def run_output(self, run_id: str) -> Reply:
+        """The run as AgentOS's ``RunOutput`` JSON (what a :class:`Wait` answers)."""
+        return Reply(200, run_output(self.runtime.get(run_id)))
+
+
+def _agent(manifest: dict[str, Any]) -> dict[str, Any]:
+    """A manifest with AgentOS's ``id`` key added."""
+    return {"id": manifest["name"], **{k: v for k, v in manifest.items() if k != "position"}}
+
+
+def _confirm_tools(manifest: dict[str, Any]) -> frozenset[str]:
+    return frozenset(t["name"] for t in manifest.get("tools", []) if t.get("requires_confirmation"))
+
+
+def _check_session(info: LogInfo, session_id: str | None) -> None:
+    if session_id and session_id != info.session_id:
+        raise RunNotFoundError(f"run {info.run_id!r} is not in session {session_id!r}")
+
+
+def _confirmed(call: ToolCall) -> bool | None:
+    return None if call.decision in (None, "pending") else call.decision == "approved"
+
+
+def _tool(call: ToolCall) -> dict[str, Any]:
+    return tool_object(
+        call.id,
+        call.name,
+        call.args,
+        result=call.result,
+        error=call.error,
+        requires_confirmation=call.requires_confirmation,
+        confirmed=_confirmed(call),
+        note=call.note,
+    )
+
+
+def run_output(view: RunView) -> dict[str, Any]:
+    """A run as AgentOS's ``RunOutput`` JSON (``tools``: the pending calls while paused)."""
+    paused = view.status.value == "paused"
+    calls = view.pending if paused else view.tool_calls
+    return {
+        "run_id": view.run_id,
+        "agent_id": view.agent_id,
+        "agent_name": view.agent_id,
+        "session_id": view.session_id,
+        "status": AGNO_STATUS[view.status.value],
+        "content": view.output,
+        "content_type": "str",
+        "is_paused": paused,
+        "tools": [_tool(c) for c in calls],
+        "messages": view.messages,
+        "error": view.error,
+        "created_at": view.created_at // 1000,
+        "event_index": view.last_offset,
+    }
