@@ -98,3 +98,11 @@ recover = Agent(
     tools=[sleepy],
     description="A tool that sleeps until the bench kills its worker.",
 )
+
+#: ``waiter``: one turn of 20 words, 50 ms apart: about a second spent waiting on "the model", as real agents do.
+waiter = Agent(
+    name="waiter",
+    instructions="",
+    model=ScriptedModel([" ".join(f"word{i}" for i in range(20))], token_delay=0.05),
+    description="A turn that mostly waits on its model.",
+)

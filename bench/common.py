@@ -276,7 +276,13 @@ class Proc:
 
 
 def celery_worker(
-    app: str, env: dict[str, str], queue: str, name: str, concurrency: int = 1, pool: str = "threads"
+    app: str,
+    env: dict[str, str],
+    queue: str,
+    name: str,
+    concurrency: int = 1,
+    pool: str = "threads",
+    extra: Sequence[str] = (),
 ) -> Proc:
     """``celery -A <app> worker`` with the threads pool (by default): the command ``agents-celery worker`` runs.
 
@@ -286,7 +292,7 @@ def celery_worker(
     cmd = [
         sys.executable, "-m", "celery", "-A", app, "worker", "-Q", queue,
         "--pool", pool, "--concurrency", str(concurrency), "-n", f"{name}@%h",
-        "--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel", "WARNING",
+        "--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel", "WARNING", *extra,
     ]  # fmt: skip
     return Proc(cmd, env, name)
 
