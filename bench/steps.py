@@ -44,6 +44,7 @@ from .common import (
     median,
     prefixed,
     runtime_for,
+    settings_for,
 )
 
 DEFAULT_N = 50
@@ -239,6 +240,7 @@ def in_process(prefix: str, n: int, profile: bool = False) -> RunTiming:
     import io
     import pstats
 
+    from agents_celery import Runtime
     from agents_celery.engine.engine import Engine
     from agents_celery.hooks import LoggingHooks
     from agents_celery.storage.store import RunStore
@@ -246,9 +248,10 @@ def in_process(prefix: str, n: int, profile: bool = False) -> RunTiming:
     from .agents import steps as steps_agent
 
     queue = f"{prefix}-inproc"
-    rt = runtime_for(prefix, queue)
     pending: list[tuple[str, int]] = []
-    rt._enqueue = lambda run_id, step, agent_id: pending.append((run_id, step))
+    rt = Runtime(
+        settings=settings_for(prefix, queue), enqueue=lambda run_id, step, *_, **__: pending.append((run_id, step))
+    )
     store = RunStore(client(), rt.settings)
     engine = Engine(store, {"steps": steps_agent}, lambda run_id, step, agent_id: pending.append((run_id, step)),
                     [LoggingHooks()])  # fmt: skip
