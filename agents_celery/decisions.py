@@ -37,6 +37,8 @@ def decide(state: RunState, decisions: list[Decision], manifest: dict[str, Any])
     pending = {c.id: c for c in state.pending}
     by_id: dict[str, Decision] = {}
     for d in decisions:
+        if d.tool_call_id in by_id:
+            raise DecisionError(f"tool call {d.tool_call_id!r} is decided twice; decide each pending call once")
         if d.tool_call_id not in pending:
             raise DecisionError(
                 f"tool call {d.tool_call_id!r} is not pending in run {state.run_id!r}; pending: {sorted(pending)}"

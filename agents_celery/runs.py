@@ -102,6 +102,9 @@ class RunState(BaseModel):
     agent_id: str
     session_id: str
     user_id: str | None = None
+    #: The session was made for this run (none was given): its history expires with the run, not after
+    #: ``session_ttl_seconds``.
+    own_session: bool = False
     status: RunStatus = RunStatus.QUEUED
     #: What the next step does.
     next: Literal["model", "tools"] = "model"

@@ -22,6 +22,7 @@ from .broker.publisher import StepPublisher, sender_app
 from .decisions import Decision, as_decision, decide, with_edited_args
 from .errors import (
     IdempotencyKeyReusedError,
+    PayloadTooLargeError,
     RedisUnavailableError,
     RunBusyError,
     RunFinishedError,
@@ -179,7 +180,12 @@ class Runtime:
         manifest = self.agent_manifest(agent)
         if not isinstance(message, str) or not message.strip():
             raise ValidationError("message must be a non-empty string")
+        if len(message) > self.settings.max_message_chars:
+            raise PayloadTooLargeError(
+                f"the message has {len(message)} characters; at most {self.settings.max_message_chars} are accepted"
+            )
         fingerprint = _fingerprint(manifest["name"], message, session_id, user_id)
+        own_session = session_id is None
         if idempotency_key:
             run_id = _idempotent_run_id(idempotency_key, user_id)
             session_id = session_id or run_id  # every retry of the call names the same session
@@ -196,6 +202,7 @@ class Runtime:
                 agent_id=manifest["name"],
                 session_id=session_id,
                 user_id=user_id,
+                own_session=own_session,
                 messages=[*history, {"role": "user", "content": message}],
                 history_len=len(history),
                 created_at=now,
@@ -298,6 +305,10 @@ class Runtime:
         state, step = self.store.load(run_id)
         if state.status != RunStatus.PAUSED:
             raise RunNotPausedError(f"run {run_id!r} is {state.status.value}, not paused; nothing to continue")
+        if decisions and len(decisions) > self.settings.max_decisions:
+            raise PayloadTooLargeError(
+                f"{len(decisions)} decisions; at most {self.settings.max_decisions} are accepted"
+            )
         manifest = self.agent_manifest(state.agent_id)
         calls = decide(state, [as_decision(d) for d in decisions or []], manifest)
         token = self._idle_lease(run_id)

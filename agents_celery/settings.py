@@ -68,6 +68,12 @@ class Settings(BaseSettings):
     #: The worker's fast paths through private internals of Celery, kombu and redis-py (see
     #: :mod:`agents_celery.broker.fastpaths`); 0 (false) uses public APIs only.
     fast_paths: bool = True
+    #: Limits on what callers send (every front end enforces them through the library): an HTTP body, a run's
+    #: message, the decisions of one continue, and how deep JSON may nest.
+    max_body_bytes: int = Field(default=1_048_576, ge=1024)
+    max_message_chars: int = Field(default=100_000, ge=1)
+    max_decisions: int = Field(default=100, ge=1)
+    max_json_depth: int = Field(default=32, ge=2)
 
     @field_validator("redis_url")
     @classmethod
@@ -75,6 +81,13 @@ class Settings(BaseSettings):
         scheme = urlparse(value).scheme
         if scheme not in _REDIS_SCHEMES:
             raise ValueError(f"expected a redis:// rediss:// or unix:// URL, got {value!r}")
+        return value
+
+    @field_validator("api_key")
+    @classmethod
+    def _check_api_key(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("is set but empty, which would turn authentication off: give a key or unset it")
         return value
 
     @model_validator(mode="after")

@@ -20,7 +20,15 @@ from collections.abc import Callable, Mapping, Sequence
 import redis
 
 from ..agent import Agent
-from ..errors import AbandonedRunError, ConfigurationError, FencedError, RunFinishedError, StateError, StopStep
+from ..errors import (
+    AbandonedRunError,
+    ConfigurationError,
+    FencedError,
+    RedisUnavailableError,
+    RunFinishedError,
+    StateError,
+    StopStep,
+)
 from ..events import EventType, NewEvent, close_open, make_event
 from ..hooks import Hooks, StepInfo, call_hooks
 from ..runs import RunStatus
@@ -122,10 +130,20 @@ class Engine:
             # Superseded: our lease expired and another attempt took over (or already finished the run).
             log.warning("run=%s step=%d: lost the lease; another attempt owns the run (%s)", run_id, step, exc)
             outcome = "fenced"
+        except (RedisUnavailableError, redis.RedisError) as exc:
+            # A reset connection, a failover, Redis restarting: not the run's failure. The step is given back;
+            # the sweeper hands it to a new attempt once its lease is free (at once: released below).
+            log.warning(
+                "run=%s step=%d: Redis failed under this attempt (%s); the step is given back", run_id, step, exc
+            )
+            outcome = "given back"
         finally:
             if outcome != "committed":  # the commit gave the lease up in the same round trip
                 self.store.states.forget(run_id)
-                self.leases.release(run_id, token)
+                try:
+                    self.leases.release(run_id, token)
+                except redis.RedisError as exc:  # Redis still away: the lease expires by itself
+                    log.warning("run=%s step=%d: could not release the lease (%s)", run_id, step, exc)
         return outcome
 
     def _do_step(self, run_id: str, step: int, token: str, claim: Claim) -> tuple[StepResult, StepInfo, list[Hooks]]:
@@ -202,7 +220,7 @@ class Engine:
             return cancelled(ctx, ctx.state)
         except StopStep as exc:
             return failed(ctx, ctx.state, exc)
-        except (FencedError, RunFinishedError, StateError, redis.RedisError):
+        except (FencedError, RunFinishedError, StateError, RedisUnavailableError, redis.RedisError):
             raise  # superseded, or Redis away: the sweeper gives the step to another attempt
         except Exception as exc:
             # A bug in a model adapter, a hook or here: another attempt would fail the same way, so fail the

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..errors import BadRequestError, BodyValidationError
+from ..errors import BadRequestError, BodyValidationError, PayloadTooLargeError
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -70,23 +71,57 @@ class ResumeBody(_Body):
     session_id: str | None = None
 
 
-def fields_of(mimetype: str, form: Mapping[str, str], data: bytes) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Limits:
+    """How big and how deep a request may be (``Settings.max_body_bytes`` and ``max_json_depth``)."""
+
+    max_body_bytes: int = 1_048_576
+    max_json_depth: int = 32
+
+
+def check_size(length: int | None, limits: Limits) -> None:
+    """PayloadTooLargeError when a body of ``length`` bytes is over the limit (check before reading it)."""
+    if length is not None and length > limits.max_body_bytes:
+        raise PayloadTooLargeError(f"the body is {length} bytes; at most {limits.max_body_bytes} are accepted")
+
+
+def loads(text: str | bytes, limits: Limits, what: str) -> Any:
+    """JSON, refused (BadRequestError) when malformed or nested deeper than the limit."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text.decode(errors="replace") if isinstance(text, bytes) else text:  # brackets outside strings
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (ch == "\\", ch != '"')
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > limits.max_json_depth:
+                raise BadRequestError(f"{what} nests deeper than {limits.max_json_depth} levels")
+        elif ch in "]}":
+            depth -= 1
+    try:
+        return json.loads(text)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequestError(f"{what} is not valid JSON ({exc})") from None
+
+
+def fields_of(mimetype: str, form: Mapping[str, str], data: bytes, limits: Limits = Limits()) -> dict[str, Any]:
     """A request body as a dict: JSON object, urlencoded or multipart form (``form`` holds the decoded fields;
-    each front end decodes its own). An empty body is ``{}``."""
+    each front end decodes its own). An empty body is ``{}``. Refused when over ``limits``."""
+    check_size(len(data), limits)
     if mimetype in ("application/x-www-form-urlencoded", "multipart/form-data"):
         return {k: v for k, v in form.items() if v != ""}  # an empty form field means "not given"
     if not data.strip():
         return {}
-    try:
-        value = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadRequestError(f"the body is not valid JSON ({exc}); send JSON or form fields") from None
+    value = loads(data, limits, "the body")
     if not isinstance(value, dict):
         raise BadRequestError(f"the body must be a JSON object, got {type(value).__name__}")
     return value
 
 
-def _json_field(fields: dict[str, Any], name: str) -> None:
+def _json_field(fields: dict[str, Any], name: str, limits: Limits) -> None:
     """Decode a field that form clients send as a JSON string (``tools``) in place."""
     value = fields.get(name)
     if not isinstance(value, str):
@@ -94,10 +129,7 @@ def _json_field(fields: dict[str, Any], name: str) -> None:
     if not value.strip():
         fields[name] = None
         return
-    try:
-        fields[name] = json.loads(value)
-    except ValueError as exc:
-        raise BadRequestError(f"field {name!r} is not valid JSON ({exc}); send a JSON list") from None
+    fields[name] = loads(value, limits, f"field {name!r}")
 
 
 def _problems(exc: pydantic.ValidationError) -> str:
@@ -108,11 +140,21 @@ def _problems(exc: pydantic.ValidationError) -> str:
     return "; ".join(parts)
 
 
-def parse(fields: dict[str, Any], model: type[M], json_fields: tuple[str, ...] = ()) -> M:
+def parse(
+    fields: dict[str, Any],
+    model: type[M],
+    json_fields: tuple[str, ...] = (),
+    limits: Limits = Limits(),
+    max_items: dict[str, int] | None = None,
+) -> M:
     """Parse a request body (:func:`fields_of`) into ``model``. Raises BadRequestError (400) /
     BodyValidationError (422)."""
     for name in json_fields:
-        _json_field(fields, name)
+        _json_field(fields, name, limits)
+    for name, most in (max_items or {}).items():  # before validating them one by one
+        items = fields.get(name)
+        if isinstance(items, list) and len(items) > most:
+            raise PayloadTooLargeError(f"{name!r} has {len(items)} entries; at most {most} are accepted")
     try:
         return model.model_validate(fields)
     except pydantic.ValidationError as exc:

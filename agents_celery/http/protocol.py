@@ -44,7 +44,7 @@ from ..runs import RunView, ToolCall
 from ..runtime import Runtime
 from ..storage.eventlog import LogInfo, check_offset
 from .agentos import AGNO_STATUS, tool_object
-from .bodies import ContinueBody, ResumeBody, RunBody, parse
+from .bodies import ContinueBody, Limits, ResumeBody, RunBody, parse
 from .sse import LogStream
 from .streams import Streams
 
@@ -156,6 +156,9 @@ class API:
         self.keepalive_seconds = keepalive_seconds
         self.block_seconds = block_seconds
         self.authorize = authorize
+        settings = runtime.settings
+        #: How big and deep a request body may be (front ends check the size before they read the body).
+        self.limits = Limits(settings.max_body_bytes, settings.max_json_depth)
 
     # -- access ----------------------------------------------------------------------------------------
 
@@ -210,7 +213,7 @@ class API:
     def create_run(self, req: Request, agent_id: str) -> Reply:
         manifest = self.runtime.agent_manifest(agent_id)  # 404 before looking at the body
         self._allow(req, "start", agent_id=agent_id)
-        body = parse(req.body(), RunBody)
+        body = parse(req.body(), RunBody, limits=self.limits)
         user_id = req.user_id or body.user_id
         if req.user_id and body.user_id and body.user_id != req.user_id:
             raise ForbiddenError(f"you are user {req.user_id!r}: you may not start runs as {body.user_id!r}")
@@ -225,7 +228,7 @@ class API:
 
     def continue_run(self, req: Request, agent_id: str, run_id: str) -> Reply:
         info = self._run(req, run_id, "continue", agent_id)
-        body = parse(req.body(), ContinueBody, json_fields=("tools",))
+        body = parse(req.body(), ContinueBody, ("tools",), self.limits, {"tools": self.runtime.settings.max_decisions})
         _check_session(info, body.session_id)
         decisions = [t.decision() for t in body.tools or []]
         before = self.runtime.store.log.info(run_id).last_offset  # the continue's RUN_STARTED comes right after
@@ -235,7 +238,7 @@ class API:
 
     def resume_run(self, req: Request, agent_id: str, run_id: str) -> Reply:
         info = self._run(req, run_id, "read", agent_id)
-        body = parse(req.body(), ResumeBody)
+        body = parse(req.body(), ResumeBody, limits=self.limits)
         _check_session(info, body.session_id)
         after = -1 if body.last_event_index is None else body.last_event_index
         status = AGNO_STATUS[self.runtime.get(run_id).status.value]

@@ -302,7 +302,7 @@ class EventLog:
             if mapped is not None:
                 raise mapped from None
             raise
-        except redis.ConnectionError as exc:
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise RedisUnavailableError(f"Redis does not answer: {exc}") from exc
 
     # -- reading ---------------------------------------------------------------------------------
@@ -321,7 +321,7 @@ class EventLog:
                 if r.exists(k.gone):
                     raise RunExpiredError(f"run {run_id!r} has expired; its events are no longer kept")
                 raise RunNotFoundError(f"run {run_id!r} does not exist")
-        except redis.ConnectionError as exc:
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise RedisUnavailableError(f"Redis does not answer: {exc}") from exc
         return _info(run_id, row)
 
@@ -386,7 +386,7 @@ class AsyncEventLog:
                 if await self._redis.exists(k.gone):
                     raise RunExpiredError(f"run {run_id!r} has expired; its events are no longer kept")
                 raise RunNotFoundError(f"run {run_id!r} does not exist")
-        except redis.ConnectionError as exc:
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise RedisUnavailableError(f"Redis does not answer: {exc}") from exc
         return _info(run_id, row)
 

@@ -431,7 +431,8 @@ class RunStore:
     def session_sync(self, state: RunState) -> None:
         """Append a finished run's messages to its session's history, once (idempotent)."""
         sk = self.keys.session(state.session_id)
-        ttl = str(int(self.settings.session_ttl_seconds * 1000))
+        # A session made for this run alone ends with it: its history is kept as long as the run's log.
+        ttl = str(self.settings.retention_ms if state.own_session else int(self.settings.session_ttl_seconds * 1000))
         messages = [json.dumps(m) for m in state.new_messages] if state.status == "completed" else []
         self._session_sync(keys=[sk.history, sk.synced], args=[state.run_id, ttl, *messages])
 

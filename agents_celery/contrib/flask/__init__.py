@@ -32,7 +32,7 @@ from ...http.protocol import API, Authorize
 from ...http.streams import MAX_CONNECTIONS, Streams, widen_pool
 from ...runtime import Runtime
 from ...settings import Settings, load_settings
-from .routes import EXTENSION, PROTOCOL, blueprint, http_error
+from .routes import EXTENSION, PROTOCOL, authenticate_first, blueprint, http_error
 
 __all__ = ["blueprint", "close_app", "create_app", "init_app", "make_blueprint"]
 
@@ -107,6 +107,7 @@ def create_app(runtime: Runtime | None = None, settings: Settings | None = None)
     if pool_size:
         app.config["AGENTS_CELERY_API_REDIS_MAX_CONNECTIONS"] = int(pool_size)
     rt = init_app(app, runtime, settings)
+    app.before_request(authenticate_first)  # for every path, so a 404 or 405 is not answered to a stranger
     app.register_blueprint(make_blueprint())
     app.register_error_handler(404, http_error)
     app.register_error_handler(405, http_error)

@@ -8,6 +8,7 @@ once it ended or paused). The protocol itself (bodies, errors, dialects, SSE) li
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import redis
 from flask import Blueprint, Response, current_app, jsonify, request, url_for
@@ -15,7 +16,7 @@ from werkzeug.exceptions import HTTPException
 
 from ...errors import AgentsCeleryError, RedisUnavailableError
 from ...http import sse
-from ...http.bodies import fields_of
+from ...http.bodies import check_size, fields_of
 from ...http.openapi import spec
 from ...http.protocol import API, Headers, Reply, Request, error_reply, status_of
 
@@ -32,13 +33,19 @@ def api() -> API:
     return found
 
 
+def _body() -> dict[str, Any]:
+    limits = api().limits
+    check_size(request.content_length, limits)  # before reading it
+    return fields_of(request.mimetype or "", request.form, request.get_data(cache=True), limits)
+
+
 def _request() -> Request:
     user_id = current_app.config.get("AGENTS_CELERY_USER_ID")
     return Request(
         method=request.method,
         headers=Headers(request.headers.items()),
         query=request.args,
-        body=lambda: fields_of(request.mimetype or "", request.form, request.get_data(cache=True)),
+        body=_body,
         user_id=user_id() if callable(user_id) else None,
         run_url=lambda run_id: url_for(f"{blueprint.name}.get_run", run_id=run_id),
     )
@@ -75,8 +82,9 @@ def _wait(reply: Reply) -> Reply:
 
 
 @blueprint.before_request
-def _authenticate() -> Response | None:
-    if request.endpoint == f"{blueprint.name}.health":
+def authenticate_first() -> Response | None:
+    """401 unless the request carries the API key (when one is set); ``/health`` is open."""
+    if request.endpoint == f"{blueprint.name}.health" or request.path == "/health":
         return None
     try:
         api().authenticate(Headers(request.headers.items()))
