@@ -16,7 +16,8 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -284,11 +285,20 @@ class OpenAIChat:
 _TRANSPORT_MODULES = {"httpx", "httpx2", "httpcore", "httpcore2"}
 
 
+#: Set by the engine around a model call: returns True once the caller no longer wants the stream (a stop, a
+#: lost lease, a walked-away turn). A model may look at it between reads; :class:`OpenAIChat` does on every
+#: line, keep-alive comments included, so a server that only sends those cannot keep the read going.
+STOP_READING: ContextVar[Callable[[], bool] | None] = ContextVar("agents_celery_stop_reading", default=None)
+
+
 def _sse_data(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
-    """The JSON payloads of a Chat Completions event stream, up to ``[DONE]``."""
+    """The JSON payloads of a Chat Completions event stream, up to ``[DONE]`` (or until the caller stops)."""
     import openai
 
+    stop = STOP_READING.get()
     for line in lines:
+        if stop is not None and stop():
+            return  # the response closes with the ``with`` block around this read
         if not line.startswith("data:"):
             continue  # blank separators, comments, event: lines
         payload = line[5:].strip()

@@ -47,6 +47,14 @@ class Settings(BaseSettings):
     heartbeat_seconds: float = Field(default=1.0, gt=0)
     #: How often a running step checks for a stop request while a model streams or a tool runs.
     stop_poll_seconds: float = Field(default=0.2, gt=0)
+    #: After a stop, how long a running tool or a silent model may take to return before the step walks away
+    #: from it (the run then ends ``cancelled`` at once; the call is abandoned on its thread).
+    stop_grace_seconds: float = Field(default=2.0, ge=0)
+    #: A tool's deadline unless ``@tool(timeout=...)`` says otherwise: past it the model gets an error result.
+    tool_timeout_seconds: float = Field(default=300.0, gt=0)
+    #: A model turn's wall-clock deadline (not only a read timeout: a server sending keep-alives forever ends
+    #: too); past it the turn fails like a timed-out call (retried, then RUN_ERROR).
+    turn_timeout_seconds: float = Field(default=300.0, gt=0)
     #: How often the sweeper looks for runs whose lease expired or whose next step was never enqueued.
     sweep_interval_seconds: float = Field(default=1.0, gt=0)
     #: How long a committed step may wait for its next task to start before the sweeper re-enqueues it.

@@ -75,6 +75,8 @@ class Tool:
         parameters: JSON schema (an object) of the arguments.
         requires_confirmation: Whether a run pauses for a human decision before calling it.
         idempotent: Whether calling it twice with the same arguments is harmless (it may be re-run after a crash).
+        timeout: Seconds a call may take before the step walks away from it and the model gets an error
+            result (None: ``AGENTS_CELERY_TOOL_TIMEOUT_SECONDS``).
         is_async: Whether ``fn`` is a coroutine function.
         fn: The wrapped function.
     """
@@ -87,6 +89,7 @@ class Tool:
         description: str | None = None,
         requires_confirmation: bool = False,
         idempotent: bool = False,
+        timeout: float | None = None,
     ) -> None:
         self.fn = fn
         self.name = name if name is not None else fn.__name__
@@ -99,6 +102,11 @@ class Tool:
         self.description = description if description is not None else _first_paragraph(doc)
         self.requires_confirmation = requires_confirmation
         self.idempotent = idempotent
+        if timeout is not None and not timeout > 0:
+            raise ConfigurationError(
+                f"tool {self.name!r}: timeout must be a positive number of seconds, got {timeout!r}"
+            )
+        self.timeout = timeout
         self.is_async = inspect.iscoroutinefunction(fn)
         self._context_param, fields = _signature_fields(fn, self.name, _arg_descriptions(doc))
         self._args_model = _build_model(self.name, fields)
@@ -181,6 +189,7 @@ class Tool:
             "parameters": self.parameters,
             "requires_confirmation": self.requires_confirmation,
             "idempotent": self.idempotent,
+            "timeout": self.timeout,
         }
 
     def openai_schema(self) -> dict[str, Any]:
@@ -223,6 +232,7 @@ def tool(
     description: str | None = None,
     requires_confirmation: bool = False,
     idempotent: bool = False,
+    timeout: float | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -234,6 +244,7 @@ def tool(
     description: str | None = None,
     requires_confirmation: bool = False,
     idempotent: bool = False,
+    timeout: float | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Turn a function into a :class:`Tool`; use as ``@tool`` or ``@tool(requires_confirmation=True)``.
 
@@ -243,6 +254,7 @@ def tool(
         description: Description for the model; defaults to the docstring's first paragraph.
         requires_confirmation: Pause the run for a human decision before each call.
         idempotent: The tool may safely run again with the same arguments (after a crash mid-call).
+        timeout: Seconds a call may take; past it the step walks away and the model gets an error result.
 
     Returns:
         The tool, or a decorator that makes one.
@@ -258,6 +270,7 @@ def tool(
             description=description,
             requires_confirmation=requires_confirmation,
             idempotent=idempotent,
+            timeout=timeout,
         )
 
     return wrap(fn) if fn is not None else wrap

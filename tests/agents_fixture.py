@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 
@@ -142,7 +143,25 @@ def steal_lease(ms: int, ctx: ToolContext | None = None) -> str:
     return "stolen"
 
 
-TOOLS = [get_time, add, delete_file, slow_count, idempotent_count, crash_worker, async_lookup, guarded, steal_lease]
+@tool
+def hang(key: str) -> str:
+    """Counts its start, then blocks forever (a tool that never returns: a stuck socket, a deadlock)."""
+    _redis.incr(count_key(f"hang:{key}"))
+    threading.Event().wait()
+    return "unreachable"
+
+
+@tool(timeout=0.5)
+def slow_lookup(word: str) -> str:
+    """Takes 3 s, with a 0.5 s timeout: the step walks away and the model gets an error result."""
+    time.sleep(3)
+    return word.upper()
+
+
+TOOLS = [
+    get_time, add, delete_file, slow_count, idempotent_count, crash_worker, async_lookup, guarded, steal_lease, hang,
+    slow_lookup,
+]  # fmt: skip
 
 fake = Agent(
     name="fake",

@@ -54,3 +54,110 @@ def test_a_connection_reset_while_a_turn_streams_does_not_fail_the_run(
         runtime.close()
         worker.stop()
         proxy.close()
+
+
+# -- calls that never return ------------------------------------------------------------------------------
+
+HANGING = {"AGENTS_CELERY_STOP_GRACE_SECONDS": "1", "AGENTS_CELERY_SOFT_SHUTDOWN_SECONDS": "3"}
+
+
+@pytest.fixture
+def hanging_worker(worker_env: dict[str, str], fast_settings: Any) -> Any:
+    queue = f"hang-{uuid.uuid4().hex[:6]}"
+    worker = Worker({**worker_env, **HANGING, "AGENTS_CELERY_QUEUE": queue}).wait_ready()
+    runtime = Runtime(settings=fast_settings.model_copy(update={"queue": queue}))
+    yield worker, runtime
+    runtime.close()
+    worker.stop()
+
+
+def _stop_and_time(runtime: Runtime, run_id: str) -> float:
+    import time
+
+    t0 = time.monotonic()
+    runtime.stop(run_id)
+    wait_for(lambda: runtime.get(run_id).status.is_final, timeout=15, what="the stopped run to end")
+    return time.monotonic() - t0
+
+
+def test_stop_ends_a_run_whose_tool_never_returns(hanging_worker: Any, script: Any, r: Any, key_prefix: str) -> None:
+    """A tool blocks forever: stop ends the run cancelled within the grace, the call is abandoned (and says so),
+    the worker completes another run, and exits on SIGTERM."""
+    from agents_celery import ScriptedToolCall, ScriptedTurn
+
+    worker, runtime = hanging_worker
+    key = uuid.uuid4().hex[:6]
+    script(ScriptedTurn("", [ScriptedToolCall("hang", {"key": key})]), "never")
+    stream = runtime.stream("fake", "hang")
+    wait_for(lambda: r.get(f"{key_prefix}:test:count:hang:{key}"), timeout=20, what="the tool to start")
+    took = _stop_and_time(runtime, stream.run_id)
+    assert took < 1 + 3, took  # the grace (1 s) and a couple of polls, not forever
+    view = runtime.get(stream.run_id)
+    assert view.status == "cancelled"
+    events = runtime.store.log.read(stream.run_id)
+    abandoned = [e for e in events if e.type is EventType.CUSTOM and e.data.get("name") == "call_abandoned"]
+    assert abandoned and abandoned[0].data["value"]["reason"] == "stopped"
+    assert events[-1].type is EventType.RUN_FINISHED and events[-1].data["outcome"]["type"] == "cancelled"
+    assert "abandoned after" in worker.output()
+    script("Still here.")
+    assert runtime.run("fake", "hello?", timeout=30).output == "Still here."  # its slot is free
+    worker.proc.terminate()
+    worker.proc.wait(timeout=15)  # the abandoned call does not hold the shutdown
+
+
+def test_stop_ends_a_run_whose_model_only_sends_keep_alives(hanging_worker: Any, fake_openai: Any) -> None:
+    from agents_celery.testing import FakeReply
+
+    _worker, runtime = hanging_worker
+    fake_openai.responder = lambda request: FakeReply(hang=True, token_delay=0.05)
+    stream = runtime.stream("fake", "say something")
+    wait_for(lambda: runtime.get(stream.run_id).status == "running", timeout=20, what="the turn to start")
+    assert _stop_and_time(runtime, stream.run_id) < 1 + 3
+    assert runtime.get(stream.run_id).status == "cancelled"
+
+
+def test_a_turn_past_its_deadline_fails_the_run_and_a_slow_tool_gets_an_error(
+    worker_env: dict[str, str], fast_settings: Any, fake_openai: Any, script: Any
+) -> None:
+    from agents_celery import ScriptedToolCall, ScriptedTurn
+    from agents_celery.testing import FakeReply
+
+    queue = f"deadline-{uuid.uuid4().hex[:6]}"
+    env = {**worker_env, "AGENTS_CELERY_QUEUE": queue, "AGENTS_CELERY_TURN_TIMEOUT_SECONDS": "1.5",
+           "AGENTS_CELERY_MODEL_RETRIES": "0"}  # fmt: skip
+    worker = Worker(env).wait_ready()
+    runtime = Runtime(settings=fast_settings.model_copy(update={"queue": queue}))
+    try:
+        fake_openai.responder = lambda request: FakeReply(hang=True, token_delay=0.05)
+        view = runtime.run("fake", "say something", timeout=30)
+        assert view.status == "failed" and "no complete answer within 1.5s" in (view.error or {}).get("message", "")
+        script(ScriptedTurn("", [ScriptedToolCall("slow_lookup", {"word": "x"})]), "The lookup timed out.")
+        view = runtime.run("fake", "look it up", timeout=30)
+        assert view.status == "completed" and view.output == "The lookup timed out."
+        results = [e for e in runtime.store.log.read(view.run_id) if e.type is EventType.TOOL_CALL_RESULT]
+        assert "did not finish within 0.5s" in results[0].data["content"]
+    finally:
+        runtime.close()
+        worker.stop()
+
+
+def test_sigterm_is_not_held_by_a_tool_that_never_returns(
+    hanging_worker: Any, script: Any, r: Any, key_prefix: str
+) -> None:
+    """No stop, a deploy: after the soft-shutdown window the step walks away from its call and is given back
+    (the run stays live for another worker), and the worker exits."""
+    import time
+
+    from agents_celery import ScriptedToolCall, ScriptedTurn
+
+    worker, runtime = hanging_worker
+    key = uuid.uuid4().hex[:6]
+    script(ScriptedTurn("", [ScriptedToolCall("hang", {"key": key})]), "never")
+    stream = runtime.stream("fake", "hang")
+    wait_for(lambda: r.get(f"{key_prefix}:test:count:hang:{key}"), timeout=20, what="the tool to start")
+    t0 = time.monotonic()
+    worker.proc.terminate()
+    worker.proc.wait(timeout=20)
+    assert time.monotonic() - t0 < 3 + 5  # the soft-shutdown window (3 s) and some
+    assert "step given back" in worker.output()
+    assert runtime.get(stream.run_id).status == "running"  # not failed: another worker takes it

@@ -64,6 +64,7 @@ def test_schema_from_hints_defaults_and_docstring() -> None:
         "parameters": add.parameters,
         "requires_confirmation": False,
         "idempotent": False,
+        "timeout": None,
     }
 
 

@@ -15,12 +15,14 @@ the ``CELERY`` namespace), the environment (``AGENTS_CELERY_*``), the defaults.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from celery import Celery, signals
 
 from ..agent import Agent, load_agents
+from ..engine.calls import SHUTTING_DOWN
 from ..errors import ConfigurationError
 from ..hooks import Hooks, LoggingHooks
 from ..settings import Settings, load_settings, settings_from
@@ -146,6 +148,15 @@ def _register_step(app: Celery, ext: AgentsCelery) -> None:
     def _ready(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is app:
             ext.on_worker_ready(getattr(sender, "pool", None))
+
+    @signals.worker_shutting_down.connect(weak=False)  # type: ignore[untyped-decorator]
+    def _shutting_down(sender: Any = None, how: str = "", **_: Any) -> None:
+        # Steps waiting on a call get the soft-shutdown window to finish, then walk away from their calls
+        # and give their steps back, so a tool that never returns cannot hold the worker's shutdown.
+        delay = 0.0 if how == "Cold" else max(0.0, ext.settings.soft_shutdown_seconds - 1.0)
+        timer = threading.Timer(delay, SHUTTING_DOWN.set)
+        timer.daemon = True
+        timer.start()
 
     @signals.worker_shutdown.connect(weak=False)  # type: ignore[untyped-decorator]
     def _shutdown(sender: Any = None, **_: Any) -> None:

@@ -36,6 +36,7 @@ from ..settings import Settings
 from ..storage.leases import LeaseKeeper, Leases, new_token
 from ..storage.pending import Pending
 from ..storage.store import Ack, Claim, RunStore
+from .calls import CallAbandoned
 from .steps import (
     Cancelled,
     StepContext,
@@ -130,6 +131,9 @@ class Engine:
             # Superseded: our lease expired and another attempt took over (or already finished the run).
             log.warning("run=%s step=%d: lost the lease; another attempt owns the run (%s)", run_id, step, exc)
             outcome = "fenced"
+        except CallAbandoned as exc:  # the worker shuts down while a call runs: another worker takes the step
+            log.warning("run=%s step=%d: %s; step given back", run_id, step, exc)
+            outcome = "given back"
         except (RedisUnavailableError, redis.RedisError) as exc:
             # A reset connection, a failover, Redis restarting: not the run's failure. The step is given back;
             # the sweeper hands it to a new attempt once its lease is free (at once: released below).
@@ -216,8 +220,10 @@ class Engine:
         try:
             call_hooks(hooks, "before_step", ctx.info)
             return model_turn(ctx) if state.next == "model" else tool_step(ctx)
-        except Cancelled:
-            return cancelled(ctx, ctx.state)
+        except Cancelled as exc:
+            return cancelled(ctx, ctx.state, _abandoned_event(exc.abandoned))
+        except CallAbandoned:
+            raise  # the worker shuts down: the step is given back
         except StopStep as exc:
             return failed(ctx, ctx.state, exc)
         except (FencedError, RunFinishedError, StateError, RedisUnavailableError, redis.RedisError):
@@ -254,6 +260,14 @@ class Engine:
         if result.log_status == "ended":
             self.store.session_sync(state)
             self.store.session_release(state.session_id, state.run_id)
+
+
+def _abandoned_event(abandoned: CallAbandoned | None) -> list[NewEvent]:
+    """A CUSTOM ``call_abandoned`` event for a call the step walked away from (none otherwise)."""
+    if abandoned is None:
+        return []
+    value = {"call": abandoned.what, "reason": abandoned.reason, "seconds": round(abandoned.seconds, 3)}
+    return [make_event(EventType.CUSTOM, name="call_abandoned", value=value)]
 
 
 def _read_quietly(sent: list[Pending]) -> None:

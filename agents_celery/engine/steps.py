@@ -9,7 +9,7 @@ appear live (text and tool-call deltas) go through ``ctx.writer``; events that b
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,18 +19,23 @@ from ..errors import AgentsCeleryError, FencedError, ModelError, StopStep, ToolA
 from ..events import Deltas, EventType, NewEvent, make_event, now_ms
 from ..hooks import Hooks, StepInfo, call_hooks
 from ..ids import random_hex
-from ..models import TextDelta, ToolCallDelta, TurnAccumulator, Usage
+from ..models import STOP_READING, TextDelta, ToolCallDelta, TurnAccumulator, Usage
 from ..runs import RunFailure, RunState, RunStatus, ToolCall
 from ..settings import Settings
 from ..storage.eventlog import LogStatus
 from ..storage.pending import Pending
 from ..storage.store import Effect, RunStore
-from ..tools import ToolContext
+from ..tools import Tool, ToolContext
+from .calls import CallAbandoned, Watch, run_call
 from .writer import EventWriter
 
 
 class Cancelled(Exception):
-    """A stop request was noticed inside a step."""
+    """A stop request was noticed inside a step (``abandoned``: a call the step walked away from for it)."""
+
+    def __init__(self, abandoned: CallAbandoned | None = None) -> None:
+        super().__init__("stopped")
+        self.abandoned = abandoned
 
 
 @dataclass
@@ -56,6 +61,11 @@ class StepContext:
     effects: dict[str, Effect | None] = field(default_factory=dict)
     #: Ledger results sent to Redis whose replies the engine reads before it commits.
     sent: list[Pending] = field(default_factory=list)
+
+    def watch(self) -> Watch:
+        """What a call waited on by this step watches for (:func:`agents_celery.engine.calls.run_call`)."""
+        s = self.settings
+        return Watch(self.stop, self.lost, s.stop_grace_seconds, min(s.stop_poll_seconds, 0.2))
 
     def check(self) -> None:
         """Raise Cancelled when a stop was requested, FencedError once the heartbeat lost the lease."""
@@ -158,6 +168,28 @@ class _TurnStream:
         self.calls: dict[int, str] = {}
         self.args: dict[int, Deltas] = {}
         self.open_calls: list[str] = []
+        # The model is read on a call thread while the step's thread waits: the lock keeps the step's thread
+        # from closing the turn while that thread is feeding a chunk, and a walked-away turn takes no more.
+        self._lock = threading.Lock()
+        self._abandoned = False
+
+    def offer(self, chunk: Any) -> bool:
+        """Feed ``chunk`` from the call thread; False once the step walked away from the turn, or a stop came
+        (or the lease went): the reading ends at once, and the step's thread sees why."""
+        with self._lock:
+            if self.unwanted():
+                return False
+            self.feed(chunk)
+            return True
+
+    def abandon(self) -> None:
+        """The step walked away: the call thread's chunks are dropped from now on."""
+        with self._lock:
+            self._abandoned = True
+
+    def unwanted(self) -> bool:
+        """Whether the model's stream should stop being read (walked away from, stopped, lease lost)."""
+        return self._abandoned or self.ctx.stop.is_set() or self.ctx.lost.is_set()
 
     def feed(self, chunk: Any) -> None:
         emit = self.ctx.writer.emit
@@ -229,13 +261,46 @@ def model_turn(ctx: StepContext) -> StepResult:
 
 
 def _stream_once(ctx: StepContext, turn: _TurnStream) -> None:
+    """One model call, read on a call thread (:mod:`.calls`) so the step can walk away from a model that never
+    finishes: at a stop (after the grace), when the lease is lost, or at the turn's wall-clock deadline."""
     ctx.check()
     call_hooks(ctx.hooks, "before_model_call", ctx.info, ctx.state.messages)
     system = [{"role": "system", "content": ctx.agent.instructions}] if ctx.agent.instructions else []
-    for chunk in ctx.agent.model.stream([*system, *ctx.state.messages], ctx.agent.tool_schemas()):
-        ctx.check()
-        turn.feed(chunk)
+    model, messages, tools = ctx.agent.model, [*system, *ctx.state.messages], ctx.agent.tool_schemas()
+
+    def read() -> None:
+        ctx.writer.starting()
+        reading = STOP_READING.set(turn.unwanted)  # seen by OpenAIChat on every line, keep-alives included
+        chunks = model.stream(messages, tools)
+        try:
+            for chunk in chunks:
+                if not turn.offer(chunk):
+                    return  # stopped, lost, or walked away from: stop reading
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()  # the model's HTTP stream ends with its generator
+            STOP_READING.reset(reading)  # the call thread serves other calls next
+
+    limit = ctx.settings.turn_timeout_seconds
+    try:
+        run_call(read, ctx.watch(), what=f"run {ctx.state.run_id} model turn", deadline=time.monotonic() + limit)
+    except CallAbandoned as exc:
+        turn.abandon()
+        if exc.reason != "deadline":
+            raise _walked_away(ctx, exc) from None
+        raise ModelError(f"the model gave no complete answer within {limit:g}s", retryable=True) from None
+    ctx.check()  # the reading stopped early for a stop or a lost lease
     turn.close()
+
+
+def _walked_away(ctx: StepContext, exc: CallAbandoned) -> BaseException:
+    """What a call walked away from means for the step: cancelled, superseded, or given back (shutdown)."""
+    if exc.reason == "stopped":
+        return Cancelled(exc)
+    if exc.reason == "lost":
+        return FencedError(f"run {ctx.state.run_id!r}: lease lost; another attempt owns the run")
+    return exc
 
 
 def _sleep_unless_stopped(ctx: StepContext, seconds: float) -> None:
@@ -364,16 +429,25 @@ def _run_call(ctx: StepContext, call: ToolCall, ahead: bool = False) -> ToolCall
         return _with_result(call, entry.result or "", entry.error)
     if entry is not None and not tool.idempotent:
         return call.model_copy(update={"decision": "pending", "pause_reason": "may_have_run"})
-    return _invoke(ctx, call, tool.invoke, ahead)
+    return _invoke(ctx, call, tool, ahead)
 
 
-def _invoke(ctx: StepContext, call: ToolCall, invoke: Callable[[Any, ToolContext], str], ahead: bool) -> ToolCall:
+def _invoke(ctx: StepContext, call: ToolCall, tool: Tool, ahead: bool) -> ToolCall:
     args = call.args
     call_hooks(ctx.hooks, "before_tool_call", ctx.info, call.name, args)
     context = ToolContext(run_id=ctx.state.run_id, tool_call_id=call.id, attempt=ctx.attempt)
     error: str | None = None
+    limit = tool.timeout if tool.timeout is not None else ctx.settings.tool_timeout_seconds
+    what = f"run {ctx.state.run_id} tool {call.name} ({call.id})"
     try:
-        result = invoke(call.arguments, context)
+        deadline = time.monotonic() + limit
+        result = run_call(lambda: tool.invoke(call.arguments, context), ctx.watch(), what=what, deadline=deadline)
+    except CallAbandoned as exc:
+        if exc.reason != "deadline":
+            raise _walked_away(ctx, exc) from None
+        # The model sees it; the ledger records it, so a retried step does not run the call again.
+        error = f"tool {call.name!r} did not finish within {limit:g}s; it was abandoned"
+        result = f"Error: {error}"
     except ToolArgumentsError as exc:
         result, error = f"Error: {exc}", str(exc)
     except StopStep:

@@ -8,8 +8,9 @@ appends whatever piled up in one round trip as soon as it gets to run (typically
 model's socket). When the step ends, :meth:`EventWriter.take` hands the events still pending to the commit,
 which writes them with the new checkpoint: a fast turn's deltas cost no round trip of their own.
 
-Order is kept: the step's thread writes directly only when nothing is pending or being flushed, and
-``take`` waits for a flush in flight. One thread (the step's) emits into a writer.
+Order is kept: the emitting thread writes directly only when nothing is pending or being flushed, and
+``take`` waits for a flush in flight. One thread at a time emits into a writer (the step's, or the call thread
+reading its model while the step's thread waits).
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ class EventWriter:
         # The step's start counts as a write: what a fast step emits at once rides its commit, while a
         # model's first token (tens of ms in) is written at once.
         self._last_direct = time.monotonic()
+        #: Until then a burst's flush waits: a model read on a call thread (whose step thread waits, leaving
+        #: the flusher free to run) that finishes by then has its events ride the commit, as on the step's.
+        self._hold_until = 0.0
 
     def emit(self, event: NewEvent) -> None:
         """Write or keep an event; raises an earlier write's error (e.g. FencedError)."""
@@ -52,7 +56,8 @@ class EventWriter:
         with self._lock:
             if self._closed:
                 raise RuntimeError("this step's events were already handed to its commit")
-            direct = not self._pending and not self._writing and time.monotonic() - self._last_direct >= BURST
+            now = time.monotonic()
+            direct = not self._pending and not self._writing and now - self._last_direct >= BURST
             if not direct:
                 self._pending.append(event)
                 schedule, self._scheduled = not self._scheduled, True
@@ -60,7 +65,14 @@ class EventWriter:
             self._log.append(self._run_id, [event], self._token)
             self._last_direct = time.monotonic()
         elif schedule:
-            _flusher().submit(self)
+            _flusher().submit(self, self._hold_until if now < self._hold_until else 0.0)
+
+    def starting(self) -> None:
+        """Another thread is about to emit on this step's behalf (a model read on a call thread): count the
+        hand-off as the step's start, so what a fast model emits at once still rides the commit."""
+        with self._lock:
+            self._last_direct = time.monotonic()
+            self._hold_until = self._last_direct + BURST
 
     def take(self) -> list[NewEvent]:
         """End the writer: wait for a flush in flight and return the events not written yet, in order.
@@ -117,17 +129,22 @@ class _Flusher:
     """The process's one thread that appends the pending events of bursting writers."""
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[EventWriter] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[EventWriter, float]] = queue.SimpleQueue()
         self.pid = pid()
         self._thread = threading.Thread(target=self._run, name="agents-celery-events", daemon=True)
         self._thread.start()
 
-    def submit(self, writer: EventWriter) -> None:
-        self._queue.put(writer)
+    def submit(self, writer: EventWriter, due: float = 0.0) -> None:
+        """Flush ``writer`` as soon as the thread gets to it, not before ``due`` (``time.monotonic``)."""
+        self._queue.put((writer, due))
 
     def _run(self) -> None:
         while True:
-            self._queue.get()._flush_pending()
+            writer, due = self._queue.get()
+            wait = due - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)  # at most BURST
+            writer._flush_pending()
 
 
 _FLUSHER: _Flusher | None = None

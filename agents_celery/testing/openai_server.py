@@ -56,6 +56,8 @@ class FakeReply:
         error: Error message for an error status (defaults to the status phrase).
         token_delay: Seconds slept before each streamed text chunk.
         chunk_words: Words per streamed text chunk.
+        hang: Send SSE comments (``: ping``) every ``token_delay`` (or 0.1 s) and nothing else, until the client
+            goes away: a server that never finishes its answer, yet never lets a read time out.
     """
 
     text: str = ""
@@ -64,6 +66,7 @@ class FakeReply:
     error: str | None = None
     token_delay: float = 0.0
     chunk_words: int = 1
+    hang: bool = False
 
 
 #: Maps a request body to the reply.
@@ -301,6 +304,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
+        while reply.hang:  # ends when the client closes the connection (the write fails)
+            self._write_chunk(b": ping\n\n")
+            time.sleep(reply.token_delay or 0.1)
         for event in completion.stream_events(reply):
             self._write_chunk(f"data: {json.dumps(event)}\n\n".encode())
         self._write_chunk(b"data: [DONE]\n\n")

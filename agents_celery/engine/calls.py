@@ -1,0 +1,167 @@
+"""Calls a step can walk away from: a tool, or a model turn, that may never return.
+
+The call runs on a thread of the process's call pool while the step's thread waits for it, looking every
+``poll`` seconds at what could end the wait: a stop request (the call then gets ``stop_grace_seconds`` to
+return, and is abandoned), the attempt's lease being lost, the worker shutting down (abandoned at once), or
+the call's own deadline (a tool's ``timeout``, a turn's ``turn_timeout_seconds``). An abandoned call keeps its
+thread until it returns, if ever; the step does not: it ends (cancelled, given back, or with an error the
+model or the run sees), so the worker's slot, the run's lease and the worker's shutdown are never held by it.
+Each abandoned call is counted (:data:`ABANDONED`) and logged; the step also writes a CUSTOM
+``call_abandoned`` event, so the run's stream shows it.
+
+The pool's threads are daemon threads, reused from call to call (a thread per call would cost a spawn per
+step), so a call that never returns does not keep the process alive either.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Set when the worker begins to shut down: waiting steps abandon their calls and give their step back.
+SHUTTING_DOWN = threading.Event()
+
+
+class CallAbandoned(Exception):
+    """The step walked away from a call: ``reason`` is ``stopped``, ``lost``, ``shutdown`` or ``deadline``."""
+
+    def __init__(self, what: str, reason: str, seconds: float) -> None:
+        super().__init__(f"{what}: abandoned after {seconds:.1f}s ({reason})")
+        self.what, self.reason, self.seconds = what, reason, seconds
+
+
+@dataclass
+class Abandoned:
+    """Calls this process walked away from (they may still be running on their threads)."""
+
+    count: int = 0
+    running: int = 0
+
+    def add(self) -> None:
+        with _LOCK:
+            self.count += 1
+            self.running += 1
+
+    def finished(self) -> None:
+        with _LOCK:
+            self.running -= 1
+
+
+ABANDONED = Abandoned()
+_LOCK = threading.Lock()
+
+
+class _Job:
+    __slots__ = ("abandoned", "done", "error", "fn", "lock", "result")
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn = fn
+        self.done = threading.Event()
+        self.lock = threading.Lock()  # between "it returned" and "the step walked away"
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.abandoned = False
+
+    def finish(self) -> bool:
+        """Mark it returned; whether the step had walked away from it already."""
+        with self.lock:
+            self.done.set()
+            return self.abandoned
+
+    def abandon(self) -> bool:
+        """Walk away from it; False when it returned just now after all (its result stands)."""
+        with self.lock:
+            if self.done.is_set():
+                return False
+            self.abandoned = True
+            return True
+
+
+class _Pool:
+    """Daemon threads that run calls; one is added whenever none is idle."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._idle = 0
+        self._lock = threading.Lock()
+
+    def submit(self, job: _Job) -> None:
+        with self._lock:
+            spawn = self._idle == 0
+            if not spawn:
+                self._idle -= 1
+        if spawn:
+            threading.Thread(target=self._work, args=(job,), name="agents-celery-call", daemon=True).start()
+        else:
+            self._jobs.put(job)
+
+    def _work(self, job: _Job) -> None:
+        while True:
+            try:
+                job.result = job.fn()
+            except BaseException as exc:  # handed to the waiting step
+                job.error = exc
+            with self._lock:  # idle before the step wakes, so the step's next call reuses this thread
+                self._idle += 1
+            if job.finish():
+                ABANDONED.finished()
+                log.warning("an abandoned call returned at last; its result was dropped")
+            job = self._jobs.get()
+
+
+_POOL = _Pool()
+
+
+@dataclass
+class Watch:
+    """What ends a wait: the attempt's stop and lost events, its grace after a stop, and its poll interval."""
+
+    stop: threading.Event
+    lost: threading.Event
+    stop_grace: float
+    poll: float
+
+
+def run_call(fn: Callable[[], T], watch: Watch, *, what: str, deadline: float | None = None) -> T:
+    """``fn()`` on the call pool, waited for as the module docs say; its result, or its exception raised here.
+
+    Raises:
+        CallAbandoned: the step walked away from it (the caller decides what that means for the step).
+    """
+    job = _Job(fn)
+    started = time.monotonic()
+    _POOL.submit(job)
+    stopped_at: float | None = None
+    while not job.done.wait(watch.poll):
+        now = time.monotonic()
+        reason = None
+        if watch.lost.is_set():
+            reason = "lost"
+        elif SHUTTING_DOWN.is_set():
+            reason = "shutdown"
+        elif deadline is not None and now >= deadline:
+            reason = "deadline"
+        elif watch.stop.is_set():
+            stopped_at = stopped_at or now
+            if now - stopped_at >= watch.stop_grace:
+                reason = "stopped"
+        if reason is not None:
+            if not job.abandon():
+                break  # it returned just now after all
+            ABANDONED.add()
+            took = now - started
+            log.warning("%s: abandoned after %.1fs (%s); %d abandoned so far", what, took, reason, ABANDONED.count)
+            raise CallAbandoned(what, reason, took)
+    if job.error is not None:
+        raise job.error
+    result: T = job.result
+    return result
