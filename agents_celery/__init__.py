@@ -82,6 +82,7 @@ _EXPORTS: dict[str, str] = {
             "APIError",
             "ConnectionLostError",
             "StreamGapError",
+            "LogRewoundError",
         )
     },
 }

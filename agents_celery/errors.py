@@ -23,7 +23,8 @@
     │   ├── RunNotPausedError         continue on a run that is not paused
     │   ├── RunFinishedError          stop/continue/append on a run that already ended
     │   ├── SessionBusyError          another run of the same session is still active
-    │   └── RunBusyError              another caller holds the run right now (e.g. a concurrent continue)
+    │   ├── RunBusyError              another caller holds the run right now (e.g. a concurrent continue)
+    │   └── LogRewoundError           the log no longer holds the event a reader saw at an offset (lost writes)
     ├── FencedError                   a write carried a lease token that is no longer current
     ├── SchemaVersionError            stored state with an unknown schema version
     ├── ModelError                    the model call failed (``retryable`` says whether to try again)
@@ -172,6 +173,18 @@ class RunBusyError(StateError):
     """Another caller or worker holds the run's lease right now."""
 
     code = "run_busy"
+
+
+class LogRewoundError(StateError):
+    """The event a reader saw at an offset is not the one the log holds there now: Redis lost writes (a crash
+    between two fsyncs) and the run went on from an earlier point. Re-read the run from the start."""
+
+    code = "log_rewound"
+
+    def __init__(self, message: str, run_id: str = "", offset: int = -1) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.offset = offset
 
 
 class FencedError(AgentsCeleryError):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import time
+import zlib
 from dataclasses import dataclass, field
 from enum import StrEnum
 from json.encoder import encode_basestring_ascii
@@ -166,13 +167,21 @@ class Event:
     timestamp: int
     #: The AG-UI fields of the event (snake_case), ``type`` and ``timestamp`` excluded.
     data: dict[str, Any] = field(default_factory=dict)
+    #: A fingerprint of the stored event (:func:`tag_of`): ``offset.tag`` names this very event, so a reader
+    #: can tell when the log no longer holds what it read at an offset (Redis lost writes and the run went on).
+    tag: str = ""
 
     @classmethod
     def from_stored(cls, offset: int, raw: str | bytes, run_id: str, session_id: str, agent_id: str) -> Event:
         data = json.loads(raw)
         kind = EventType(data.pop("type"))
         ts = int(data.pop("timestamp", 0))
-        return cls(offset, kind, run_id, session_id, agent_id, ts, data)
+        return cls(offset, kind, run_id, session_id, agent_id, ts, data, tag_of(raw))
+
+    @property
+    def position(self) -> str:
+        """``<offset>.<tag>``: what to resume from (``Last-Event-ID``), checked against the log."""
+        return f"{self.offset}.{self.tag}" if self.tag else str(self.offset)
 
     @property
     def is_terminal(self) -> bool:
@@ -205,6 +214,23 @@ class Event:
 _HEAD = re.compile(r'\{"type":"([A-Z_]+)","timestamp":(-?\d+)([,}])')
 #: Field names of the envelope; a stored event carrying one of them is serialised the slow way.
 _ENVELOPE = ('"offset"', '"run_id"', '"session_id"', '"agent_id"', '"type"', '"timestamp"')
+
+
+def tag_of(stored: str | bytes) -> str:
+    """The fingerprint of a stored event: CRC-32 of its JSON, 8 hex digits. Two events at one offset differ in
+    their timestamp at least, so a rewritten offset shows a different tag (all but certainly)."""
+    return f"{zlib.crc32(stored if isinstance(stored, bytes) else stored.encode()):08x}"
+
+
+_POSITION = re.compile(r"^(-?[0-9]{1,18})(?:\.([0-9a-f]{8}))?$")
+
+
+def parse_position(text: str) -> tuple[int, str | None]:
+    """``"140"`` or ``"140.1a2b3c4d"`` -> (140, tag or None); ValueError for anything else."""
+    m = _POSITION.match(text)
+    if m is None:
+        raise ValueError(f"expected an offset, optionally with its tag (140 or 140.1a2b3c4d), got {text!r}")
+    return int(m.group(1)), m.group(2)
 
 
 class WireJSON:

@@ -33,7 +33,7 @@ from .errors import (
     UnknownAgentError,
     ValidationError,
 )
-from .events import Event, EventType, close_open, make_event
+from .events import Event, EventType, close_open, make_event, parse_position
 from .runs import RunState, RunStatus, RunView
 from .settings import Settings, load_settings
 from .storage.connections import connect, connect_async
@@ -61,6 +61,19 @@ def _idempotent_run_id(key: str, user_id: str | None) -> str:
     return hashlib.sha256(json.dumps([key, user_id]).encode()).hexdigest()[:32]
 
 
+def _position(offset: int | str | None) -> tuple[int, str | None]:
+    """``None`` (from the start), an offset, or ``"<offset>.<tag>"``: the offset to read after, and the tag."""
+    if offset is None:
+        return -1, None
+    if isinstance(offset, str):
+        try:
+            after, tag = parse_position(offset)
+        except ValueError as exc:
+            raise ValidationError(str(exc)) from None
+        return check_offset(after, "offset"), tag
+    return check_offset(offset, "offset"), None
+
+
 class RunStream:
     """A handle on one run's event log. Persist ``run_id`` and the last offset you saw to reconnect later.
 
@@ -79,18 +92,26 @@ class RunStream:
         """The run id (``run_id``)."""
         return self.run_id
 
-    def events(self, offset: int | None = None, *, until_pause: bool = True) -> Iterator[Event]:
-        """The events after ``offset`` (all when None), then live ones, until the run ends or pauses."""
-        after = -1 if offset is None else check_offset(offset, "offset")
+    def events(self, offset: int | str | None = None, *, until_pause: bool = True) -> Iterator[Event]:
+        """The events after ``offset`` (all when None), then live ones, until the run ends or pauses.
+
+        ``offset`` may be a position, ``"140.1a2b3c4d"`` (an event's :attr:`~agents_celery.events.Event.position`):
+        LogRewoundError then says when the log no longer holds that event at 140 (Redis lost writes).
+        """
+        after, tag = _position(offset)
+        if tag is not None:
+            self.runtime.store.log.verify(self.run_id, after, tag)
         return self.runtime.store.log.events(self.run_id, after, until_pause=until_pause)
 
-    async def aevents(self, offset: int | None = None, *, until_pause: bool = True) -> AsyncIterator[Event]:
+    async def aevents(self, offset: int | str | None = None, *, until_pause: bool = True) -> AsyncIterator[Event]:
         """Async version of :meth:`events`."""
-        after = -1 if offset is None else check_offset(offset, "offset")
+        after, tag = _position(offset)
         # A client per call: an asyncio Redis client belongs to the event loop that created it.
         client = connect_async(self.runtime.settings.redis_url, socket_connect_timeout=2)
         try:
             log = AsyncEventLog(client, self.runtime.store.keys)
+            if tag is not None:
+                await log.verify(self.run_id, after, tag)
             async for event in log.events(self.run_id, after, until_pause=until_pause):
                 yield event
         finally:

@@ -70,27 +70,31 @@ class ApiServer:
 
 @dataclass
 class Frame:
-    """One SSE frame: its ``id`` (None for meta frames), ``event`` name and decoded JSON ``data``."""
+    """One SSE frame: its ``id`` (the offset; None for meta frames), ``event`` name, decoded JSON ``data``, and
+    the tag its ``id:`` line carried after the offset (``id: 140.1a2b3c4d``)."""
 
     id: int | None
     event: str | None
     data: Any
+    tag: str | None = None
 
 
 def frames(response: httpx.Response) -> Iterator[Frame]:
     """The frames of an SSE response, as they arrive (comments skipped). Checks LF-only framing."""
     fid: int | None = None
+    tag: str | None = None
     event: str | None = None
     data: list[str] = []
     for line in response.iter_lines():
         if line == "":
             if data:
-                yield Frame(fid, event, json.loads("\n".join(data)))
-            fid, event, data = None, None, []
+                yield Frame(fid, event, json.loads("\n".join(data)), tag)
+            fid, tag, event, data = None, None, None, []
         elif line.startswith(":"):
             continue
         elif line.startswith("id: "):
-            fid = int(line[4:])
+            offset, _, tag = line[4:].partition(".")
+            fid = int(offset)
         elif line.startswith("event: "):
             event = line[7:]
         elif line.startswith("data: "):

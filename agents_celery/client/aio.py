@@ -50,7 +50,7 @@ class AsyncRunStream(StreamHandle):
         self.cursor.done = False
         return self.client._events(self)
 
-    def events(self, offset: int | None = None, *, until_pause: bool = True) -> AsyncIterator[Event]:
+    def events(self, offset: int | str | None = None, *, until_pause: bool = True) -> AsyncIterator[Event]:
         """See :meth:`agents_celery.client.RunStream.events`."""
         self._from(offset, until_pause)
         return self.client._events(self)

@@ -26,7 +26,7 @@ from ..errors import (
     ValidationError,
     by_code,
 )
-from ..events import Event, EventType
+from ..events import Event, EventType, parse_position
 
 _BY_STATUS: dict[int, type[AgentsCeleryError]] = {
     400: ValidationError,
@@ -126,14 +126,16 @@ def event_from_frame(frame: Frame) -> Event | None:
     envelope = {"offset", "type", "session_id", "agent_id"} | ({"run_id"} if kind not in _WITH_RUN_ID else set())
     fields = {k: v for k, v in data.items() if k not in envelope}
     timestamp = int(fields.pop("timestamp", 0) or 0)
+    _, tag = parse_position(frame.id) if frame.id else (0, None)
     return Event(
-        offset=int(data.get("offset", frame.id)),
+        offset=int(data["offset"]),
         type=kind,
         run_id=str(data.get("run_id", "")),
         session_id=str(data.get("session_id", "")),
         agent_id=str(data.get("agent_id", "")),
         timestamp=timestamp,
         data=fields,
+        tag=tag or "",
     )
 
 
@@ -143,6 +145,9 @@ class Cursor:
     def __init__(self, run_id: str, after: int, until_pause: bool) -> None:
         self.run_id = run_id
         self.last_offset = after
+        #: The tag of the event at ``last_offset``: a reconnect names it, and the server says when its log no
+        #: longer holds that event (LogRewoundError) instead of going on from a rewritten offset.
+        self.last_tag = ""
         self.until_pause = until_pause
         self.done = False
         #: The last event delivered was a pause. Whether the stream ends there is the server's call: a pause
@@ -159,6 +164,7 @@ class Cursor:
                 "contiguous, so this is a bug in the server or a proxy rewriting the stream"
             )
         self.last_offset = event.offset
+        self.last_tag = event.tag
         self.done = event.is_terminal
         self.at_pause = event.is_pause
         return True
@@ -186,8 +192,9 @@ class Cursor:
 
     def request(self) -> tuple[dict[str, Any], dict[str, str]]:
         """Query parameters and headers of the (re)connecting ``GET /runs/<id>/events``."""
-        params: dict[str, Any] = {"after": self.last_offset, "until": "pause" if self.until_pause else "end"}
-        headers = {"Last-Event-ID": str(self.last_offset)} if self.last_offset >= 0 else {}
+        position = f"{self.last_offset}.{self.last_tag}" if self.last_tag else str(self.last_offset)
+        params: dict[str, Any] = {"after": position, "until": "pause" if self.until_pause else "end"}
+        headers = {"Last-Event-ID": position} if self.last_offset >= 0 else {}
         return params, headers
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from ..errors import RunBusyError, RunFinishedError, RunTimeoutError, ValidationError
-from ..events import Event
+from ..events import Event, parse_position
 from ..runs import RunView
 from .protocol import (
     BUSY_RETRIES,
@@ -53,11 +53,18 @@ class StreamHandle:
         """Offset of the last event delivered (-1: none yet)."""
         return self.cursor.last_offset
 
-    def _from(self, offset: int | None, until_pause: bool) -> None:
+    def _from(self, offset: int | str | None, until_pause: bool) -> None:
         if offset is not None:
+            tag = None
+            if isinstance(offset, str):  # a position: "140.1a2b3c4d"
+                try:
+                    offset, tag = parse_position(offset)
+                except ValueError as exc:
+                    raise ValidationError(str(exc)) from None
             if type(offset) is not int or offset < -1:
                 raise ValidationError(f"offset must be -1 (from the start) or an offset >= 0, got {offset!r}")
             self.cursor.last_offset = offset
+            self.cursor.last_tag = tag or ""
         self.cursor.until_pause = until_pause
         self.cursor.done = False
 
@@ -80,7 +87,7 @@ class RunStream(StreamHandle):
         self.cursor.done = False
         return self.client._events(self)
 
-    def events(self, offset: int | None = None, *, until_pause: bool = True) -> Iterator[Event]:
+    def events(self, offset: int | str | None = None, *, until_pause: bool = True) -> Iterator[Event]:
         """The events after ``offset`` (after ``last_offset`` when None), then live ones, until the run ends or
         pauses: what :meth:`agents_celery.runtime.RunStream.events` gives."""
         self._from(offset, until_pause)

@@ -21,7 +21,6 @@ Agno's spelling (``PENDING``, ``RUNNING``, ``PAUSED`` ...), because AgentOS clie
 from __future__ import annotations
 
 import hmac
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -40,6 +39,7 @@ from ..errors import (
     StateError,
     ValidationError,
 )
+from ..events import parse_position
 from ..runs import RunView, ToolCall
 from ..runtime import Runtime
 from ..storage.eventlog import LogInfo, check_offset
@@ -66,25 +66,22 @@ STATUS: tuple[tuple[type[AgentsCeleryError], int], ...] = (
     (RedisUnavailableError, 503),
 )
 
-_OFFSET = re.compile(r"^-?[0-9]{1,18}$")
-
 
 def status_of(exc: AgentsCeleryError) -> int:
     """The HTTP status of a library error (500 for one with no status of its own)."""
     return next((s for cls, s in STATUS if isinstance(exc, cls)), 500)
 
 
-def offset_param(value: str | None, name: str) -> int | None:
-    """An optional offset from a query parameter or header: ASCII digits only (no ``1_0``, no other scripts'
-    digits), -1 or more (BadRequestError otherwise)."""
+def position_param(value: str | None, name: str) -> tuple[int, str | None] | None:
+    """An optional position from a query parameter or header: an offset (ASCII digits only: no ``1_0``, no other
+    scripts' digits; -1 or more), optionally with the tag of the event read there (``140.1a2b3c4d``)."""
     if value is None or value == "":
         return None
-    if not _OFFSET.match(value):
-        raise BadRequestError(f"{name} must be an integer offset (-1 or more), got {value!r}")
     try:
-        return check_offset(int(value), name)
-    except ValidationError as exc:
-        raise BadRequestError(str(exc)) from None
+        offset, tag = parse_position(value)
+        return check_offset(offset, name), tag
+    except (ValueError, ValidationError):
+        raise BadRequestError(f"{name} must be an offset (-1 or more), or offset.tag, got {value!r}") from None
 
 
 class Headers(dict[str, str]):
@@ -286,10 +283,12 @@ class API:
         until = req.query.get("until", "pause" if fmt == "agui" else "end")
         if until not in ("pause", "end"):
             raise BadRequestError(f"until must be 'pause' or 'end', got {until!r}")
-        header = offset_param(req.headers.get("Last-Event-ID"), "Last-Event-ID")
-        after = header if header is not None else offset_param(req.query.get("after"), "after")
-        after = -1 if after is None else after
+        position = position_param(req.headers.get("Last-Event-ID"), "Last-Event-ID")
+        position = position or position_param(req.query.get("after"), "after")
+        after, tag = position or (-1, None)
         info = self._run(req, run_id, "read")
+        if tag is not None:
+            self.streams.log.verify(run_id, after, tag)  # 409 log_rewound: "your offset N is not ours"
         if after > info.last_offset and info.status != "ended":
             raise BadRequestError(f"after={after} is past the run's last offset {info.last_offset}")
         if after >= info.last_offset and (info.status == "ended" or (until == "pause" and info.status == "paused")):

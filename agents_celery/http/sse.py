@@ -22,7 +22,7 @@ from typing import Any, Literal
 import redis
 
 from ..errors import AgentsCeleryError
-from ..events import Event, WireJSON
+from ..events import Event, WireJSON, tag_of
 from ..storage.eventlog import AsyncEventLog, Entry, EventLog, Idle, LogInfo
 from . import agui as agui_mod
 from .agentos import AgentOSRenderer
@@ -37,12 +37,12 @@ MAX_BLOCK_MS = 1000
 Dialect = Literal["canonical", "agui", "agentos"]
 
 
-def frame(data: dict[str, Any], event: str | None = None, id: int | None = None) -> str:
+def frame(data: dict[str, Any], event: str | None = None, id: int | str | None = None) -> str:
     """One SSE frame; ``data`` is written as one line of compact JSON."""
     return raw_frame(json.dumps(data, separators=(",", ":"), ensure_ascii=False), event, id)
 
 
-def raw_frame(data: str, event: str | None = None, id: int | None = None) -> str:
+def raw_frame(data: str, event: str | None = None, id: int | str | None = None) -> str:
     """One SSE frame around ``data``, one line of JSON already serialised."""
     head = "" if id is None else f"id: {id}\n"
     if event:
@@ -86,11 +86,11 @@ class Renderer:
                     self.agui_started = True
                     renderer = agui_mod.AguiRenderer(self.info.run_id, ev.session_id)
                     out += [frame(e, e["type"]) for e in renderer.prelude(self.history, ev)]
-                out.append(frame(agui_mod.render(ev), ev.type.value, ev.offset))
+                out.append(frame(agui_mod.render(ev), ev.type.value, ev.position))
                 continue
             rendered = self.agentos.render(ev)
             if rendered is not None:
-                out.append(frame(rendered, rendered["event"], ev.offset))
+                out.append(frame(rendered, rendered["event"], ev.position))
             if self.mark is not None and ev.offset >= self.mark[0]:
                 out.append(frame(self.mark[1], self.mark[1]["event"]))
                 self.mark = None
@@ -98,7 +98,7 @@ class Renderer:
 
     def _canonical(self, entry: Entry) -> str:
         kind, data = self.wire(*entry)
-        return raw_frame(data, kind, entry[0])
+        return raw_frame(data, kind, f"{entry[0]}.{tag_of(entry[1])}")
 
 
 @dataclass

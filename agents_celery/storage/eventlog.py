@@ -21,8 +21,8 @@ from typing import Any, Literal
 import redis
 import redis.asyncio as aredis
 
-from ..errors import RedisUnavailableError, RunExpiredError, RunNotFoundError, ValidationError
-from ..events import Event, NewEvent
+from ..errors import LogRewoundError, RedisUnavailableError, RunExpiredError, RunNotFoundError, ValidationError
+from ..events import Event, NewEvent, tag_of
 from .connections import IdleCheck, ThreadClients, keeping_one, reconnect_if_closed
 from .keys import Keys
 from .scripts import refusal, register
@@ -84,6 +84,17 @@ def entries(raw: Iterable[Any]) -> list[Entry]:
         stored = fields.get(b"event") if b"event" in fields else fields.get("event")
         out.append((int(_text(entry_id).split("-", 1)[0]), _text(stored)))
     return out
+
+
+def _check_tag(run_id: str, offset: int, tag: str, found: list[Entry]) -> None:
+    if offset < 0 or (found and tag_of(found[0][1]) == tag):
+        return
+    raise LogRewoundError(
+        f"run {run_id!r}: the log no longer holds the event you read at offset {offset} (Redis lost writes and "
+        "the run went on from an earlier point); read the run again from the start",
+        run_id,
+        offset,
+    )
 
 
 # -- the one replay-then-tail loop ----------------------------------------------------------------------
@@ -332,6 +343,11 @@ class EventLog:
         raw: Any = self._redis.xrange(self._keys.run(run_id).events, min=f"{after + 1}-0", count=limit)
         return [info.event(e) for e in entries(raw)]
 
+    def verify(self, run_id: str, offset: int, tag: str) -> None:
+        """LogRewoundError unless the event at ``offset`` is still the one whose tag a reader saw."""
+        raw: Any = self._redis.xrange(self._keys.run(run_id).events, min=stream_id(offset), max=stream_id(offset))
+        _check_tag(run_id, offset, tag, entries(raw))
+
     def tail(
         self,
         run_id: str,
@@ -396,6 +412,12 @@ class AsyncEventLog:
         info = await self.info(run_id)
         raw: Any = await self._redis.xrange(self._keys.run(run_id).events, min=f"{after + 1}-0", count=limit)
         return [info.event(e) for e in entries(raw)]
+
+    async def verify(self, run_id: str, offset: int, tag: str) -> None:
+        """See :meth:`EventLog.verify`."""
+        key = self._keys.run(run_id).events
+        raw: Any = await self._redis.xrange(key, min=stream_id(offset), max=stream_id(offset))
+        _check_tag(run_id, offset, tag, entries(raw))
 
     async def tail(
         self,
