@@ -161,3 +161,71 @@ def test_sigterm_is_not_held_by_a_tool_that_never_returns(
     assert time.monotonic() - t0 < 3 + 5  # the soft-shutdown window (3 s) and some
     assert "step given back" in worker.output()
     assert runtime.get(stream.run_id).status == "running"  # not failed: another worker takes it
+
+
+# -- connections come back --------------------------------------------------------------------------------
+
+
+def _children(pid: int) -> list[int]:
+    import os
+
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    if int(fh.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(entry))
+            except OSError:
+                continue
+    return out
+
+
+def test_streams_dropped_abruptly_give_their_redis_connections_back(
+    worker_env: dict[str, str], runtime: Runtime, r: Any
+) -> None:
+    """100 SSE clients reset their connections mid-stream: the API process closes their Redis connections and
+    their file descriptors, instead of keeping them idle for good."""
+    import os
+    import socket
+    import struct
+
+    from agents_celery.events import make_event
+    from agents_celery.http.streams import CLIENT_NAME
+
+    from .api_support import ApiServer
+
+    def streams_open() -> int:
+        return sum(1 for c in r.client_list() if c.get("name") == CLIENT_NAME)
+
+    run_id = uuid.uuid4().hex
+    log = runtime.store.log
+    log.create(run_id, "s", "fake", [make_event(EventType.RUN_STARTED, thread_id="s", run_id=run_id)])
+    env = {**worker_env, "AGENTS_CELERY_KEEPALIVE_SECONDS": "0.3", "AGENTS_CELERY_IDLE_CLOSE_SECONDS": "1"}
+    server = ApiServer(env, gunicorn=True).wait_ready()
+    try:
+        (worker_pid,) = wait_for(lambda: _children(server.proc.pid), what="gunicorn's worker")
+        fds_before = len(os.listdir(f"/proc/{worker_pid}/fd"))
+        before = streams_open()
+        conns = []
+        for _ in range(100):
+            conn = socket.create_connection(("127.0.0.1", server.port), timeout=20)
+            conn.sendall(f"GET /runs/{run_id}/events HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            conns.append(conn)
+        for conn in conns:
+            got = b""
+            while b"RUN_STARTED" not in got:
+                got += conn.recv(4096)
+        assert streams_open() >= before + 100  # one connection per open stream
+        for conn in conns:  # gone without a word, as a closed laptop lid
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
+        wait_for(lambda: streams_open() <= before, timeout=20, what="the streams' Redis connections to close")
+        fds = wait_for(
+            lambda: (n := len(os.listdir(f"/proc/{worker_pid}/fd"))) <= fds_before + 5 and n,
+            timeout=20,
+            what="the worker's file descriptors to come back",
+        )
+        assert fds
+    finally:
+        server.stop()

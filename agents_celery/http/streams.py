@@ -10,10 +10,17 @@ of failing at once. Its socket timeout (:data:`SOCKET_TIMEOUT_SECONDS`) exceeds 
 
 from __future__ import annotations
 
+import logging
+import threading
+
 from ..runtime import Runtime
 from ..storage.connections import connect
 from ..storage.eventlog import EventLog
 
+log = logging.getLogger(__name__)
+
+#: Name of the stream connections in Redis's CLIENT LIST (how an operator counts them).
+CLIENT_NAME = "agents-celery-stream"
 #: Default size of the stream client's pool (and of the Runtime's pool, when it is smaller).
 MAX_CONNECTIONS = 2000
 #: Seconds a stream waits for a free connection when the pool is exhausted.
@@ -24,9 +31,15 @@ SOCKET_TIMEOUT_SECONDS = 10.0
 
 class Streams:
     """What a stream reads through: a Redis client with a blocking pool of ``max_connections``, and the
-    :class:`~agents_celery.storage.eventlog.EventLog` on it (log status checks go through the same connection)."""
+    :class:`~agents_celery.storage.eventlog.EventLog` on it (log status checks go through the same connection).
 
-    def __init__(self, runtime: Runtime, max_connections: int = MAX_CONNECTIONS) -> None:
+    Every ``idle_close_seconds`` it closes the connections nobody is using, in its own pool and the Runtime's
+    (``ConnectionPool.disconnect(inuse_connections=False)``): a burst of a thousand requests would otherwise
+    leave a thousand idle connections, and their file descriptors, for the life of the process. A closed
+    connection connects again when it is next used.
+    """
+
+    def __init__(self, runtime: Runtime, max_connections: int = MAX_CONNECTIONS, idle_close_seconds: float = 30.0):
         self.redis = connect(
             runtime.settings.redis_url,
             blocking_pool=True,
@@ -35,6 +48,7 @@ class Streams:
             socket_connect_timeout=2,
             socket_timeout=SOCKET_TIMEOUT_SECONDS,
             health_check_interval=30,
+            client_name=CLIENT_NAME,
         )
         self.keys = runtime.store.keys
         self.log = EventLog(
@@ -45,8 +59,23 @@ class Streams:
             idle_check=runtime.store.idle_check,
         )
         self.max_connections = max_connections
+        self._pools = [self.redis.connection_pool, runtime.redis.connection_pool]
+        self._closed = threading.Event()
+        self._reaper = threading.Thread(
+            target=self._close_idle, args=(idle_close_seconds,), name="agents-celery-idle-close", daemon=True
+        )
+        self._reaper.start()
+
+    def _close_idle(self, every: float) -> None:
+        while not self._closed.wait(every):
+            for pool in self._pools:
+                try:
+                    pool.disconnect(inuse_connections=False)
+                except Exception as exc:  # never let the reaper die of a blip
+                    log.debug("closing idle Redis connections failed: %s", exc)
 
     def close(self) -> None:
+        self._closed.set()
         self.redis.close()
 
 

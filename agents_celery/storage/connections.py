@@ -63,6 +63,16 @@ def keeping_one(client: redis.Redis) -> redis.Redis:
     return own
 
 
+def let_go(client: redis.Redis) -> None:
+    """End a :func:`keeping_one` client whose reader is done (a stream whose client went away, or ended): its
+    connection is closed, not kept idle in the pool. A process that served a thousand streams would otherwise
+    keep a thousand idle connections (and file descriptors) for good; opening one per stream costs one connect."""
+    conn = client.connection
+    if conn is not None:
+        conn.disconnect()  # type: ignore[no-untyped-call]
+    client.close()  # gives the (closed) connection back to the pool, which reconnects it if it is ever reused
+
+
 def reconnect_if_closed(client: redis.Redis) -> None:
     """Disconnect the kept connection if Redis closed it while it sat idle (a restart, CLIENT KILL, an idle
     timeout), so the next command connects again instead of failing. An idle connection has nothing to read;

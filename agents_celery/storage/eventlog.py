@@ -23,7 +23,7 @@ import redis.asyncio as aredis
 
 from ..errors import LogRewoundError, RedisUnavailableError, RunExpiredError, RunNotFoundError, ValidationError
 from ..events import Event, NewEvent, tag_of
-from .connections import IdleCheck, ThreadClients, keeping_one, reconnect_if_closed
+from .connections import IdleCheck, ThreadClients, keeping_one, let_go, reconnect_if_closed
 from .keys import Keys
 from .scripts import refusal, register
 
@@ -373,7 +373,7 @@ class EventLog:
                 plan, client, self._keys.run(run_id).events, lambda: self.info(run_id, client), self._idle_check
             )
         finally:
-            client.close()
+            let_go(client)  # closed, not left idle in the pool
 
     def events(
         self, run_id: str, after: int = -1, *, until_pause: bool = False, block_ms: int = 1000

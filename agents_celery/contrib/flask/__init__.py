@@ -72,7 +72,8 @@ def init_app(
     app.config.setdefault("AGENTS_CELERY_BLOCK_SECONDS", 600.0)
     app.config.setdefault("AGENTS_CELERY_API_REDIS_MAX_CONNECTIONS", MAX_CONNECTIONS)
     size = int(app.config["AGENTS_CELERY_API_REDIS_MAX_CONNECTIONS"])
-    streams = Streams(rt, size)
+    app.config.setdefault("AGENTS_CELERY_IDLE_CLOSE_SECONDS", 30.0)
+    streams = Streams(rt, size, float(app.config["AGENTS_CELERY_IDLE_CLOSE_SECONDS"]))
     widen_pool(rt, size)
     app.extensions[PROTOCOL] = API(
         rt,
@@ -100,7 +101,7 @@ def create_app(runtime: Runtime | None = None, settings: Settings | None = None)
     """A standalone Flask app serving the API at the root, with JSON answers for unknown routes too."""
     app = Flask("agents_celery")
     app.json.sort_keys = False  # type: ignore[attr-defined]
-    for name in ("AGENTS_CELERY_KEEPALIVE_SECONDS", "AGENTS_CELERY_BLOCK_SECONDS"):
+    for name in ("AGENTS_CELERY_KEEPALIVE_SECONDS", "AGENTS_CELERY_BLOCK_SECONDS", "AGENTS_CELERY_IDLE_CLOSE_SECONDS"):
         if os.environ.get(name):
             app.config[name] = float(os.environ[name])
     pool_size = os.environ.get("AGENTS_CELERY_API_REDIS_MAX_CONNECTIONS")
