@@ -141,3 +141,22 @@ def test_thirty_concurrent_retries_of_one_key_get_one_run(api: ApiServer, script
     run_id = answers[0].json()["run_id"]
     done = wait_for(lambda: httpx.get(f"{api.url}/runs/{run_id}").json()["status"] == "completed", timeout=30)
     assert done
+
+
+def test_a_refused_call_does_not_poison_its_key(client: httpx.Client, script: Any) -> None:
+    """A first attempt refused with 409 (its session is busy) created nothing: a retry with the same key starts
+    the run once the session is free, and retries after that get that run."""
+    script(ScriptedTurn("", [ScriptedToolCall("delete_file", {"path": "/tmp/poison"})]), "Done.")
+    session = f"s-{uuid.uuid4().hex[:6]}"
+    busy = client.post("/agents/fake/runs", data={"message": "hold", "stream": "false", "session_id": session})
+    assert busy.json()["status"] == "PAUSED"  # the session's run waits for a human
+    key, form = uuid.uuid4().hex, {"message": "next", "stream": "false", "background": "true", "session_id": session}
+    refused = client.post("/agents/fake/runs", data=form, headers={"Idempotency-Key": key})
+    assert refused.status_code == 409 and refused.json()["code"] == "session_busy"
+    assert client.post("/agents/fake/runs", data=form, headers={"Idempotency-Key": key}).status_code == 409
+    client.post(f"/agents/fake/runs/{busy.json()['run_id']}/cancel")
+    wait_for(lambda: client.get(f"/runs/{busy.json()['run_id']}").json()["status"] == "cancelled", what="cancel")
+    script("Fine.")
+    first = client.post("/agents/fake/runs", data=form, headers={"Idempotency-Key": key})
+    again = client.post("/agents/fake/runs", data=form, headers={"Idempotency-Key": key})
+    assert first.status_code == again.status_code == 202 and first.json()["run_id"] == again.json()["run_id"]
