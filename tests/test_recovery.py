@@ -362,14 +362,18 @@ def test_soak_runs_survive_a_worker_killed_every_few_seconds(
 
 def test_kill_with_rabbitmq_broker(key_prefix: str, fake_openai: Any, fast_settings: Any, r: redis.Redis) -> None:
     amqp = os.environ.get("AGENTS_CELERY_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
-    c = Cluster(key_prefix, fake_openai.url, broker_url=amqp)
-    runtime = Runtime(settings=fast_settings.model_copy(update={"queue": c.queue, "broker_url": amqp}))
+    # A key prefix of its own: the session's worker (Redis broker) sweeps its prefix's runs and would re-send
+    # this one to the Redis broker, where nobody listens. One prefix, one broker (docs/operations.md).
+    prefix = f"{key_prefix}-amqp"
+    c = Cluster(prefix, fake_openai.url, broker_url=amqp)
+    update = {"queue": c.queue, "broker_url": amqp, "key_prefix": prefix}
+    runtime = Runtime(settings=fast_settings.model_copy(update=update))
     try:
         c.start(2)
         fake_openai.responder = ScriptResponder([LONG_TEXT], token_delay=0.02)
         stream = runtime.stream("fake", "talk over amqp")
         wait_event(runtime, stream.id, lambda e: e.type is EventType.TEXT_MESSAGE_CONTENT and e.offset > 10)
-        c.by_pid(worker_of(r, key_prefix, stream.id)).kill()
+        c.by_pid(worker_of(r, prefix, stream.id)).kill()
         events = all_events(runtime, stream.id)
         assert_invariants(events)
         assert runtime.get(stream.id).status == "completed" and last_message_text(events) == LONG_TEXT
