@@ -25,7 +25,9 @@ from .errors import (
     PayloadTooLargeError,
     RedisUnavailableError,
     RunBusyError,
+    RunExpiredError,
     RunFinishedError,
+    RunNotFoundError,
     RunNotPausedError,
     RunTimeoutError,
     SessionBusyError,
@@ -242,7 +244,7 @@ class Runtime:
                 if existing is None:
                     raise
                 return existing
-            self.store.watch(run_id, self.settings.enqueue_grace_seconds)
+            self.store.created(run_id, now, self.settings.enqueue_grace_seconds)
             self._send(run_id, 0, state.agent_id, queue, task_id=first_task)
         except redis.ConnectionError as exc:
             raise RedisUnavailableError(f"Redis does not answer at {self.settings.redis_url}: {exc}") from exc
@@ -283,6 +285,16 @@ class Runtime:
         """Send a step of an existing run (a continue), to its queue and in its chain of tasks."""
         queue, root, parent = self.store.run_fields(run_id, "queue", "root_task", "last_task")
         self._send(run_id, step, agent_id, queue or self.settings.queue, root_id=root, parent_id=parent)
+
+    def recent(self, limit: int = 50) -> list[RunView]:
+        """The newest runs, newest first (runs past their retention are left out)."""
+        views = []
+        for run_id in self.store.recent(limit):
+            try:
+                views.append(self.get(run_id))
+            except (RunNotFoundError, RunExpiredError):
+                continue
+        return views
 
     def get_stream(self, run_id: str) -> RunStream:
         """A stream handle for an existing run (RunNotFoundError / RunExpiredError otherwise)."""

@@ -17,6 +17,17 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigurationError
 
+#: Keys of a host's settings dict that the web front ends read themselves (not :class:`Settings` fields).
+FRONT_END_KEYS = frozenset(
+    {
+        "ALLOW_ANONYMOUS",
+        "AUTHORIZE",
+        "KEEPALIVE_SECONDS",
+        "BLOCK_SECONDS",
+        "API_REDIS_MAX_CONNECTIONS",
+        "IDLE_CLOSE_SECONDS",
+    }
+)
 SENTINEL_SCHEMES = {"redis+sentinel", "sentinel"}
 _REDIS_SCHEMES = {"redis", "rediss", "unix", "redis+socket", "redis+sentinel", "sentinel"}
 
@@ -160,7 +171,7 @@ def settings_from(host: Mapping[str, Any] | None, source: str, **overrides: Any)
         ConfigurationError: a value is invalid; the message names where it came from (the key in the host's
             configuration, or the environment variable) and what is wrong.
     """
-    given = {str(k).lower(): v for k, v in (host or {}).items()}
+    given = {str(k).lower(): v for k, v in (host or {}).items() if str(k).upper() not in FRONT_END_KEYS}
     unknown = sorted(set(given) - set(Settings.model_fields))
     if unknown:
         known = ", ".join(sorted(Settings.model_fields))

@@ -8,6 +8,8 @@ One API process: gunicorn, ``--worker-class gevent --workers 1 --worker-connecti
   the final event, and RSS growth of the API worker per subscriber.
 - End to end: streamed runs (``POST /agents/streamer/runs``, stream) per second against a local FakeOpenAIServer
   at 0 ms per token, one worker (threads, concurrency 1), 4 concurrent clients. Informational (no floor).
+- Django under ASGI: the same 1,000 subscribers against the example Django project served by one uvicorn
+  process (``examples.django_app.asgi``, the app ``agents_celery.contrib.django`` under ``/ai/``, API key).
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ import importlib.util
 import selectors
 import socket
 import sys
+import tempfile
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from agents_celery.events import EventType, make_event
@@ -46,13 +50,18 @@ def start_api(prefix: str, queue: str, connections: int = 2000) -> tuple[Proc, i
         "--backlog", "2048", "--log-level", "warning",
     ]  # fmt: skip
     proc = Proc(cmd, bench_env(prefix, queue), f"{prefix}-api")
+    wait_up(proc, f"http://127.0.0.1:{port}/health")
+    return proc, port
+
+
+def wait_up(proc: Proc, url: str, headers: dict[str, str] | None = None) -> None:
     import httpx
 
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code < 500:
-                return proc, port
+            if httpx.get(url, headers=headers, timeout=2).status_code < 500:
+                return
         except httpx.HTTPError:
             time.sleep(0.1)
         if proc.proc.poll() is not None:
@@ -60,11 +69,26 @@ def start_api(prefix: str, queue: str, connections: int = 2000) -> tuple[Proc, i
     raise RuntimeError(f"API not up:\n{proc.output()}")
 
 
+def start_asgi_api(prefix: str, queue: str, api_key: str, db: str) -> tuple[Proc, int]:
+    """One uvicorn process serving the example Django project (``/ai/`` is agents-celery) on a free port."""
+    port = free_port()
+    cmd = [
+        sys.executable, "-m", "uvicorn", "examples.django_app.asgi:application", "--host", "127.0.0.1",
+        "--port", str(port), "--backlog", "2048", "--log-level", "warning", "--no-access-log",
+    ]  # fmt: skip
+    env = bench_env(prefix, queue, {"AGENTS_CELERY_API_KEY": api_key, "DJANGO_DB": db})
+    proc = Proc(cmd, env, f"{prefix}-asgi")
+    wait_up(proc, f"http://127.0.0.1:{port}/ai/health", {"Authorization": f"Bearer {api_key}"})
+    return proc, port
+
+
 def api_rss(proc: Proc) -> int:
+    """RSS of the API's processes: gunicorn's workers, or the process itself when it has none (uvicorn)."""
     import psutil
 
     parent = psutil.Process(proc.pid)
-    return sum(p.memory_info().rss for p in parent.children(recursive=True))
+    children = parent.children(recursive=True)
+    return sum(p.memory_info().rss for p in children or [parent])
 
 
 def make_log(log_: EventLog, leases: Leases, events: int, end: bool) -> tuple[str, str]:
@@ -101,11 +125,16 @@ def sse_replay(port: int, run_id: str) -> int:
     return frames
 
 
-def subscribers(port: int, run_id: str, count: int, publish: Any, timeout: float = 60) -> tuple[int, int]:
+def subscribers(
+    port: int, run_id: str, count: int, publish: Any, timeout: float = 60, base: str = "", api_key: str = ""
+) -> tuple[int, int]:
     """Open ``count`` SSE connections, call ``publish()`` once every one got its first event; return
     (subscribed, got the final event)."""
     sel = selectors.DefaultSelector()
-    request = f"GET /runs/{run_id}/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n".encode()
+    auth = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
+    request = (
+        f"GET {base}/runs/{run_id}/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n{auth}\r\n"
+    ).encode()
     buffers: dict[socket.socket, bytearray] = {}
     for _ in range(count):
         conn = socket.create_connection(("127.0.0.1", port), timeout=30)
@@ -179,6 +208,27 @@ def e2e_runs(port: int, runs: int, clients: int) -> float:
     return done / elapsed
 
 
+def fan_out(
+    api: Proc, port: int, log_: EventLog, leases: Leases, subs: int, timeout: float, base: str = "", key: str = ""
+) -> tuple[int, int, float | None]:
+    """``subs`` subscribers of one live run, which then gets 10 events and ends: (subscribed, got the final
+    event, API memory per subscriber in bytes)."""
+    live_id, token = make_log(log_, leases, 0, end=False)
+    before = api_rss(api)
+    rss_during: list[int] = []
+
+    def publish() -> None:
+        rss_during.append(api_rss(api))
+        content = make_event(EventType.TEXT_MESSAGE_CONTENT, message_id="msg_bench", delta="hi ")
+        log_.append(live_id, [content] * 10, token)
+        finish(log_, live_id, token)
+
+    subscribed, got_final = subscribers(port, live_id, subs, publish, timeout, base, key)
+    log(f"sse: {subscribed} subscribed, {got_final} got the final event")
+    per_sub = (rss_during[0] - before) / max(subscribed, 1) if rss_during else None
+    return subscribed, got_final, per_sub
+
+
 def run(quick: bool) -> list[Row]:
     if importlib.util.find_spec("agents_celery.contrib.flask") is None:
         print("skipped: API not present", file=sys.stderr)
@@ -188,7 +238,7 @@ def run(quick: bool) -> list[Row]:
     subs = 1000
     repeats = 2 if quick else 3
     e2e = 40 if quick else 100
-    with prefixed("sse") as prefix:
+    with prefixed("sse") as prefix, tempfile.TemporaryDirectory() as tmp:
         queue = f"{prefix}-agents"
         r = client()
         keys = Keys(prefix)
@@ -214,20 +264,12 @@ def run(quick: bool) -> list[Row]:
             log(f"sse: {e2e} end-to-end streamed runs")
             e2e_runs(port, 4, 4)  # warm-up
             runs_per_s = e2e_runs(port, e2e, 4)
-            log(f"sse: {subs} concurrent subscribers")
-            live_id, token = make_log(log_, leases, 0, end=False)
-            before = api_rss(api)
-            rss_during: list[int] = []
-
-            def publish() -> None:
-                rss_during.append(api_rss(api))
-                content = make_event(EventType.TEXT_MESSAGE_CONTENT, message_id="msg_bench", delta="hi ")
-                log_.append(live_id, [content] * 10, token)
-                finish(log_, live_id, token)
-
-            subscribed, got_final = subscribers(port, live_id, subs, publish, timeout=25 if quick else 40)
-            log(f"sse: {subscribed} subscribed, {got_final} got the final event")
-            per_sub = (rss_during[0] - before) / max(subscribed, 1) if rss_during else None
+            log(f"sse: {subs} concurrent subscribers (gunicorn gevent, Flask)")
+            subscribed, got_final, per_sub = fan_out(api, port, log_, leases, subs, 25 if quick else 40)
+            api.stop()
+            log(f"sse: {subs} concurrent subscribers (uvicorn, Django ASGI)")
+            api, port = start_asgi_api(prefix, queue, "bench-key", str(Path(tmp) / "db.sqlite3"))
+            asgi = fan_out(api, port, log_, leases, subs, 25 if quick else 40, "/ai", "bench-key")
         finally:
             api.stop()
             worker.stop()
@@ -239,6 +281,9 @@ def run(quick: bool) -> list[Row]:
         Row(f"SSE subscribers getting the final event (of {subs})", float(got_final), "subs",
             "subscribers connected", float(subscribed), ">=", None, float(subs)),
         Row("API memory per SSE subscriber", per_sub / 1024 if per_sub is not None else None, "KiB"),
+        Row(f"Django ASGI subscribers getting the final event (of {subs})", float(asgi[1]), "subs",
+            "subscribers connected", float(asgi[0]), ">=", None, float(subs)),
+        Row("Django ASGI memory per SSE subscriber", asgi[2] / 1024 if asgi[2] is not None else None, "KiB"),
         Row("end-to-end streamed runs via API (0 ms/token)", runs_per_s, "runs/s"),
     ]  # fmt: skip
 

@@ -20,6 +20,17 @@ from agents_celery.cli.processes import stop_process
 from .cluster import ROOT
 
 
+def django_env(env: dict[str, str], db: str | None = None) -> dict[str, str]:
+    """``env`` for the Django example project: its settings, a SQLite file of its own, anonymous callers allowed
+    unless ``env`` says otherwise (the shared contract tests call as anonymous clients)."""
+    return {
+        "DJANGO_SETTINGS_MODULE": "examples.django_app.settings",
+        "DJANGO_DB": db or tempfile.mkstemp(prefix="agents-django-", suffix=".sqlite3")[1],
+        "AGENTS_CELERY_ALLOW_ANONYMOUS": "1",
+        **env,
+    }
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -28,14 +39,23 @@ def free_port() -> int:
 
 
 class ApiServer:
-    """``agents-celery api`` in its own process, on a free port, its output in a temp file."""
+    """An API server in its own process, on a free port, its output in a temp file: ``agents-celery api``
+    (Flask's server), gunicorn (``gunicorn=True``), or the Django example project under uvicorn (``django=True``,
+    the reusable app mounted at ``/ai``: ``url`` includes it)."""
 
-    def __init__(self, env: dict[str, str], gunicorn: bool = False) -> None:
+    def __init__(self, env: dict[str, str], gunicorn: bool = False, django: bool = False) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = Path(tempfile.mkstemp(prefix="api-", suffix=".log")[1])
         self._out = self.log.open("wb")
         cmd = [sys.executable, "-m", "agents_celery.cli", "api", "--host", "127.0.0.1", "--port", str(self.port)]
+        if django:
+            env = django_env(env)
+            migrate = [sys.executable, "-m", "django", "migrate", "--noinput"]
+            subprocess.run(migrate, env=env, cwd=ROOT, check=True, capture_output=True, timeout=120)
+            cmd = [sys.executable, "-m", "uvicorn", "examples.django_app.asgi:application", "--host", "127.0.0.1"]
+            cmd += ["--port", str(self.port), "--no-access-log", "--lifespan", "off"]
+            self.url += "/ai"
         if gunicorn:  # the production command documented in agents_celery/api/serve.py
             cmd = [
                 sys.executable,

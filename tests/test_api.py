@@ -34,9 +34,12 @@ LONG_TEXT = " ".join(f"word{i}" for i in range(60))
 AGUI_EVENT: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(agui.Event)
 
 
-@pytest.fixture(scope="module")
-def api(worker: Any, worker_env: dict[str, str]) -> Iterator[ApiServer]:
-    server = ApiServer({**worker_env, "AGENTS_CELERY_KEEPALIVE_SECONDS": "0.3"}).wait_ready()
+@pytest.fixture(scope="module", params=["flask", "django"])
+def api(request: pytest.FixtureRequest, worker: Any, worker_env: dict[str, str]) -> Iterator[ApiServer]:
+    """The API, served by the Flask app and by the Django app (under uvicorn, ASGI): every test using it is the
+    shared HTTP contract, run against both front ends."""
+    env = {**worker_env, "AGENTS_CELERY_KEEPALIVE_SECONDS": "0.3"}
+    server = ApiServer(env, django=request.param == "django").wait_ready()
     yield server
     server.stop()
 
@@ -268,7 +271,8 @@ def test_background_and_idempotency_key(client: httpx.Client, script: Any) -> No
     assert first.json()["status"] in ("queued", "running", "completed")  # the library's spelling, as /runs has it
     assert first.json()["run_id"] == again.json()["run_id"]
     run_id = first.json()["run_id"]
-    assert first.headers["Location"] == f"/runs/{run_id}"
+    location = first.headers["Location"]  # under the front end's prefix (/ai for the Django project)
+    assert location.endswith(f"/runs/{run_id}") and client.base_url.path.rstrip("/") + f"/runs/{run_id}" == location
     wait_status(client, run_id, "completed")
     other = client.post("/agents/fake/runs", data={**form, "message": "twice"}, headers={"Idempotency-Key": key})
     assert other.status_code == 422 and other.json()["code"] == "idempotency_key_reused"
@@ -424,10 +428,10 @@ def test_gunicorn_gevent_serves_streams(worker: Any, worker_env: dict[str, str],
         server.stop()
 
 
-def test_gevent_holds_more_streams_than_a_default_redis_pool(worker_env: dict[str, str], runtime: Any) -> None:
-    """150 concurrent subscribers of one live run (redis-py's default pool stops at 100): all get every event."""
-    import gevent  # noqa: F401
-
+@pytest.mark.parametrize("front", ["gunicorn", "django"])
+def test_more_streams_than_a_default_redis_pool(worker_env: dict[str, str], runtime: Any, front: str) -> None:
+    """150 concurrent subscribers of one live run (redis-py's default pools stop at 100), on gunicorn's gevent
+    worker and on the Django app under uvicorn (asyncio Redis client): all get every event."""
     from agents_celery.events import EventType, make_event
 
     subs = 150
@@ -435,10 +439,12 @@ def test_gevent_holds_more_streams_than_a_default_redis_pool(worker_env: dict[st
     log = runtime.store.log
     log.create(run_id, "s", "fake", [make_event(EventType.RUN_STARTED, thread_id="s", run_id=run_id)])
     token = runtime.leases.acquire(run_id, 60_000)
-    server = ApiServer({**worker_env, "AGENTS_CELERY_KEEPALIVE_SECONDS": "0.3"}, gunicorn=True).wait_ready()
+    env = {**worker_env, "AGENTS_CELERY_KEEPALIVE_SECONDS": "0.3", "AGENTS_CELERY_API_KEY": "k"}
+    server = ApiServer(env, gunicorn=front == "gunicorn", django=front == "django").wait_ready()
     conns: list[socket.socket] = []
     try:
-        request = f"GET /runs/{run_id}/events HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+        base = "/ai" if front == "django" else ""
+        request = f"GET {base}/runs/{run_id}/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n\r\n".encode()
         for _ in range(subs):
             conn = socket.create_connection(("127.0.0.1", server.port), timeout=20)
             conn.sendall(request)

@@ -112,3 +112,11 @@ def test_a_plain_install_resolves_without_flask_django_or_rich(tmp_path: object)
         names = {item["metadata"]["name"].lower() for item in json.load(fh)["install"]}
     assert {"celery", "kombu", "redis", "openai", "pydantic"} <= names
     assert not names & {"flask", "werkzeug", "django", "rich", "gunicorn", "gevent", "flower"}, sorted(names)
+
+
+def test_the_django_app_needs_no_flask() -> None:
+    code = (
+        "import os\nos.environ['DJANGO_SETTINGS_MODULE'] = 'examples.django_app.settings'\nimport django\n"
+        "django.setup()\nimport agents_celery.contrib.django.urls, agents_celery.contrib.django.views"
+    )
+    assert loaded_after(code, without=("flask", "werkzeug")) & {"flask", "werkzeug"} == set()

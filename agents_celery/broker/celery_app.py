@@ -15,6 +15,8 @@ the ``CELERY`` namespace), the environment (``AGENTS_CELERY_*``), the defaults.
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -46,11 +48,30 @@ __all__ = [
 
 
 def settings_for(app: Celery) -> Settings:
-    """The settings of ``app``: its ``agents_celery`` setting over the environment over the defaults."""
+    """The settings of ``app``: its ``agents_celery`` setting, else Django's ``AGENTS_CELERY`` (in a Django
+    project), over the environment, over the defaults."""
     host = app.conf.get(HOST_SETTING)
     if host is not None and not isinstance(host, Mapping):
         raise ConfigurationError(f"app.conf.{HOST_SETTING} must be a dict of settings, got {type(host).__name__}")
-    return settings_from(host, f"app.conf.{HOST_SETTING}")
+    if host is not None:
+        return settings_from(host, f"app.conf.{HOST_SETTING}")
+    django = _django_settings()
+    if django is not None:
+        return settings_from(django, "settings.AGENTS_CELERY")
+    return settings_from(None, "")
+
+
+def _django_settings() -> Mapping[str, Any] | None:
+    """Django's ``AGENTS_CELERY`` dict, when this process runs a Django project (its settings module is set,
+    and ``django.conf`` is loaded, as ``app.config_from_object("django.conf:settings")`` does)."""
+    conf = sys.modules.get("django.conf")
+    settings = getattr(conf, "settings", None)
+    if settings is None or not (os.environ.get("DJANGO_SETTINGS_MODULE") or getattr(settings, "configured", False)):
+        return None
+    value = getattr(settings, "AGENTS_CELERY", None)
+    if value is not None and not isinstance(value, Mapping):
+        raise ConfigurationError(f"settings.AGENTS_CELERY must be a dict, got {type(value).__name__}")
+    return value
 
 
 def worker_settings(settings: Settings) -> dict[str, Any]:

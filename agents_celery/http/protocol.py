@@ -107,6 +107,9 @@ class Request:
     user_id: str | None = None
     #: The URL of ``GET /runs/<run_id>`` under the front end's prefix (for ``Location`` headers).
     run_url: Callable[[str], str] = lambda run_id: f"/runs/{run_id}"
+    #: This request's own access rule, when the front end decides per request (Django: the user, staff, the
+    #: API key); None: the API's.
+    authorize: Authorize | None = None
 
 
 @dataclass
@@ -170,7 +173,8 @@ class API:
         raise AuthenticationError("send 'Authorization: Bearer <key>' with the API key (AGENTS_CELERY_API_KEY)")
 
     def _allow(self, req: Request, action: Action, run: RunView | None = None, agent_id: str | None = None) -> None:
-        if self.authorize is None or self.authorize(action, req.user_id, run, agent_id):
+        rule = req.authorize or self.authorize
+        if rule is None or rule(action, req.user_id, run, agent_id):
             return
         if run is not None:  # do not reveal that the run exists
             raise RunNotFoundError(f"run {run.run_id!r} does not exist")
@@ -184,7 +188,7 @@ class API:
         info = self.runtime.store.log.info(run_id)
         if agent_id is not None and info.agent_id != agent_id:
             raise RunNotFoundError(f"agent {agent_id!r} has no run {run_id!r}")
-        if self.authorize is not None:  # the hook decides on the run as it stands
+        if req.authorize is not None or self.authorize is not None:  # the rule decides on the run as it stands
             self._allow(req, action, self.runtime.get(run_id), info.agent_id)
         return info
 

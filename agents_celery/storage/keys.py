@@ -38,6 +38,9 @@ Per session (``<p>:session:{<sid>}...``):
 Global:
 
 - ``<p>:agents`` *hash* — agent name -> manifest JSON published by workers at start-up. No TTL.
+- ``<p>:runs`` *sorted set* — run id -> creation time (ms), every run, newest last: what lists recent runs
+  (the Django admin page). Written with the run's first sweeper entry (same round trip); entries older than
+  retention + tombstone are trimmed at each write.
 - ``<p>:live`` *sorted set* — run id -> deadline (ms). The sweeper re-enqueues runs past their deadline
   whose lease is free. Members leave when the run pauses or ends.
 - ``<p>:sweeper`` *string* — lock so one sweeper runs per interval across workers. ``PX interval``.
@@ -96,6 +99,10 @@ class Keys:
     @property
     def agents(self) -> str:
         return f"{self.prefix}:agents"
+
+    @property
+    def runs(self) -> str:
+        return f"{self.prefix}:runs"
 
     @property
     def live(self) -> str:

@@ -406,6 +406,20 @@ class RunStore:
         deadline = int((time.time() + in_seconds) * 1000)
         self.redis.zadd(self.keys.live, {run_id: deadline})
 
+    def created(self, run_id: str, created_ms: int, in_seconds: float) -> None:
+        """A new run: the sweeper looks at it after ``in_seconds``, and it joins the index of runs (one round
+        trip; the index forgets runs older than retention + tombstone)."""
+        horizon = created_ms - self.settings.retention_ms - self.settings.tombstone_ms
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zadd(self.keys.live, {run_id: int((time.time() + in_seconds) * 1000)})
+            pipe.zadd(self.keys.runs, {run_id: created_ms})
+            pipe.zremrangebyscore(self.keys.runs, 0, horizon)
+            pipe.execute()
+
+    def recent(self, limit: int = 50) -> list[str]:
+        """The ids of the newest runs, newest first (those still within retention + tombstone)."""
+        return [_text(r) for r in self.redis.zrevrange(self.keys.runs, 0, max(0, limit - 1))]
+
     def unwatch(self, run_id: str) -> None:
         self.redis.zrem(self.keys.live, run_id)
 

@@ -1,12 +1,15 @@
-"""A minimal Django project with Celery that starts agent runs from a view and streams them as SSE.
+"""A small Django project using the reusable app ``agents_celery.contrib.django`` (Django's usual layout).
 
-The Celery app (``celery.py``) is the usual Django one, configured for agents-celery with one call. Run it::
+::
 
-    export DJANGO_SETTINGS_MODULE=examples.django_app.settings AGENTS_CELERY_AGENTS=examples.agents
-    celery -A examples.django_app worker -Q agents,celery --pool threads
-    python -m django runserver --noreload
+    export DJANGO_SETTINGS_MODULE=examples.django_app.settings
+    python -m django migrate
+    celery -A examples.django_app worker -Q agents,celery -P threads       # or: agents-celery worker ...
+    uvicorn examples.django_app.asgi:application --port 8000               # ASGI: streams hold no thread
 
-then ``curl -N -X POST localhost:8000/runs/assistant -d message='What time is it?'``.
+then ``curl -N -X POST localhost:8000/ai/agents/assistant/runs -H 'Authorization: Bearer <key>' -d
+message='What time is it?'`` (set ``AGENTS_CELERY_API_KEY``), or log in at ``/admin/`` and call the API from
+the browser (with the CSRF token), or set ``AGENTS_CELERY_ALLOW_ANONYMOUS=1``.
 """
 
 from __future__ import annotations

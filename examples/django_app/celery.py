@@ -1,4 +1,8 @@
-"""The project's Celery app (Django's usual ``proj/celery.py``), plus ``configure(app)`` for agents-celery."""
+"""The project's Celery app, as Django and Celery document it, joined by agents-celery with one call.
+
+``configure(app)`` reads ``AGENTS_CELERY`` from the Django settings (then the environment); it changes nothing
+the project's own tasks see.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import os
 
 from celery import Celery
 
-from agents_celery import configure
+import agents_celery
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "examples.django_app.settings")
 
@@ -14,5 +18,4 @@ app = Celery("django_app")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
-#: The agents-celery extension: settings from the environment, agents from AGENTS_CELERY_AGENTS.
-agents = configure(app)
+agents = agents_celery.configure(app)

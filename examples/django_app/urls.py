@@ -1,13 +1,11 @@
-"""URLs of the example project."""
+"""URLs of the example project: the admin, and agents-celery's API under /ai/."""
 
 from __future__ import annotations
 
-from django.urls import path
-
-from . import views
+from django.contrib import admin
+from django.urls import include, path
 
 urlpatterns = [
-    path("runs/<str:agent_id>", views.start_run),
-    path("run/<str:run_id>", views.run_state),
-    path("run/<str:run_id>/events", views.run_events),
+    path("admin/", admin.site.urls),
+    path("ai/", include("agents_celery.contrib.django.urls")),
 ]

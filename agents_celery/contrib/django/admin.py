@@ -1,0 +1,34 @@
+"""A read-only admin page of recent runs, read from Redis (``<prefix>admin/runs/``, staff only).
+
+It lists the newest runs (status, agent, user, last offset, pending approvals) with a link to each run's
+events; nothing can be changed from it. It is a view of this app's URLs rather than a model admin: runs live
+in Redis, not in your database.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import user_passes_test
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from .apps import config
+
+
+@user_passes_test(lambda user: user.is_active and user.is_staff)  # type: ignore[untyped-decorator]
+def recent_runs(request: HttpRequest) -> HttpResponse:
+    limit = max(1, min(500, int(request.GET.get("limit", "50") or 50)))
+    runs = config().api.runtime.recent(limit)
+    prefix = request.path.removesuffix("admin/runs/")
+    rows = [
+        {
+            "run": run,
+            "events": f"{prefix}runs/{run.run_id}/events",
+            "pending": ", ".join(f"{c.name}({c.arguments})" for c in run.pending) if run.status == "paused" else "",
+        }
+        for run in runs
+    ]
+    return render(
+        request,
+        "agents_celery/runs.html",
+        {"rows": rows, "limit": limit, "title": "Recent agent runs", "site_header": "agents-celery"},
+    )

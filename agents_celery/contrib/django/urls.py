@@ -1,0 +1,25 @@
+"""The app's URLs: ``path("ai/", include("agents_celery.contrib.django.urls"))`` (any prefix)."""
+
+from __future__ import annotations
+
+from django.urls import path, re_path
+
+from . import admin, views
+
+app_name = "agents_celery"
+
+urlpatterns = [
+    path("health", views.health, name="health"),
+    path("openapi.json", views.openapi, name="openapi"),
+    path("agents", views.list_agents, name="agents"),
+    path("agents/<str:agent_id>", views.get_agent, name="agent"),
+    path("agents/<str:agent_id>/runs", views.create_run, name="create_run"),
+    path("agents/<str:agent_id>/runs/<str:run_id>/continue", views.continue_run, name="continue_run"),
+    path("agents/<str:agent_id>/runs/<str:run_id>/resume", views.resume_run, name="resume_run"),
+    path("agents/<str:agent_id>/runs/<str:run_id>/cancel", views.cancel_run, name="cancel_run"),
+    path("agents/<str:agent_id>/runs/<str:run_id>/stop", views.cancel_run, name="stop_run"),
+    path("runs/<str:run_id>", views.get_run, name="run"),
+    path("runs/<str:run_id>/events", views.run_events, name="run_events"),
+    path("admin/runs/", admin.recent_runs, name="admin_runs"),
+    re_path(r"^(?P<path>.*)$", views.not_found),
+]

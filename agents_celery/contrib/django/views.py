@@ -1,0 +1,245 @@
+"""The views: each route of :class:`agents_celery.http.protocol.API`, translated to Django (async views).
+
+A view builds the protocol's :class:`~agents_celery.http.protocol.Request` from Django's request (the API key,
+or the Django user and the CSRF check, decide who the caller is and what it may do), calls the API in a
+thread (it speaks to Redis synchronously), and turns the :class:`~agents_celery.http.protocol.Reply` into a
+response: JSON, or an SSE stream read with the asyncio Redis client under ASGI (no thread held while it
+waits) and with the sync one under WSGI.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from functools import wraps
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.middleware.csrf import CsrfViewMiddleware
+from django.utils.module_loading import import_string
+from django.views.decorators.csrf import csrf_exempt
+
+from ...errors import AgentsCeleryError, AuthenticationError
+from ...http import sse
+from ...http.bodies import check_size, fields_of
+from ...http.openapi import spec
+from ...http.protocol import API, Action, Headers, Reply, Request, error_reply
+from ...runs import RunView
+from .apps import config
+
+View = Callable[..., Awaitable[HttpResponse]]
+
+
+def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> HttpResponse:
+    response = JsonResponse(body, status=status, safe=False, json_dumps_params={"ensure_ascii": False})
+    for name, value in (headers or {}).items():
+        response[name] = value
+    return response
+
+
+def route(*methods: str) -> Callable[[View], View]:
+    """An async API view for ``methods``: JSON 405 for others, JSON errors for the library's exceptions."""
+
+    def decorate(view: View) -> View:
+        @wraps(view)
+        async def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if request.method not in methods:
+                detail = f"{request.method} is not allowed here; use {', '.join(methods)}"
+                return _json(405, {"detail": detail, "code": "method_not_allowed"}, {"Allow": ", ".join(methods)})
+            try:
+                return await view(request, *args, **kwargs)
+            except AgentsCeleryError as exc:
+                return respond(request, error_reply(exc))
+
+        exempt: View = csrf_exempt(wrapper)  # the views check CSRF themselves, for session-authenticated requests
+        return exempt
+
+    return decorate
+
+
+# -- who is calling ------------------------------------------------------------------------------------
+
+
+def _user(request: HttpRequest) -> tuple[str | None, bool, Any]:
+    """(user id, is staff, the user) of a session-authenticated request; (None, False, None) otherwise."""
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return None, False, None
+    return str(user.pk), bool(user.is_staff), user
+
+
+def _csrf_refusal(request: HttpRequest) -> HttpResponse | None:
+    """A JSON 403 when a session-authenticated POST fails Django's CSRF check, as any Django view would."""
+    middleware = CsrfViewMiddleware(lambda r: HttpResponse())
+    middleware.process_request(request)
+    refused = middleware.process_view(request, _csrf_probe, (), {})
+    if refused is None:
+        return None
+    return _json(403, {"detail": "CSRF verification failed: send the X-CSRFToken header", "code": "csrf_failed"})
+
+
+def _csrf_probe(request: HttpRequest) -> None:  # a view without csrf_exempt, for the middleware's check
+    return None
+
+
+def _rule(user_id: str | None, staff: bool, user: Any, anonymous: bool) -> Callable[..., bool]:
+    """The access rule of one caller (see the package docs)."""
+    custom = config().front_end("AUTHORIZE", None)
+    if custom is not None:  # the project's rule, with the Django user (None for an anonymous caller)
+        hook = import_string(custom) if isinstance(custom, str) else custom
+        return lambda action, _uid, run, agent_id: bool(hook(action, user, run, agent_id))
+
+    def rule(action: Action, caller: str | None, run: RunView | None, agent_id: str | None) -> bool:
+        if run is None:
+            return True
+        if anonymous:
+            return run.user_id is None
+        return run.user_id == user_id or staff
+
+    return rule
+
+
+async def protocol_request(request: HttpRequest, api: API) -> Request | HttpResponse:
+    """The protocol's Request for a Django request, or the answer that refuses it (401, CSRF 403)."""
+    headers = Headers(request.headers.items())
+    limits = api.limits
+
+    def body() -> dict[str, Any]:
+        check_size(int(request.headers.get("Content-Length") or 0) or None, limits)
+        kind = request.content_type or ""
+        if kind in ("application/x-www-form-urlencoded", "multipart/form-data"):
+            return fields_of(kind, request.POST, b"", limits)  # Django parsed it (its body can't be read again)
+        return fields_of(kind, {}, request.body, limits)
+
+    def run_url(run_id: str) -> str:
+        return str(request.path).split("/agents/", 1)[0] + f"/runs/{run_id}"
+
+    if headers.get("Authorization"):  # a machine client: the API key, and nothing else, decides
+        if not api.runtime.settings.api_key:
+            raise AuthenticationError("this API has no API key (AGENTS_CELERY API_KEY); log in instead")
+        api.authenticate(headers)
+        return Request(request.method or "GET", headers, request.GET, body, None, run_url)  # no rule: may do anything
+    user_id, staff, user = await sync_to_async(_user, thread_sensitive=True)(request)
+    if user_id is None:
+        if not config().front_end("ALLOW_ANONYMOUS", False):
+            raise AuthenticationError("log in, or send 'Authorization: Bearer <key>' with the API key")
+        return Request(
+            request.method or "GET", headers, request.GET, body, None, run_url, _rule(None, False, None, True)
+        )
+    if request.method not in ("GET", "HEAD", "OPTIONS"):
+        refused = _csrf_refusal(request)
+        if refused is not None:
+            return refused
+    return Request(
+        request.method or "GET", headers, request.GET, body, user_id, run_url, _rule(user_id, staff, user, False)
+    )
+
+
+async def call(request: HttpRequest, name: str, *args: str) -> HttpResponse:
+    """Ask the API's ``name`` route and answer as it says."""
+    api = config().api
+    req = await protocol_request(request, api)
+    if isinstance(req, HttpResponse):
+        return req
+    reply = await sync_to_async(getattr(api, name), thread_sensitive=False)(req, *args)
+    if reply.wait is not None:
+        reply = await _wait(request, api, reply)
+    return respond(request, reply)
+
+
+async def _wait(request: HttpRequest, api: API, reply: Reply) -> Reply:
+    """Follow the run until it ends or pauses (at most the wait's seconds), then its JSON."""
+    wait = reply.wait
+    assert wait is not None
+    stream = sse.LogStream(wait.run_id, wait.after, "canonical", True, keepalive_seconds=1.0)
+    deadline = time.monotonic() + wait.seconds
+    if isinstance(request, ASGIRequest):
+        async for _ in stream.aframes(config().async_log()):
+            if time.monotonic() > deadline:
+                break
+    else:
+        for _ in stream.frames(api.streams.log):
+            if time.monotonic() > deadline:
+                break
+    answer: Reply = await sync_to_async(api.run_output, thread_sensitive=False)(wait.run_id)
+    return answer
+
+
+def respond(request: HttpRequest, reply: Reply) -> HttpResponse:
+    """The Django response for a protocol reply."""
+    if reply.stream is not None:
+        if isinstance(request, ASGIRequest):
+            frames: Any = reply.stream.aframes(config().async_log())
+        else:
+            frames = reply.stream.frames(config().api.streams.log)
+        response = StreamingHttpResponse(frames, status=reply.status, content_type=sse.CONTENT_TYPE)
+        for name, value in sse.HEADERS.items():
+            response[name] = value
+        return response
+    if reply.status == 204:
+        return HttpResponse(status=204)
+    return _json(reply.status, reply.body, reply.headers)
+
+
+# -- routes ------------------------------------------------------------------------------------------------
+
+
+@route("GET")
+async def health(request: HttpRequest) -> HttpResponse:
+    reply = await sync_to_async(config().api.health, thread_sensitive=False)()
+    return respond(request, reply)
+
+
+@route("GET")
+async def openapi(request: HttpRequest) -> HttpResponse:
+    return _json(200, spec(request.path.removesuffix("/openapi.json")))
+
+
+@route("GET")
+async def list_agents(request: HttpRequest) -> HttpResponse:
+    return await call(request, "list_agents")
+
+
+@route("GET")
+async def get_agent(request: HttpRequest, agent_id: str) -> HttpResponse:
+    return await call(request, "get_agent", agent_id)
+
+
+@route("POST")
+async def create_run(request: HttpRequest, agent_id: str) -> HttpResponse:
+    return await call(request, "create_run", agent_id)
+
+
+@route("POST")
+async def continue_run(request: HttpRequest, agent_id: str, run_id: str) -> HttpResponse:
+    return await call(request, "continue_run", agent_id, run_id)
+
+
+@route("POST")
+async def resume_run(request: HttpRequest, agent_id: str, run_id: str) -> HttpResponse:
+    return await call(request, "resume_run", agent_id, run_id)
+
+
+@route("POST")
+async def cancel_run(request: HttpRequest, agent_id: str, run_id: str) -> HttpResponse:
+    return await call(request, "cancel_run", agent_id, run_id)
+
+
+@route("GET")
+async def get_run(request: HttpRequest, run_id: str) -> HttpResponse:
+    return await call(request, "get_run", run_id)
+
+
+@route("GET")
+async def run_events(request: HttpRequest, run_id: str) -> HttpResponse:
+    return await call(request, "run_events", run_id)
+
+
+@route("GET", "POST", "PUT", "PATCH", "DELETE")
+async def not_found(request: HttpRequest, path: str = "") -> HttpResponse:
+    req = await protocol_request(request, config().api)  # a stranger learns nothing of the routes
+    if isinstance(req, HttpResponse):
+        return req
+    return _json(404, {"detail": f"no route {request.path!r}", "code": "not_found"})
