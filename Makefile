@@ -7,7 +7,7 @@ LOCK := requirements/lock.txt
 DEMO_STAMP := $(VENV)/.installed-demo
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: install install-demo lint typecheck test test-fast test-oldest test-newest bench serve demo lock clean
+.PHONY: install install-demo lint typecheck test test-fast test-oldest test-newest bench serve screenshot demo lock clean
 
 install: $(DEV_STAMP)
 
@@ -33,15 +33,17 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy
 
-# The whole suite, slow crash tests included (CI runs exactly this). Starts a Redis if none answers.
+# The whole suite, slow crash and browser tests included (CI runs exactly this). Starts a Redis if none
+# answers; installs Debian's chromium if there is none.
 test: install
 	PY=$(PY) scripts/ensure-redis
+	scripts/ensure-chromium
 	$(PY) -m pytest
 
-# Everything but the slow crash tests, for quick local loops.
+# Everything but the slow crash tests and the browser, for quick local loops.
 test-fast: install
 	PY=$(PY) scripts/ensure-redis
-	$(PY) -m pytest -m "not slow"
+	$(PY) -m pytest -m "not slow and not browser"
 
 # The fast suite on the oldest supported celery, kombu and redis-py (requirements/oldest.txt), and on the
 # newest the registry serves within pyproject's ranges; each in a venv of its own.
@@ -59,6 +61,12 @@ bench: install
 serve: install
 	PY=$(PY) scripts/ensure-redis
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/honcho start
+
+# The README's picture of the inspector (docs/inspector.png), taken by the browser test of an approval.
+screenshot: install
+	PY=$(PY) scripts/ensure-redis
+	scripts/ensure-chromium
+	AGENTS_CELERY_SCREENSHOT=$(CURDIR)/docs/inspector.png $(PY) -m pytest -q tests/test_inspector.py -k "edited and flask"
 
 demo: install-demo
 	$(PY) -m agents_celery.cli demo

@@ -30,6 +30,10 @@ _EXPORTS: dict[str, str] = {
     "Runtime": "runtime",
     "RunStream": "runtime",
     "RunView": "runs",
+    "RunPage": "runs",
+    "SessionInfo": "runs",
+    "SessionPage": "runs",
+    "SessionView": "runs",
     "Decision": "decisions",
     "RunState": "runs",
     "RunStatus": "runs",
@@ -68,6 +72,8 @@ _EXPORTS: dict[str, str] = {
             "RunFinishedError",
             "SessionBusyError",
             "RunBusyError",
+            "RunLiveError",
+            "SessionNotFoundError",
             "FencedError",
             "SchemaVersionError",
             "ModelError",
@@ -128,11 +134,13 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         RunBusyError,
         RunExpiredError,
         RunFinishedError,
+        RunLiveError,
         RunNotFoundError,
         RunNotPausedError,
         RunTimeoutError,
         SchemaVersionError,
         SessionBusyError,
+        SessionNotFoundError,
         StateError,
         StopStep,
         StreamGapError,
@@ -143,7 +151,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from .events import Event, EventType
     from .hooks import Hooks, LoggingHooks, MetricsHooks, StepInfo
     from .models import Model, OpenAIChat, ScriptedModel, ScriptedToolCall, ScriptedTurn
-    from .runs import RunState, RunStatus, RunView
+    from .runs import RunPage, RunState, RunStatus, RunView, SessionInfo, SessionPage, SessionView
     from .runtime import RunStream, Runtime
     from .settings import Settings, load_settings
     from .tools import Tool, ToolContext, tool

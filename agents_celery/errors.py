@@ -17,12 +17,14 @@
     │   └── DecisionError             a continue decision that names no pending call, or is malformed (HTTP 400)
     ├── NotFoundError                 (HTTP 404)
     │   ├── UnknownAgentError         no worker published that agent
-    │   └── RunNotFoundError          no run with that id ever existed (or it is addressed under another agent)
+    │   ├── RunNotFoundError          no run with that id ever existed (or it is addressed under another agent)
+    │   └── SessionNotFoundError      no session with that id is kept
     ├── RunExpiredError               the run existed, its retention passed (HTTP 410)
     ├── StateError                    the run is not in a state that allows this (HTTP 409)
     │   ├── RunNotPausedError         continue on a run that is not paused
     │   ├── RunFinishedError          stop/continue/append on a run that already ended
     │   ├── SessionBusyError          another run of the same session is still active
+    │   ├── RunLiveError              delete of a run that has not ended
     │   ├── RunBusyError              another caller holds the run right now (e.g. a concurrent continue)
     │   └── LogRewoundError           the log no longer holds the event a reader saw at an offset (lost writes)
     ├── FencedError                   a write carried a lease token that is no longer current
@@ -139,6 +141,12 @@ class RunNotFoundError(NotFoundError):
     code = "run_not_found"
 
 
+class SessionNotFoundError(NotFoundError):
+    """No session with this id is kept (never existed, or its history expired and it has no runs)."""
+
+    code = "session_not_found"
+
+
 class RunExpiredError(AgentsCeleryError):
     """The run existed but its retention has passed; its events and state are gone."""
 
@@ -167,6 +175,12 @@ class SessionBusyError(StateError):
     """Another run of the same session is still queued, running or paused."""
 
     code = "session_busy"
+
+
+class RunLiveError(StateError):
+    """The run has not ended (queued, running or paused): stop it first."""
+
+    code = "run_live"
 
 
 class RunBusyError(StateError):

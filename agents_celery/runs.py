@@ -255,3 +255,72 @@ class RunView:
             "user_id": self.user_id,
             "queue": self.queue,
         }
+
+
+@dataclass
+class RunPage:
+    """A page of runs, newest first; ``next_cursor`` asks for the next page (None: this was the last)."""
+
+    runs: list[RunView]
+    next_cursor: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"runs": [r.to_dict() for r in self.runs], "next_cursor": self.next_cursor}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunPage:
+        return cls([RunView.from_dict(r) for r in data.get("runs") or []], data.get("next_cursor"))
+
+
+@dataclass
+class SessionInfo:
+    """A session: its id, when it was last active (ms), the run holding it now (if any)."""
+
+    session_id: str
+    updated_at: int
+    active_run_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"session_id": self.session_id, "updated_at": self.updated_at, "active_run_id": self.active_run_id}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SessionInfo:
+        return cls(data["session_id"], int(data.get("updated_at") or 0), data.get("active_run_id"))
+
+
+@dataclass
+class SessionPage:
+    """A page of sessions, most recently active first."""
+
+    sessions: list[SessionInfo]
+    next_cursor: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sessions": [s.to_dict() for s in self.sessions], "next_cursor": self.next_cursor}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SessionPage:
+        return cls([SessionInfo.from_dict(s) for s in data.get("sessions") or []], data.get("next_cursor"))
+
+
+@dataclass
+class SessionView:
+    """A session: its conversation (the history later runs see) and its runs, newest first."""
+
+    session_id: str
+    messages: list[dict[str, Any]]
+    runs: list[RunView]
+    active_run_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "active_run_id": self.active_run_id,
+            "messages": self.messages,
+            "runs": [r.to_dict() for r in self.runs],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SessionView:
+        runs = [RunView.from_dict(r) for r in data.get("runs") or []]
+        return cls(data["session_id"], list(data.get("messages") or []), runs, data.get("active_run_id"))

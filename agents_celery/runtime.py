@@ -25,21 +25,22 @@ from .errors import (
     PayloadTooLargeError,
     RedisUnavailableError,
     RunBusyError,
-    RunExpiredError,
     RunFinishedError,
-    RunNotFoundError,
+    RunLiveError,
     RunNotPausedError,
     RunTimeoutError,
     SessionBusyError,
+    SessionNotFoundError,
     StateError,
     UnknownAgentError,
     ValidationError,
 )
 from .events import Event, EventType, close_open, make_event, parse_position
-from .runs import RunState, RunStatus, RunView
+from .runs import RunPage, RunState, RunStatus, RunView, SessionInfo, SessionPage, SessionView
 from .settings import Settings, load_settings
 from .storage.connections import connect, connect_async
 from .storage.eventlog import AsyncEventLog, check_offset
+from .storage.index import Filters
 from .storage.leases import Leases
 from .storage.store import RunStore
 
@@ -125,6 +126,10 @@ class RunStream:
 
     def __repr__(self) -> str:
         return f"RunStream(run_id={self.run_id!r}, agent={self.agent_id!r})"
+
+
+#: What holds a session's active key while the session is being deleted (no run starts in it meanwhile).
+_DELETING = "(deleting)"
 
 
 class Runtime:
@@ -244,7 +249,7 @@ class Runtime:
                 if existing is None:
                     raise
                 return existing
-            self.store.created(run_id, now, self.settings.enqueue_grace_seconds)
+            self.store.created(state, self.settings.enqueue_grace_seconds)
             self._send(run_id, 0, state.agent_id, queue, task_id=first_task)
         except redis.ConnectionError as exc:
             raise RedisUnavailableError(f"Redis does not answer at {self.settings.redis_url}: {exc}") from exc
@@ -286,15 +291,88 @@ class Runtime:
         queue, root, parent = self.store.run_fields(run_id, "queue", "root_task", "last_task")
         self._send(run_id, step, agent_id, queue or self.settings.queue, root_id=root, parent_id=parent)
 
-    def recent(self, limit: int = 50) -> list[RunView]:
-        """The newest runs, newest first (runs past their retention are left out)."""
-        views = []
-        for run_id in self.store.recent(limit):
+    # -- listing ----------------------------------------------------------------------------------------
+
+    def runs(
+        self,
+        *,
+        status: RunStatus | str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+        keep: Callable[[RunView], bool] | None = None,
+    ) -> RunPage:
+        """Runs matching every filter given, newest first; ``page.next_cursor`` asks for the next page (None:
+        the last). A page may hold fewer than ``limit`` runs when few match; ``keep`` filters further (the
+        API's authorization). Ended runs are listed until their retention is over."""
+        if status is not None and not isinstance(status, RunStatus):
             try:
-                views.append(self.get(run_id))
-            except (RunNotFoundError, RunExpiredError):
-                continue
-        return views
+                status = RunStatus(status)
+            except ValueError:
+                known = ", ".join(s.value for s in RunStatus)
+                raise ValidationError(f"status must be one of {known}, got {status!r}") from None
+        filters = Filters(status, agent_id or None, session_id or None, user_id or None)
+        return self.store.index.page(filters, limit, cursor, keep)
+
+    def sessions(
+        self,
+        *,
+        user_id: str | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+        keep: Callable[[str], bool] | None = None,
+    ) -> SessionPage:
+        """Sessions (of ``user_id``, or all), most recently active first."""
+        found, next_cursor = self.store.index.sessions_page(user_id or None, limit, cursor, keep)
+        actives = [self.store.session_active(sid) for sid, _ in found]
+        return SessionPage([SessionInfo(sid, ms, a) for (sid, ms), a in zip(found, actives, strict=True)], next_cursor)
+
+    def session(self, session_id: str, limit: int = 100) -> SessionView:
+        """A session's conversation (the history its next run sees) and its newest ``limit`` runs.
+
+        Raises:
+            SessionNotFoundError: nothing of the session is kept.
+        """
+        page = self.runs(session_id=session_id, limit=limit)
+        messages = self.store.session_history(session_id)
+        active = self.store.session_active(session_id)
+        if not page.runs and not messages and active is None:
+            raise SessionNotFoundError(f"session {session_id!r} does not exist (or has expired)")
+        return SessionView(session_id, messages, page.runs, active)
+
+    def delete_run(self, run_id: str) -> None:
+        """Delete an ended run: its log, state and index entries (it is then unknown: 404).
+
+        Raises:
+            RunLiveError: the run has not ended (stop it first). RunNotFoundError / RunExpiredError.
+        """
+        state, _ = self.store.load(run_id)
+        if not state.status.is_final:
+            raise RunLiveError(f"run {run_id!r} is {state.status.value}; stop it before deleting it")
+        self.store.delete_run(state)
+
+    def delete_session(self, session_id: str) -> None:
+        """Delete a session: its conversation and its runs.
+
+        Raises:
+            SessionBusyError: a run of it is queued, running or paused. SessionNotFoundError.
+        """
+        view = self.session(session_id, limit=1)
+        if view.active_run_id is not None or not self.store.session_take(session_id, _DELETING, None):
+            raise SessionBusyError(f"session {session_id!r} has a live run; stop it before deleting the session")
+        users: list[str | None] = []
+        try:
+            while page := self.runs(session_id=session_id, limit=100).runs:
+                for run in page:
+                    if not run.status.is_final:  # started before this call took the session: keep it all
+                        raise SessionBusyError(f"session {session_id!r} has a live run ({run.run_id})")
+                    self.delete_run(run.run_id)
+                    users.append(run.user_id)
+            self.store.delete_session(session_id, users)
+        finally:
+            self.store.session_release(session_id, _DELETING)
 
     def get_stream(self, run_id: str) -> RunStream:
         """A stream handle for an existing run (RunNotFoundError / RunExpiredError otherwise)."""
@@ -363,7 +441,7 @@ class Runtime:
                 metadata={"continued": True, "decisions": decided},
             )
             self.store.commit(new, token, step, step, [resumed], "live")
-            self.store.watch(run_id, self.settings.enqueue_grace_seconds)
+            self.store.status_changed(new, watch_in=self.settings.enqueue_grace_seconds)
             self._resend(run_id, step, state.agent_id)
         finally:
             self.leases.release(run_id, token)
@@ -418,8 +496,9 @@ class Runtime:
             # RUN_STARTED after it, so the cancellation opens a segment of its own.
             meta = {"continued": True, "stopping": True}
             closers.append(make_event(EventType.RUN_STARTED, thread_id=state.session_id, run_id=run_id, metadata=meta))
-        self.store.commit(state.moved_to(RunStatus.CANCELLED), token, step, step, [*closers, done], "ended")
-        self.store.unwatch(run_id)
+        cancelled = state.moved_to(RunStatus.CANCELLED)
+        self.store.commit(cancelled, token, step, step, [*closers, done], "ended")
+        self.store.status_changed(cancelled)
         self.store.session_release(state.session_id, run_id)
 
     # -- blocking ---------------------------------------------------------------------------------------

@@ -43,8 +43,10 @@ class ApiServer:
     (Flask's server), gunicorn (``gunicorn=True``), or the Django example project under uvicorn (``django=True``,
     the reusable app mounted at ``/ai``: ``url`` includes it)."""
 
-    def __init__(self, env: dict[str, str], gunicorn: bool = False, django: bool = False) -> None:
-        self.port = free_port()
+    def __init__(
+        self, env: dict[str, str], gunicorn: bool = False, django: bool = False, port: int | None = None
+    ) -> None:
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = Path(tempfile.mkstemp(prefix="api-", suffix=".log")[1])
         self._out = self.log.open("wb")

@@ -316,6 +316,7 @@ def test_agents_and_health(client: httpx.Client) -> None:
     assert client.get("/health").json() == {"status": "ok"}
     paths = client.get("/openapi.json").json()["paths"]
     assert {"/agents/{agent_id}/runs/{run_id}/resume", "/runs/{run_id}/events", "/health"} <= set(paths)
+    assert {"/runs", "/sessions", "/sessions/{session_id}"} <= set(paths) and "delete" in paths["/runs/{run_id}"]
 
 
 # -- errors ------------------------------------------------------------------------------------------------------
@@ -544,3 +545,74 @@ def test_api_with_agents_lists_them_before_any_worker_published(worker_env: dict
         assert httpx.get(server.url + "/agents/fake", timeout=10).status_code == 200
     finally:
         server.stop()
+
+
+# -- runs and sessions as resources ---------------------------------------------------------------------------
+
+
+def test_runs_and_sessions_are_listed_read_and_deleted(client: httpx.Client, script: Any) -> None:
+    session = f"s-{uuid.uuid4().hex[:8]}"
+    script("First answer.", "Second answer.")
+    done = []
+    for message in ("one", "two"):
+        resp = client.post("/agents/fake/runs", data={"message": message, "stream": "false", "session_id": session})
+        assert resp.status_code == 200, resp.text
+        done.append(resp.json()["run_id"])
+    first = client.get("/runs", params={"session_id": session, "limit": 1}).json()
+    assert [r["run_id"] for r in first["runs"]] == [done[1]] and first["next_cursor"]
+    assert first["runs"][0]["status"] == "completed" and first["runs"][0]["session_id"] == session
+    second = client.get("/runs", params={"session_id": session, "limit": 1, "cursor": first["next_cursor"]}).json()
+    assert [r["run_id"] for r in second["runs"]] == [done[0]] and second["next_cursor"] is None
+    assert done[1] in [r["run_id"] for r in client.get("/runs", params={"status": "completed"}).json()["runs"]]
+    shown = client.get(f"/sessions/{session}").json()
+    assert [(m["role"], m["content"]) for m in shown["messages"]][::2] == [("user", "one"), ("user", "two")]
+    assert [m["role"] for m in shown["messages"]] == ["user", "assistant", "user", "assistant"]
+    assert [r["run_id"] for r in shown["runs"]] == done[::-1] and shown["active_run_id"] is None
+    assert session in [s["session_id"] for s in client.get("/sessions", params={"limit": 200}).json()["sessions"]]
+    # A paused run of the session: neither it nor its session can be deleted until it ends.
+    script(ScriptedTurn("", [ScriptedToolCall("delete_file", {"path": "/tmp/x"})]), "ok")
+    resp = client.post("/agents/fake/runs", data={"message": "three", "stream": "false", "session_id": session})
+    paused = resp.json()["run_id"]
+    assert client.get("/runs", params={"session_id": session, "status": "paused"}).json()["runs"][0]["run_id"] == paused
+    refused = client.delete(f"/runs/{paused}")
+    assert refused.status_code == 409 and refused.json()["code"] == "run_live"
+    refused = client.delete(f"/sessions/{session}")
+    assert refused.status_code == 409 and refused.json()["code"] == "session_busy"
+    assert client.post(f"/agents/fake/runs/{paused}/cancel").status_code == 200
+    wait_status(client, paused, "cancelled")
+    assert client.delete(f"/runs/{done[0]}").status_code == 204
+    assert client.get(f"/runs/{done[0]}").json()["code"] == "run_not_found"
+    assert client.delete(f"/sessions/{session}").status_code == 204
+    gone = client.get(f"/sessions/{session}")
+    assert gone.status_code == 404 and gone.json()["code"] == "session_not_found"
+    assert client.get("/runs", params={"session_id": session}).json() == {"runs": [], "next_cursor": None}
+    assert client.get(f"/runs/{paused}").status_code == 404
+
+
+def test_bad_listing_parameters_are_a_json_400(client: httpx.Client) -> None:
+    for params, word in (
+        ({"status": "done"}, "status"),
+        ({"limit": "ten"}, "limit"),
+        ({"limit": "0"}, "limit"),
+        ({"limit": "1000"}, "limit"),
+        ({"cursor": "x"}, "cursor"),
+    ):
+        resp = client.get("/runs", params=params)
+        assert resp.status_code == 400 and word in resp.json()["detail"], (params, resp.text)
+    assert client.get("/sessions", params={"limit": "-3"}).status_code == 400
+    assert client.put("/runs/abc").status_code == 405
+
+
+def test_the_inspector_pages_are_static_and_locked_down(client: httpx.Client) -> None:
+    """The pages hold no data (the API answers their scripts like any client), so they are served to anyone;
+    they load only their own script and style."""
+    root = client.get("/ui")
+    assert root.status_code == 308 and root.headers["location"].endswith("/ui/")
+    for path, kind in (("/ui/", "text/html"), ("/ui/runs/abc", "text/html"), ("/ui/ui.js", "text/javascript")):
+        page = client.get(path)
+        assert page.status_code == 200 and page.headers["content-type"].startswith(kind), path
+        assert page.headers["content-security-policy"].startswith("default-src 'self'")
+        assert page.headers["x-content-type-options"] == "nosniff"
+    assert 'src="../ui.js"' in client.get("/ui/runs/abc").text
+    missing = client.get("/ui/secrets.txt")
+    assert missing.status_code == 404 and missing.json()["code"] == "not_found"

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -326,3 +327,33 @@ def test_worker_log_lines_carry_their_run_prefix_once(worker: Any, runtime: Runt
     view = runtime.run("offline", "What time is it?", timeout=30)
     lines = [x for x in worker.log.read_text(errors="replace").splitlines() if f"run={view.run_id}" in x]
     assert lines and all(x.count("run=") == 1 for x in lines), lines
+
+
+def test_runs_and_sessions_list_through_redis_and_over_http(
+    worker: Any, worker_env: dict[str, str], runtime: Runtime, script: Any
+) -> None:
+    from .api_support import ApiServer
+
+    session = f"cli-{uuid.uuid4().hex[:8]}"
+    script(ScriptedTurn("", [ScriptedToolCall("delete_file", {"path": "/tmp/cli-list"})]), "ok")
+    paused = runtime.run("fake", "delete it", session_id=session, user_id="cli-user", timeout=30)
+    assert paused.status == "paused"
+    listed = cli(worker_env, "runs", "--status", "paused", "--session", session)
+    assert listed.returncode == 0, listed.stderr
+    assert paused.run_id in listed.stdout and "waits for: delete_file" in listed.stdout
+    as_json = cli(worker_env, "runs", "--user", "cli-user", "--json")
+    assert [json.loads(line)["run_id"] for line in as_json.stdout.splitlines()] == [paused.run_id]
+    sessions = cli(worker_env, "sessions", "--user", "cli-user")
+    assert session in sessions.stdout and f"active run {paused.run_id}" in sessions.stdout
+    bad = cli(worker_env, "runs", "--status", "finished")
+    assert bad.returncode == 2 and "status must be one of" in bad.stderr
+    api = ApiServer(worker_env).wait_ready()
+    try:
+        remote = {**worker_env, "AGENTS_CELERY_REDIS_URL": "redis://127.0.0.1:9/0"}  # no Redis: HTTP only
+        over_http = cli(remote, "runs", "--session", session, "--json", "--url", api.url)
+        assert [json.loads(line)["status"] for line in over_http.stdout.splitlines()] == ["paused"], over_http.stderr
+        bad = cli(remote, "runs", "--limit", "0", "--url", api.url)
+        assert bad.returncode == 2 and "limit" in bad.stderr
+    finally:
+        api.stop()
+        runtime.stop(paused.run_id)

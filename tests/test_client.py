@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import socket
 import threading
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -281,3 +282,38 @@ def test_errors_come_from_the_one_error_tree() -> None:
 
     error = error_from_response(401, b'{"detail": "no key", "code": "unauthorized"}')
     assert type(error) is AuthenticationError and type(error).__module__ == "agents_celery.errors"
+
+
+def test_runs_and_sessions_through_both_clients(api: ApiServer, fake_openai: Any) -> None:
+    from agents_celery import RunLiveError, SessionNotFoundError
+
+    session = f"client-{uuid.uuid4().hex[:8]}"
+    fake_openai.responder = ScriptResponder([ScriptedTurn("", [ScriptedToolCall("delete_file", {"path": "/z"})])])
+    with Client(api.url) as client:
+        paused = client.run("fake", "delete it", timeout=30)
+        with pytest.raises(RunLiveError):  # 409 run_live, raised as its class
+            client.delete_run(paused.run_id)
+        client.stop(paused.run_id)
+        fake_openai.responder = ScriptResponder(["Hi."] * 4)
+        first = client.run("fake", "one", session_id=session, timeout=30)
+        second = client.run("fake", "two", session_id=session, timeout=30)
+        page = client.runs(session_id=session, limit=1)
+        assert [r.run_id for r in page.runs] == [second.run_id] and page.next_cursor
+        rest = client.runs(session_id=session, cursor=page.next_cursor)
+        assert [r.run_id for r in rest.runs] == [first.run_id] and rest.next_cursor is None
+        assert [r.run_id for r in client.session(session).runs] == [second.run_id, first.run_id]
+        client.delete_run(first.run_id)
+        assert [r.run_id for r in client.runs(session_id=session, status="completed").runs] == [second.run_id]
+
+    async def with_async_client() -> None:
+        async with AsyncClient(api.url) as aclient:
+            sessions = (await aclient.sessions(limit=200)).sessions
+            assert session in [s.session_id for s in sessions]
+            view = await aclient.session(session)
+            assert [m["content"] for m in view.messages if m["role"] == "user"] == ["one", "two"]
+            await aclient.delete_session(session)
+            with pytest.raises(SessionNotFoundError):
+                await aclient.session(session)
+            assert (await aclient.runs(session_id=session)).runs == []
+
+    asyncio.run(with_async_client())

@@ -235,3 +235,23 @@ def test_authorize_replaces_the_default_rule(project: dict[str, Any]) -> None:
         assert client(bob).get(f"/ai/runs/{run_id}").status_code == 200  # the default rule would hide it
         assert client(bob).post(f"/ai/agents/offline/runs/{run_id}/cancel").status_code == 404
     assert client(bob).get(f"/ai/runs/{run_id}").status_code == 404  # the default rule again
+
+
+def test_listings_show_each_user_only_what_they_may_read(project: dict[str, Any]) -> None:
+    bob, eve, ada = project["bob"], project["eve"], project["ada"]
+    session = f"bob-{uuid.uuid4().hex[:6]}"
+    started = client(bob).post("/ai/agents/offline/runs", {"message": "hi", "stream": "false", "session_id": session})
+    run_id = started.json()["run_id"]
+
+    def listed(user: Any, path: str, **params: str) -> list[str]:
+        body = client(user).get(path, {"limit": "200", **params}).json()
+        return [r.get("run_id") or r.get("session_id") for r in body.get("runs", body.get("sessions", []))]
+
+    assert run_id in listed(bob, "/ai/runs") and run_id in listed(ada, "/ai/runs")
+    assert run_id not in listed(eve, "/ai/runs") and listed(eve, "/ai/runs", user_id=str(bob.pk)) == []
+    assert session in listed(bob, "/ai/sessions") and session not in listed(eve, "/ai/sessions")
+    assert client(eve).get(f"/ai/sessions/{session}").status_code == 404
+    assert client(eve).delete(f"/ai/runs/{run_id}").status_code == 404
+    assert client(bob, csrf=True).delete(f"/ai/runs/{run_id}").status_code == 403  # a session caller needs CSRF
+    assert client(bob).delete(f"/ai/sessions/{session}").status_code == 204
+    assert client(bob).get(f"/ai/runs/{run_id}").status_code == 404

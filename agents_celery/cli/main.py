@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from ..events import Event
-    from ..runs import RunView, ToolCall
+    from ..runs import RunPage, RunView, SessionPage, ToolCall
 
 
 #: The pool and concurrency ``agents-celery worker`` runs unless told otherwise: steps mostly wait on a model
@@ -307,6 +307,19 @@ class Driver(Protocol):
 
     def stop(self, run_id: str, reason: str = ...) -> RunView: ...
 
+    def runs(
+        self,
+        *,
+        status: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> RunPage: ...
+
+    def sessions(self, *, user_id: str | None = None, limit: int = 20, cursor: str | None = None) -> SessionPage: ...
+
     def close(self) -> None: ...
 
 
@@ -455,6 +468,54 @@ def _show(args: argparse.Namespace, rest: list[str]) -> int:
     return _with_runtime(command, args)
 
 
+def _when(ms: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000)) if ms else "-"
+
+
+def _runs(args: argparse.Namespace, rest: list[str]) -> int:
+    def command(rt: Driver, out: _Printer) -> int:
+        page = rt.runs(
+            status=args.status, agent_id=args.agent, session_id=args.session, user_id=args.user, limit=args.limit,
+            cursor=args.cursor,
+        )  # fmt: skip
+        if args.json:
+            for run in page.runs:
+                print(json.dumps(run.to_dict()))
+            return EXIT_OK
+        for run in page.runs:
+            waiting = f"  waits for: {', '.join(c.name for c in run.pending)}" if run.status.value == "paused" else ""
+            out.line(
+                f"{run.run_id}  {_when(run.created_at)}  {run.status.value:<9}  {run.agent_id:<12}"
+                f"  {run.user_id or '-':<10}  {run.last_offset + 1:>5} events{waiting}"
+            )
+        if not page.runs:
+            out.line("no runs")
+        if page.next_cursor:
+            out.line(f"more: --cursor {page.next_cursor}")
+        return EXIT_OK
+
+    return _with_runtime(command, args)
+
+
+def _sessions(args: argparse.Namespace, rest: list[str]) -> int:
+    def command(rt: Driver, out: _Printer) -> int:
+        page = rt.sessions(user_id=args.user, limit=args.limit, cursor=args.cursor)
+        if args.json:
+            for session in page.sessions:
+                print(json.dumps(session.to_dict()))
+            return EXIT_OK
+        for session in page.sessions:
+            active = f"  active run {session.active_run_id}" if session.active_run_id else ""
+            out.line(f"{session.session_id}  {_when(session.updated_at)}{active}")
+        if not page.sessions:
+            out.line("no sessions")
+        if page.next_cursor:
+            out.line(f"more: --cursor {page.next_cursor}")
+        return EXIT_OK
+
+    return _with_runtime(command, args)
+
+
 def _demo(args: argparse.Namespace, rest: list[str]) -> int:
     from .demo import run_demo
 
@@ -485,9 +546,21 @@ def _add_client_commands(sub: Any) -> None:
         "--args", action="append", metavar="CALL_ID=JSON", help="approve this call with these arguments (repeatable)"
     )
     approve.set_defaults(handler=_approve)
-    for command in (run, tail, stop, show, approve):
+    runs = sub.add_parser("runs", help="list runs, newest first (filters combine)")
+    runs.add_argument("--status", help="queued, running, paused, completed, failed or cancelled")
+    runs.add_argument("--agent", help="runs of this agent")
+    runs.add_argument("--session", help="runs of this session")
+    runs.add_argument("--user", help="runs this user started")
+    runs.set_defaults(handler=_runs)
+    sessions = sub.add_parser("sessions", help="list sessions, most recently active first")
+    sessions.add_argument("--user", help="sessions of this user")
+    sessions.set_defaults(handler=_sessions)
+    for command in (runs, sessions):
+        command.add_argument("--limit", type=int, default=20, help="at most this many (1-200; default 20)")
+        command.add_argument("--cursor", help="the next page: the cursor the previous page printed")
+    for command in (run, tail, stop, show, approve, runs, sessions):
         command.add_argument("--url", help="drive the run over the HTTP API at this URL (env AGENTS_CELERY_API_URL)")
-    for command in (run, tail, show, approve):
+    for command in (run, tail, show, approve, runs, sessions):
         command.add_argument("--json", action="store_true", help="machine output: NDJSON events, or the run as JSON")
     demo = sub.add_parser(
         "demo", help="reconnect and crash-recovery demo (starts its own workers, and Redis if needed)"

@@ -20,7 +20,7 @@ import httpx
 
 from ..errors import RunBusyError, RunFinishedError, RunTimeoutError
 from ..events import Event
-from ..runs import RunView
+from ..runs import RunPage, RunView, SessionPage, SessionView
 from .protocol import (
     BUSY_RETRIES,
     RETRY_STATUSES,
@@ -34,6 +34,7 @@ from .protocol import (
     continue_body,
     error_from_response,
     event_from_frame,
+    query,
     start_body,
 )
 from .sync import StreamHandle
@@ -85,6 +86,39 @@ class AsyncClient:
     async def agents(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = await self._request("GET", "/agents")
         return result
+
+    async def runs(
+        self,
+        *,
+        status: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> RunPage:
+        """Runs the caller may see, newest first (``GET /runs``); see :meth:`agents_celery.Runtime.runs`."""
+        params = query(
+            status=status, agent_id=agent_id, session_id=session_id, user_id=user_id, limit=limit, cursor=cursor
+        )
+        return RunPage.from_dict(await self._request("GET", "/runs", params=params))
+
+    async def sessions(self, *, user_id: str | None = None, limit: int = 20, cursor: str | None = None) -> SessionPage:
+        """Sessions, most recently active first (``GET /sessions``)."""
+        params = query(user_id=user_id, limit=limit, cursor=cursor)
+        return SessionPage.from_dict(await self._request("GET", "/sessions", params=params))
+
+    async def session(self, session_id: str) -> SessionView:
+        """A session's conversation and runs (``GET /sessions/<id>``)."""
+        return SessionView.from_dict(await self._request("GET", f"/sessions/{session_id}"))
+
+    async def delete_run(self, run_id: str) -> None:
+        """Delete an ended run (``DELETE /runs/<id>``); RunLiveError while it has not ended."""
+        await self._request("DELETE", f"/runs/{run_id}")
+
+    async def delete_session(self, session_id: str) -> None:
+        """Delete a session and its runs (``DELETE /sessions/<id>``); SessionBusyError while a run of it is live."""
+        await self._request("DELETE", f"/sessions/{session_id}")
 
     async def get(self, run_id: str) -> RunView:
         return RunView.from_dict(await self._request("GET", f"/runs/{run_id}"))

@@ -242,3 +242,8 @@ def accepted(cursor: Cursor, lines: Iterable[str]) -> Iterator[Event]:
             yield event
             if cursor.done:
                 return
+
+
+def query(**params: Any) -> dict[str, Any]:
+    """Query parameters of a listing: the ones given (a RunStatus as its value)."""
+    return {k: str(getattr(v, "value", v)) for k, v in params.items() if v is not None}

@@ -12,7 +12,7 @@ import httpx
 
 from ..errors import RunBusyError, RunFinishedError, RunTimeoutError, ValidationError
 from ..events import Event, parse_position
-from ..runs import RunView
+from ..runs import RunPage, RunView, SessionPage, SessionView
 from .protocol import (
     BUSY_RETRIES,
     RETRY_STATUSES,
@@ -25,6 +25,7 @@ from .protocol import (
     base_url_of,
     continue_body,
     error_from_response,
+    query,
     start_body,
 )
 
@@ -133,6 +134,39 @@ class Client:
         """The manifests of the agents the workers serve."""
         result: list[dict[str, Any]] = self._request("GET", "/agents")
         return result
+
+    def runs(
+        self,
+        *,
+        status: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> RunPage:
+        """Runs the caller may see, newest first (``GET /runs``); see :meth:`agents_celery.Runtime.runs`."""
+        params = query(
+            status=status, agent_id=agent_id, session_id=session_id, user_id=user_id, limit=limit, cursor=cursor
+        )
+        return RunPage.from_dict(self._request("GET", "/runs", params=params))
+
+    def sessions(self, *, user_id: str | None = None, limit: int = 20, cursor: str | None = None) -> SessionPage:
+        """Sessions, most recently active first (``GET /sessions``)."""
+        params = query(user_id=user_id, limit=limit, cursor=cursor)
+        return SessionPage.from_dict(self._request("GET", "/sessions", params=params))
+
+    def session(self, session_id: str) -> SessionView:
+        """A session's conversation and runs (``GET /sessions/<id>``)."""
+        return SessionView.from_dict(self._request("GET", f"/sessions/{session_id}"))
+
+    def delete_run(self, run_id: str) -> None:
+        """Delete an ended run (``DELETE /runs/<id>``); RunLiveError while it has not ended."""
+        self._request("DELETE", f"/runs/{run_id}")
+
+    def delete_session(self, session_id: str) -> None:
+        """Delete a session and its runs (``DELETE /sessions/<id>``); SessionBusyError while a run of it is live."""
+        self._request("DELETE", f"/sessions/{session_id}")
 
     def get(self, run_id: str) -> RunView:
         """The run's committed state and where its log stands."""

@@ -256,7 +256,7 @@ class Engine:
             if not enqueued:
                 self.enqueue(state.run_id, step + 1, state.agent_id)
             return
-        self.store.unwatch(state.run_id)
+        self.store.status_changed(state)  # leaves the sweeper's index; the run indexes follow its status
         if result.log_status == "ended":
             self.store.session_sync(state)
             self.store.session_release(state.session_id, state.run_id)

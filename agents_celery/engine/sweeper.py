@@ -72,8 +72,10 @@ def sweep(store: RunStore, resend: Resend, now_ms: int | None = None, backlog: B
             (log_status, step, agent_id, committed, attempt, queue, root, parent), lease_ms = pipe.execute()
         queue_name = queue.decode() if queue else s.queue
         waited_ms = now_ms - int(committed or 0)
-        if log_status is None or log_status != b"live":
+        if log_status is None:
             store.unwatch(run_id)
+        elif log_status != b"live":  # paused or ended, and its worker died before saying so to the indexes
+            store.status_changed(store.load(run_id)[0])
         elif lease_ms > 0:  # a step holds it: look again right after it would expire, not a full TTL later
             store.watch(run_id, lease_ms / 1000 + 0.05)
         elif waited_ms < grace_ms:  # committed just now: its next step is probably queued behind others
@@ -88,6 +90,7 @@ def sweep(store: RunStore, resend: Resend, now_ms: int | None = None, backlog: B
             log.warning(
                 "run=%s step=%s: lease expired or step never enqueued; sent again to %r", run_id, int(step), queue_name
             )
+    store.index.expire_due(now_ms)
     return requeued
 
 

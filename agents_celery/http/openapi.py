@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from .. import __version__
+from ..runs import RunStatus
+from ..storage.index import MAX_LIMIT
 from .bodies import ContinueBody, ResumeBody, RunBody
 
 _ERROR = {
@@ -18,8 +20,8 @@ _JSON_ANY: dict[str, Any] = {"application/json": {"schema": {}}}
 _REASONS = {
     "400": "malformed request",
     "401": "missing or wrong API key",
-    "404": "unknown agent or run",
-    "409": "the run is not in a state that allows this",
+    "404": "unknown agent, run or session",
+    "409": "the run (or session) is not in a state that allows this",
     "410": "the run expired",
     "422": "invalid fields",
     "503": "Redis does not answer",
@@ -33,6 +35,10 @@ def _errors(*codes: str) -> dict[str, Any]:
 
 def _path(*names: str) -> list[dict[str, Any]]:
     return [{"name": n, "in": "path", "required": True, "schema": {"type": "string"}} for n in names]
+
+
+def _query(name: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "schema": schema or {"type": "string"}}
 
 
 def _form_schema(schema: dict[str, Any]) -> dict[str, Any]:
@@ -72,6 +78,10 @@ def _paths() -> dict[str, Any]:
         {"name": "format", "in": "query", "required": False, "schema": {"enum": ["canonical", "agui"]}},
         {"name": "until", "in": "query", "required": False, "schema": {"enum": ["pause", "end"]}},
         {"name": "Last-Event-ID", "in": "header", "required": False, "schema": {"type": "integer", "minimum": -1}},
+    ]
+    page_params = [
+        _query("limit", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}),
+        _query("cursor", {"type": "string", "description": "next_cursor of the previous page"}),
     ]
     return {
         "/health": {
@@ -140,9 +150,41 @@ def _paths() -> dict[str, Any]:
             ),
             "parameters": run,
         },
+        "/runs": {
+            "get": _op(
+                "runs, newest first: {runs, next_cursor}",
+                {"200": {"description": "a page of runs", "content": _JSON_OBJECT}},
+                "400",
+                parameters=[
+                    _query("status", {"enum": [s.value for s in RunStatus]}),
+                    _query("agent_id"),
+                    _query("session_id"),
+                    _query("user_id"),
+                    *page_params,
+                ],
+            )
+        },
         "/runs/{run_id}": {
             "get": _op("run state", {"200": {"description": "state", "content": _JSON_OBJECT}}, "404", "410"),
+            "delete": _op("delete an ended run", {"204": {"description": "deleted"}}, "404", "409", "410"),
             "parameters": _path("run_id"),
+        },
+        "/sessions": {
+            "get": _op(
+                "sessions, most recently active first: {sessions, next_cursor}",
+                {"200": {"description": "a page of sessions", "content": _JSON_OBJECT}},
+                "400",
+                parameters=[_query("user_id"), *page_params],
+            )
+        },
+        "/sessions/{session_id}": {
+            "get": _op(
+                "a session: its conversation and runs",
+                {"200": {"description": "session", "content": _JSON_OBJECT}},
+                "404",
+            ),
+            "delete": _op("delete a session and its runs", {"204": {"description": "deleted"}}, "404", "409"),
+            "parameters": _path("session_id"),
         },
         "/runs/{run_id}/events": {
             "get": _op(

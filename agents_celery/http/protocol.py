@@ -23,6 +23,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from importlib import resources
 from typing import Any, Literal
 
 from ..errors import (
@@ -36,19 +37,20 @@ from ..errors import (
     RedisUnavailableError,
     RunExpiredError,
     RunNotFoundError,
+    SessionNotFoundError,
     StateError,
     ValidationError,
 )
 from ..events import parse_position
-from ..runs import RunView, ToolCall
+from ..runs import RunView, SessionView, ToolCall
 from ..runtime import Runtime
 from ..storage.eventlog import LogInfo, check_offset
 from .agentos import AGNO_STATUS, tool_object
-from .bodies import ContinueBody, Limits, ResumeBody, RunBody, parse
+from .bodies import ContinueBody, Limits, ResumeBody, RunBody, int_param, parse
 from .sse import LogStream
 from .streams import Streams
 
-Action = Literal["list", "start", "read", "continue", "stop"]
+Action = Literal["list", "start", "read", "continue", "stop", "delete"]
 #: ``authorize(action, user_id, run, agent_id)`` -> whether the caller may; ``run`` is None for list/start.
 Authorize = Callable[[Action, "str | None", "RunView | None", "str | None"], bool]
 
@@ -70,6 +72,28 @@ STATUS: tuple[tuple[type[AgentsCeleryError], int], ...] = (
 def status_of(exc: AgentsCeleryError) -> int:
     """The HTTP status of a library error (500 for one with no status of its own)."""
     return next((s for cls, s in STATUS if isinstance(exc, cls)), 500)
+
+
+#: The inspector's files and their types.
+UI_FILES = {
+    "index.html": "text/html; charset=utf-8",
+    "run.html": "text/html; charset=utf-8",
+    "ui.js": "text/javascript; charset=utf-8",
+    "ui.css": "text/css; charset=utf-8",
+}
+#: Its pages load only their own script and style, and talk only to this API.
+UI_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-cache",
+}
+
+
+def _limit(value: str | None) -> int:
+    """The ``limit`` query parameter of a listing (20 when absent)."""
+    limit = int_param(value, "limit")
+    return 20 if limit is None else limit
 
 
 def position_param(value: str | None, name: str) -> tuple[int, str | None] | None:
@@ -130,6 +154,8 @@ class Reply:
     stream: LogStream | None = None
     wait: Wait | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    #: A body that is not JSON (the inspector's pages): ``body`` is its bytes.
+    content_type: str | None = None
 
 
 def error_reply(exc: AgentsCeleryError) -> Reply:
@@ -279,6 +305,86 @@ class API:
     def get_run(self, req: Request, run_id: str) -> Reply:
         self._run(req, run_id, "read")
         return Reply(200, self.runtime.get(run_id).to_dict())
+
+    # -- the run inspector (static pages; the data comes through the API like any client's) ----------------
+
+    def ui(self, name: str) -> Reply:
+        """A file of the inspector: ``index.html`` (runs), ``run.html`` (one run), ``ui.js``, ``ui.css``."""
+        kind = UI_FILES.get(name)
+        if kind is None:
+            raise NotFoundError(f"the inspector has no file {name!r}")
+        body = resources.files(__package__).joinpath("ui", name).read_bytes()
+        return Reply(200, body, headers=dict(UI_HEADERS), content_type=kind)
+
+    # -- runs and sessions as resources ----------------------------------------------------------------
+
+    def _keep(self, req: Request, action: Action = "read") -> Callable[[RunView], bool] | None:
+        """What the caller may see of a listing (None: everything)."""
+        rule = req.authorize or self.authorize
+        if rule is None:
+            return None
+        return lambda view: bool(rule(action, req.user_id, view, view.agent_id))
+
+    def list_runs(self, req: Request) -> Reply:
+        self._allow(req, "list")
+        q = req.query
+        try:
+            page = self.runtime.runs(
+                status=q.get("status") or None,
+                agent_id=q.get("agent_id") or None,
+                session_id=q.get("session_id") or None,
+                user_id=q.get("user_id") or None,
+                limit=_limit(q.get("limit")),
+                cursor=q.get("cursor") or None,
+                keep=self._keep(req),
+            )
+        except BadRequestError:
+            raise
+        except ValidationError as exc:  # a bad query parameter
+            raise BadRequestError(str(exc)) from None
+        return Reply(200, page.to_dict())
+
+    def delete_run(self, req: Request, run_id: str) -> Reply:
+        self._run(req, run_id, "delete")
+        self.runtime.delete_run(run_id)
+        return Reply(204)
+
+    def list_sessions(self, req: Request) -> Reply:
+        self._allow(req, "list")
+        keep = self._keep(req)
+
+        def visible(session_id: str) -> bool:  # as its newest run is
+            newest = self.runtime.runs(session_id=session_id, limit=1).runs
+            return keep is None or (bool(newest) and keep(newest[0]))
+
+        try:
+            page = self.runtime.sessions(
+                user_id=req.query.get("user_id") or None,
+                limit=_limit(req.query.get("limit")),
+                cursor=req.query.get("cursor") or None,
+                keep=visible,
+            )
+        except BadRequestError:
+            raise
+        except ValidationError as exc:
+            raise BadRequestError(str(exc)) from None
+        return Reply(200, page.to_dict())
+
+    def _session(self, req: Request, session_id: str, action: Action) -> SessionView:
+        """The session, if the caller may ``action`` every run of it (404 otherwise: not even its existence)."""
+        view = self.runtime.session(session_id)
+        keep = self._keep(req, action)
+        if keep is not None and not (view.runs and all(keep(r) for r in view.runs)):
+            raise SessionNotFoundError(f"session {session_id!r} does not exist (or has expired)")
+        return view
+
+    def get_session(self, req: Request, session_id: str) -> Reply:
+        return Reply(200, self._session(req, session_id, "read").to_dict())
+
+    def delete_session(self, req: Request, session_id: str) -> Reply:
+        self._session(req, session_id, "delete")
+        self.runtime.delete_session(session_id)
+        return Reply(204)
 
     def run_events(self, req: Request, run_id: str) -> Reply:
         fmt = req.query.get("format", "canonical")

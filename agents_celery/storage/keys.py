@@ -38,9 +38,14 @@ Per session (``<p>:session:{<sid>}...``):
 Global:
 
 - ``<p>:agents`` *hash* — agent name -> manifest JSON published by workers at start-up. No TTL.
-- ``<p>:runs`` *sorted set* — run id -> creation time (ms), every run, newest last: what lists recent runs
-  (the Django admin page). Written with the run's first sweeper entry (same round trip); entries older than
-  retention + tombstone are trimmed at each write.
+- ``<p>:runs`` *sorted set* — run id -> creation time (ms), every run: what lists runs (storage/index.py).
+- ``<p>:runs:agent:<name>``, ``<p>:runs:session:<sid>``, ``<p>:runs:user:<uid>`` *sorted sets* — the same, per
+  agent, session and user; ``<p>:runs:status:<class>`` per status class (``live``, ``paused``, ``completed``,
+  ``failed``, ``cancelled``). Written in the round trips that follow a change of status.
+- ``<p>:runs:expiring`` *sorted set* — ended runs' index entries (JSON) -> when they leave every index
+  (end + retention + tombstone); the sweeper works it off.
+- ``<p>:sessions``, ``<p>:sessions:user:<uid>`` *sorted sets* — session id -> last activity (ms); entries
+  older than ``session_ttl`` are trimmed at each write.
 - ``<p>:live`` *sorted set* — run id -> deadline (ms). The sweeper re-enqueues runs past their deadline
   whose lease is free. Members leave when the run pauses or ends.
 - ``<p>:sweeper`` *string* — lock so one sweeper runs per interval across workers. ``PX interval``.
@@ -103,6 +108,24 @@ class Keys:
     @property
     def runs(self) -> str:
         return f"{self.prefix}:runs"
+
+    def runs_of(self, field: str, value: str) -> str:
+        """Runs of one ``agent``, ``session`` or ``user``."""
+        return f"{self.prefix}:runs:{field}:{value}"
+
+    def runs_status(self, name: str) -> str:
+        return f"{self.prefix}:runs:status:{name}"
+
+    @property
+    def runs_expiring(self) -> str:
+        return f"{self.prefix}:runs:expiring"
+
+    @property
+    def sessions(self) -> str:
+        return f"{self.prefix}:sessions"
+
+    def sessions_of(self, user_id: str) -> str:
+        return f"{self.prefix}:sessions:user:{user_id}"
 
     @property
     def live(self) -> str:

@@ -24,6 +24,7 @@ from ..runs import RunState, load_state
 from ..settings import Settings
 from .connections import IdleCheck, ThreadClients, reconnect_if_closed
 from .eventlog import EventLog, LogStatus
+from .index import Entry, RunIndex
 from .keys import Keys
 from .pending import Pending, SendAhead, call_now
 from .scripts import refusal, register
@@ -144,6 +145,11 @@ def _effect(raw: str) -> Effect | None:
     return Effect(entry["status"], entry.get("result"), entry.get("error"))
 
 
+def entry_of(state: RunState) -> Entry:
+    """What the indexes know of a run."""
+    return Entry(state.run_id, state.created_at, state.agent_id, state.session_id, state.user_id)
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -189,6 +195,7 @@ class RunStore:
         self._session_sync = register(client, "session_sync")
         #: Versions of live runs' states this process committed: its next claim of the run skips the load.
         self.states = StateCache(cached_states)
+        self.index = RunIndex(client, self.keys, settings)
 
     def _client(self) -> redis.Redis | None:
         """The calling thread's own client, or None (the scripts' registered, shared one)."""
@@ -406,19 +413,43 @@ class RunStore:
         deadline = int((time.time() + in_seconds) * 1000)
         self.redis.zadd(self.keys.live, {run_id: deadline})
 
-    def created(self, run_id: str, created_ms: int, in_seconds: float) -> None:
-        """A new run: the sweeper looks at it after ``in_seconds``, and it joins the index of runs (one round
-        trip; the index forgets runs older than retention + tombstone)."""
-        horizon = created_ms - self.settings.retention_ms - self.settings.tombstone_ms
+    def created(self, state: RunState, in_seconds: float) -> None:
+        """A new run: the sweeper looks at it after ``in_seconds``, and it joins the run and session indexes
+        (one round trip)."""
         with self.redis.pipeline(transaction=False) as pipe:
-            pipe.zadd(self.keys.live, {run_id: int((time.time() + in_seconds) * 1000)})
-            pipe.zadd(self.keys.runs, {run_id: created_ms})
-            pipe.zremrangebyscore(self.keys.runs, 0, horizon)
+            pipe.zadd(self.keys.live, {state.run_id: int((time.time() + in_seconds) * 1000)})
+            self.index.created(pipe, entry_of(state))
             pipe.execute()
 
-    def recent(self, limit: int = 50) -> list[str]:
-        """The ids of the newest runs, newest first (those still within retention + tombstone)."""
-        return [_text(r) for r in self.redis.zrevrange(self.keys.runs, 0, max(0, limit - 1))]
+    def status_changed(self, state: RunState, watch_in: float | None = None) -> None:
+        """After a commit that changed the run's status: the sweeper watches it again in ``watch_in`` seconds
+        (live) or lets it go (paused, ended), and the indexes follow, in one round trip."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            if watch_in is None:
+                pipe.zrem(self.keys.live, state.run_id)
+            else:
+                pipe.zadd(self.keys.live, {state.run_id: int((time.time() + watch_in) * 1000)})
+            self.index.moved(pipe, entry_of(state), state.status)
+            pipe.execute()
+
+    def delete_run(self, state: RunState) -> None:
+        """Remove an ended run: its keys and its index entries (one round trip)."""
+        k = self.keys.run(state.run_id)
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.delete(k.run, k.events, k.lease, k.effects, k.stop, k.gone, k.messages)
+            pipe.zrem(self.keys.live, state.run_id)
+            self.index.forget(pipe, entry_of(state))
+            pipe.execute()
+
+    def delete_session(self, session_id: str, user_ids: Sequence[str | None]) -> None:
+        """Remove a session's conversation and its index entries (its runs are deleted one by one first)."""
+        sk = self.keys.session(session_id)
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.delete(sk.history, sk.synced)
+            self.index.forget_session(pipe, session_id, None)
+            for user_id in {u for u in user_ids if u}:
+                self.index.forget_session(pipe, session_id, user_id)
+            pipe.execute()
 
     def unwatch(self, run_id: str) -> None:
         self.redis.zrem(self.keys.live, run_id)

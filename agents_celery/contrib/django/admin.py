@@ -11,13 +11,15 @@ from django.contrib.auth.decorators import user_passes_test
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from ...storage.index import MAX_LIMIT
 from .apps import config
 
 
 @user_passes_test(lambda user: user.is_active and user.is_staff)  # type: ignore[untyped-decorator]
 def recent_runs(request: HttpRequest) -> HttpResponse:
-    limit = max(1, min(500, int(request.GET.get("limit", "50") or 50)))
-    runs = config().api.runtime.recent(limit)
+    given = request.GET.get("limit", "50")
+    limit = max(1, min(MAX_LIMIT, int(given))) if given.isdigit() else 50
+    runs = config().api.runtime.runs(limit=limit).runs
     prefix = request.path.removesuffix("admin/runs/")
     rows = [
         {

@@ -180,6 +180,11 @@ def respond(request: HttpRequest, reply: Reply) -> HttpResponse:
         return response
     if reply.status == 204:
         return HttpResponse(status=204)
+    if reply.content_type is not None:
+        page = HttpResponse(reply.body, status=reply.status, content_type=reply.content_type)
+        for name, value in reply.headers.items():
+            page[name] = value
+        return page
     return _json(reply.status, reply.body, reply.headers)
 
 
@@ -228,8 +233,23 @@ async def cancel_run(request: HttpRequest, agent_id: str, run_id: str) -> HttpRe
 
 
 @route("GET")
+async def list_runs(request: HttpRequest) -> HttpResponse:
+    return await call(request, "list_runs")
+
+
+@route("GET", "DELETE")
 async def get_run(request: HttpRequest, run_id: str) -> HttpResponse:
-    return await call(request, "get_run", run_id)
+    return await call(request, "delete_run" if request.method == "DELETE" else "get_run", run_id)
+
+
+@route("GET")
+async def list_sessions(request: HttpRequest) -> HttpResponse:
+    return await call(request, "list_sessions")
+
+
+@route("GET", "DELETE")
+async def get_session(request: HttpRequest, session_id: str) -> HttpResponse:
+    return await call(request, "delete_session" if request.method == "DELETE" else "get_session", session_id)
 
 
 @route("GET")
@@ -243,3 +263,26 @@ async def not_found(request: HttpRequest, path: str = "") -> HttpResponse:
     if isinstance(req, HttpResponse):
         return req
     return _json(404, {"detail": f"no route {request.path!r}", "code": "not_found"})
+
+
+# -- the run inspector (static files, open to anyone: the data comes through the API) ------------------------
+
+
+@route("GET")
+async def ui_root(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(status=308, headers={"Location": request.path + "/"})  # its pages link relative to ui/
+
+
+@route("GET")
+async def ui_index(request: HttpRequest) -> HttpResponse:
+    return respond(request, config().api.ui("index.html"))
+
+
+@route("GET")
+async def ui_run(request: HttpRequest, run_id: str) -> HttpResponse:
+    return respond(request, config().api.ui("run.html"))
+
+
+@route("GET")
+async def ui_file(request: HttpRequest, name: str) -> HttpResponse:
+    return respond(request, config().api.ui(name))

@@ -60,6 +60,8 @@ def respond(reply: Reply) -> Response:
         return respond(_wait(reply))
     if reply.status == 204:
         return Response(status=204)
+    if reply.content_type is not None:
+        return Response(reply.body, status=reply.status, content_type=reply.content_type, headers=reply.headers)
     response = jsonify(reply.body)
     response.status_code = reply.status
     response.headers.update(reply.headers)
@@ -81,10 +83,14 @@ def _wait(reply: Reply) -> Reply:
 # -- auth and errors -----------------------------------------------------------------------------------
 
 
+#: Endpoints anyone may ask: the health check, and the inspector's static files (no data in them).
+OPEN = {f"{blueprint.name}.{name}" for name in ("health", "ui_root", "ui_index", "ui_run", "ui_file")}
+
+
 @blueprint.before_request
 def authenticate_first() -> Response | None:
     """401 unless the request carries the API key (when one is set); ``/health`` is open."""
-    if request.endpoint == f"{blueprint.name}.health" or request.path == "/health":
+    if request.endpoint in OPEN or request.path == "/health":
         return None
     try:
         api().authenticate(Headers(request.headers.items()))
@@ -166,11 +172,59 @@ def cancel_run(agent_id: str, run_id: str) -> Response:
     return respond(api().cancel_run(_request(), agent_id, run_id))
 
 
+@blueprint.get("/runs")
+def list_runs() -> Response:
+    return respond(api().list_runs(_request()))
+
+
 @blueprint.get("/runs/<run_id>")
 def get_run(run_id: str) -> Response:
     return respond(api().get_run(_request(), run_id))
 
 
+@blueprint.delete("/runs/<run_id>")
+def delete_run(run_id: str) -> Response:
+    return respond(api().delete_run(_request(), run_id))
+
+
+@blueprint.get("/sessions")
+def list_sessions() -> Response:
+    return respond(api().list_sessions(_request()))
+
+
+@blueprint.get("/sessions/<session_id>")
+def get_session(session_id: str) -> Response:
+    return respond(api().get_session(_request(), session_id))
+
+
+@blueprint.delete("/sessions/<session_id>")
+def delete_session(session_id: str) -> Response:
+    return respond(api().delete_session(_request(), session_id))
+
+
 @blueprint.get("/runs/<run_id>/events")
 def run_events(run_id: str) -> Response:
     return respond(api().run_events(_request(), run_id))
+
+
+# -- the run inspector -------------------------------------------------------------------------------------
+
+
+@blueprint.get("/ui")
+def ui_root() -> Response:
+    return Response(status=308, headers={"Location": request.path + "/"})  # its pages link relative to /ui/
+
+
+@blueprint.get("/ui/")
+def ui_index() -> Response:
+    return respond(api().ui("index.html"))
+
+
+@blueprint.get("/ui/runs/<run_id>")
+def ui_run(run_id: str) -> Response:
+    return respond(api().ui("run.html"))
+
+
+@blueprint.get("/ui/<name>")
+def ui_file(name: str) -> Response:
+    return respond(api().ui(name))

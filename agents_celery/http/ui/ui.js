@@ -1,0 +1,366 @@
+// The run inspector: the runs list (ui/) and one run (ui/runs/<id>). Plain JavaScript, no build step.
+// It speaks the same HTTP API as every client: fetch with the API key as a bearer header (kept in this tab's
+// sessionStorage, never in a URL), or the front end's login cookie (Django's CSRF token is sent on writes).
+"use strict";
+
+const BASE = location.pathname.split("/ui/")[0];
+const KEY = "agents-celery-api-key";
+
+class ApiError extends Error {
+  constructor(status, body) {
+    super((body && body.detail) || `HTTP ${status}`);
+    this.status = status;
+    this.code = body && body.code;
+  }
+}
+
+function cookie(name) {
+  const found = document.cookie.split("; ").find((c) => c.startsWith(name + "="));
+  return found ? decodeURIComponent(found.slice(name.length + 1)) : null;
+}
+
+function headers(extra) {
+  const out = Object.assign({}, extra);
+  const key = sessionStorage.getItem(KEY);
+  if (key) out["Authorization"] = "Bearer " + key;
+  const csrf = cookie("csrftoken");
+  if (csrf) out["X-CSRFToken"] = csrf;
+  return out;
+}
+
+async function api(method, path, body) {
+  const init = { method, credentials: "same-origin", headers: headers(body ? { "Content-Type": "application/json" } : {}) };
+  if (body) init.body = JSON.stringify(body);
+  const res = await fetch(BASE + path, init);
+  if (res.status === 204) return null;
+  const data = await res.json().catch(() => null);
+  if (!res.ok) throw new ApiError(res.status, data);
+  return data;
+}
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (name === "text") node.textContent = value;
+    else if (value !== undefined && value !== null && value !== false) node.setAttribute(name, value === true ? "" : value);
+  }
+  for (const child of children) if (child !== null && child !== undefined) node.append(child);
+  return node;
+}
+
+function notice(text) {
+  document.getElementById("notice").textContent = text || "";
+}
+
+function explain(err) {
+  if (err.status === 401) return "This API needs a key (or a login): enter it above.";
+  if (err.status === 404) return "Not found, or not yours to see.";
+  return err.message || String(err);
+}
+
+function keyForm(onKey) {
+  const form = document.getElementById("key-form");
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const input = document.getElementById("api-key");
+    if (input.value) sessionStorage.setItem(KEY, input.value);
+    else sessionStorage.removeItem(KEY);
+    input.value = "";
+    onKey();
+  });
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+const when = (ms) => (ms ? new Date(ms).toLocaleString() : "-");
+
+// -- the runs list ----------------------------------------------------------------------------------------
+
+function runsPage() {
+  const form = document.getElementById("filters");
+  const body = document.querySelector("#runs tbody");
+  const more = document.getElementById("more");
+  let cursor = null;
+
+  function query(extra) {
+    const params = new URLSearchParams({ limit: "50" });
+    for (const [name, value] of new FormData(form)) if (value) params.set(name, value);
+    if (extra) params.set("cursor", extra);
+    return params;
+  }
+
+  function row(run) {
+    const waiting = run.status === "paused" ? run.pending.map((c) => c.name).join(", ") : "";
+    return el("tr", { "data-run": run.run_id },
+      el("td", { class: "id", "data-label": "Run" }, el("a", { href: "runs/" + encodeURIComponent(run.run_id), text: run.run_id })),
+      el("td", { class: "status-" + run.status, "data-label": "Status", text: run.status }),
+      el("td", { "data-label": "Agent", text: run.agent_id }),
+      el("td", { "data-label": "User", text: run.user_id || "-" }),
+      el("td", { "data-label": "Started", text: when(run.created_at) }),
+      el("td", { "data-label": "Events", text: String(run.last_offset + 1) }),
+      el("td", { "data-label": "Waiting for", text: waiting }));
+  }
+
+  async function refresh() {
+    try {
+      const page = await api("GET", "/runs?" + query());
+      body.replaceChildren(...page.runs.map(row));
+      cursor = page.next_cursor;
+      more.hidden = !cursor;
+      notice(page.runs.length ? "" : "No runs match.");
+    } catch (err) {
+      body.replaceChildren();
+      more.hidden = true;
+      notice(explain(err));
+    }
+  }
+
+  more.addEventListener("click", async () => {
+    try {
+      const page = await api("GET", "/runs?" + query(cursor));
+      body.append(...page.runs.map(row));
+      cursor = page.next_cursor;
+      more.hidden = !cursor;
+    } catch (err) {
+      notice(explain(err));
+    }
+  });
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    refresh();
+  });
+  keyForm(refresh);
+  refresh();
+  setInterval(() => { if (more.hidden) refresh(); }, 2000); // live while the first page is all that shows
+}
+
+// -- one run ----------------------------------------------------------------------------------------------
+
+function runPage() {
+  const runId = decodeURIComponent(location.pathname.split("/ui/runs/")[1] || "");
+  document.getElementById("run-id").textContent = runId;
+  const timeline = document.getElementById("timeline");
+  const approvals = document.getElementById("approvals");
+  const stopButton = document.getElementById("stop");
+  const state = { lastOffset: -1, lastId: null, run: null, tools: {}, messages: {}, calls: {}, ended: false };
+
+  function setConnection(text) {
+    document.getElementById("connection").textContent = text;
+  }
+
+  function show(run) {
+    state.run = run;
+    const status = document.getElementById("status");
+    status.textContent = run.status;
+    status.className = "status-" + run.status;
+    document.getElementById("agent").textContent = run.agent_id;
+    stopButton.hidden = ["completed", "failed", "cancelled"].includes(run.status);
+    renderApprovals(run);
+  }
+
+  async function refresh() {
+    try {
+      const run = await api("GET", "/runs/" + encodeURIComponent(runId));
+      if (!state.tools[run.agent_id]) {
+        const agent = await api("GET", "/agents/" + encodeURIComponent(run.agent_id)).catch(() => ({ tools: [] }));
+        state.tools[run.agent_id] = Object.fromEntries((agent.tools || []).map((t) => [t.name, t]));
+      }
+      show(run);
+      notice("");
+      return run;
+    } catch (err) {
+      notice(explain(err));
+      return null;
+    }
+  }
+
+  // A form per pending call, built from the tool's JSON schema: one field per property.
+  function renderApprovals(run) {
+    const pending = run.status === "paused" ? run.pending : [];
+    approvals.hidden = pending.length === 0;
+    if (approvals.dataset.shown === pending.map((c) => c.id).join(",")) return;
+    approvals.dataset.shown = pending.map((c) => c.id).join(",");
+    approvals.replaceChildren(...pending.map((call) => approvalForm(run, call)));
+  }
+
+  function approvalForm(run, call) {
+    const tool = (state.tools[run.agent_id] || {})[call.name] || {};
+    const schema = tool.parameters || { properties: {} };
+    let args = {};
+    try { args = JSON.parse(call.arguments || "{}"); } catch (e) { args = {}; }
+    const form = el("form", { class: "approval", "data-call": call.id, "aria-label": "Decide on " + call.name },
+      el("h2", { text: `${call.name} wants to run` }),
+      tool.description ? el("p", { text: tool.description }) : null);
+    const fields = [];
+    for (const [name, prop] of Object.entries(schema.properties || {})) {
+      const id = `arg-${call.id}-${name}`;
+      const type = prop.type;
+      const value = args[name];
+      let input;
+      if (type === "boolean") input = el("input", { id, type: "checkbox", checked: Boolean(value) });
+      else if (type === "integer" || type === "number") input = el("input", { id, type: "number", step: type === "integer" ? "1" : "any", value: value ?? "" });
+      else if (type === "string") input = el("input", { id, type: "text", value: value ?? "" });
+      else input = el("textarea", { id, rows: "3", text: JSON.stringify(value ?? null, null, 2) });
+      input.name = name;
+      fields.push({ name, type, input });
+      form.append(el("label", { for: id, text: name + (prop.description ? ` (${prop.description})` : "") }), input);
+    }
+    const noteId = `note-${call.id}`;
+    const note = el("textarea", { id: noteId, rows: "2", placeholder: "why (sent to the model)" });
+    form.append(el("label", { for: noteId, text: "Note" }), note);
+    const approve = el("button", { type: "button", text: "Approve" });
+    const reject = el("button", { type: "button", text: "Reject" });
+    form.append(el("div", { class: "actions" }, approve, reject));
+
+    function edited() {
+      const out = Object.assign({}, args);
+      for (const { name, type, input } of fields) {
+        if (type === "boolean") out[name] = input.checked;
+        else if (type === "integer" || type === "number") out[name] = input.value === "" ? null : Number(input.value);
+        else if (type === "string") out[name] = input.value;
+        else out[name] = JSON.parse(input.value);
+      }
+      return out;
+    }
+
+    async function decide(confirmed) {
+      approve.disabled = reject.disabled = true;
+      try {
+        const decision = { tool_call_id: call.id, confirmed, confirmation_note: note.value || null };
+        if (confirmed) decision.tool_args = edited();
+        const others = state.run.pending.filter((c) => c.id !== call.id).map((c) => ({ tool_call_id: c.id, confirmed: true }));
+        await api("POST", `/agents/${encodeURIComponent(run.agent_id)}/runs/${encodeURIComponent(runId)}/continue`,
+          { tools: [decision, ...others], stream: false, background: true });
+        approvals.dataset.shown = "";
+        await refresh();
+      } catch (err) {
+        notice(explain(err));
+        approve.disabled = reject.disabled = false;
+      }
+    }
+    approve.addEventListener("click", () => decide(true));
+    reject.addEventListener("click", () => decide(false));
+    return form;
+  }
+
+  function add(item) {
+    timeline.append(item);
+    return item;
+  }
+
+  // One stored event, rendered once (events at or below the last rendered offset are skipped).
+  function render(offset, ev) {
+    const type = ev.type;
+    if (type === "TEXT_MESSAGE_START") {
+      state.messages[ev.message_id] = add(el("li", { class: "message", "data-message": ev.message_id }));
+    } else if (type === "TEXT_MESSAGE_CONTENT") {
+      const item = state.messages[ev.message_id] || (state.messages[ev.message_id] = add(el("li", { class: "message", "data-message": ev.message_id })));
+      item.append(ev.delta);
+    } else if (type === "TOOL_CALL_START") {
+      const item = add(el("li", { class: "tool", "data-call": ev.tool_call_id },
+        el("strong", { text: "tool " + ev.tool_call_name }), el("pre", { class: "args" }), el("pre", { class: "result" })));
+      state.calls[ev.tool_call_id] = item;
+    } else if (type === "TOOL_CALL_ARGS") {
+      const item = state.calls[ev.tool_call_id];
+      if (item) item.querySelector(".args").append(ev.delta);
+    } else if (type === "TOOL_CALL_RESULT") {
+      const item = state.calls[ev.tool_call_id] || add(el("li", { class: "tool", "data-call": ev.tool_call_id }, el("pre", { class: "result" })));
+      item.querySelector(".result").textContent = "→ " + ev.content;
+    } else if (type === "STEP_STARTED" && ev.metadata && ev.metadata.attempt > 1) {
+      add(el("li", { class: "retry", text: `retried: ${ev.step_name} step, attempt ${ev.metadata.attempt}` }));
+    } else if (type === "CUSTOM" && ev.name === "attempt_abandoned") {
+      add(el("li", { class: "retry", text: "an attempt of this step was abandoned (its worker stopped)" }));
+    } else if (type === "RUN_FINISHED") {
+      const outcome = (ev.outcome && ev.outcome.type) || "success";
+      add(el("li", { class: "end", text: outcome === "interrupt" ? "paused: waiting for a decision" : "run finished: " + outcome }));
+    } else if (type === "RUN_ERROR") {
+      add(el("li", { class: "end", text: "run failed: " + (ev.message || "") }));
+    }
+    state.lastOffset = offset;
+    timeline.dataset.lastOffset = String(offset);
+    document.getElementById("offset").textContent = `${offset + 1} events`;
+    if (type === "RUN_FINISHED" || type === "RUN_ERROR" || type === "RUN_STARTED") refresh();
+  }
+
+  // SSE over fetch (an EventSource cannot send the key): replay then live, resumed from the last offset.
+  async function follow() {
+    let failures = 0;
+    while (!state.ended) {
+      try {
+        const extra = { Accept: "text/event-stream" };
+        if (state.lastId !== null) extra["Last-Event-ID"] = state.lastId;
+        const res = await fetch(`${BASE}/runs/${encodeURIComponent(runId)}/events?until=end`, { headers: headers(extra), credentials: "same-origin" });
+        if (res.status === 204) { state.ended = true; break; }
+        if (!res.ok) {
+          const body = await res.json().catch(() => null);
+          const err = new ApiError(res.status, body);
+          notice(explain(err));
+          if ([400, 401, 403, 404, 409, 410].includes(res.status)) { setConnection("stopped"); await waitForKey(); continue; }
+          throw err;
+        }
+        setConnection("live");
+        failures = 0;
+        await read(res.body.getReader());
+        const run = await refresh();
+        if (run && ["completed", "failed", "cancelled"].includes(run.status)) state.ended = true;
+      } catch (err) {
+        failures += 1;
+        setConnection("reconnecting");
+        await sleep(Math.min(5000, 200 * 2 ** Math.min(failures, 5)) * (0.5 + Math.random() / 2));
+      }
+    }
+    setConnection("ended");
+    refresh();
+  }
+
+  let keyGiven = null;
+  function waitForKey() {
+    return new Promise((resolve) => { keyGiven = resolve; });
+  }
+
+  async function read(reader) {
+    const decoder = new TextDecoder();
+    let buffer = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buffer += decoder.decode(value, { stream: true }).replace(/\r\n/g, "\n");
+      let end;
+      while ((end = buffer.indexOf("\n\n")) >= 0) {
+        const block = buffer.slice(0, end);
+        buffer = buffer.slice(end + 2);
+        let id = null, data = null;
+        for (const line of block.split("\n")) {
+          if (line.startsWith("id: ")) id = line.slice(4);
+          else if (line.startsWith("data: ")) data = line.slice(6);
+        }
+        if (id === null || data === null) continue; // keep-alive comments, the error frame
+        const offset = parseInt(id.split(".")[0], 10);
+        if (offset <= state.lastOffset) continue; // seen: never shown twice
+        if (offset !== state.lastOffset + 1) throw new Error(`offset ${offset} after ${state.lastOffset}: reconnect`);
+        state.lastId = id;
+        render(offset, JSON.parse(data));
+      }
+    }
+  }
+
+  stopButton.addEventListener("click", async () => {
+    stopButton.disabled = true;
+    try {
+      await api("POST", `/agents/${encodeURIComponent(state.run.agent_id)}/runs/${encodeURIComponent(runId)}/cancel`);
+      await refresh();
+    } catch (err) {
+      notice(explain(err));
+    } finally {
+      stopButton.disabled = false;
+    }
+  });
+  keyForm(async () => {
+    await refresh();
+    if (keyGiven) { const go = keyGiven; keyGiven = null; go(); }
+  });
+  refresh();
+  follow();
+}
+
+if (document.body.dataset.page === "runs") runsPage();
+else runPage();

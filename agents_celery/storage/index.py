@@ -1,0 +1,314 @@
+"""Indexes of runs and sessions: what lists them, newest first, filtered, a page at a time.
+
+Every run is in ``<p>:runs`` and in one index per agent, session and user (scored by its creation time), and
+in the index of its status class: ``live`` (queued or running), ``paused``, ``completed``, ``failed`` or
+``cancelled``. Sessions are in ``<p>:sessions`` and per user (scored by their last activity).
+
+The indexes are global keys: they live in other slots than a run's keys, so they are not written inside the
+run's scripts (one slot per script, for Redis Cluster) but in the same round trip as the writes that already
+follow a change of status (the sweeper's index, the session's release): a run's creation, pause, continue
+and end. A plain step changes no status and writes no index. A crash between a commit and its index write
+leaves an index behind the run for a moment; a listing therefore checks each run's real status and fields,
+and the sweeper puts a run it finds ended back in order.
+
+An ended run leaves every index when its retention is over: its end schedules that in ``<p>:runs:expiring``
+(member: the run's index entry as JSON, score: when it expires), which the sweeper works off. Sessions leave
+theirs ``session_ttl`` after their last activity, or when a listing finds the session gone.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from ..errors import ValidationError
+from ..runs import RunPage, RunStatus, RunView, load_state
+from ..settings import Settings
+from .keys import Keys
+
+#: The index of each status (queued and running share ``live``: a run's first claim writes no index).
+STATUS_CLASS = {
+    RunStatus.QUEUED: "live",
+    RunStatus.RUNNING: "live",
+    RunStatus.PAUSED: "paused",
+    RunStatus.COMPLETED: "completed",
+    RunStatus.FAILED: "failed",
+    RunStatus.CANCELLED: "cancelled",
+}
+CLASSES = ("live", "paused", "completed", "failed", "cancelled")
+#: Most runs a page holds.
+MAX_LIMIT = 200
+#: Index entries read per round trip while filling a page.
+CHUNK = 200
+#: Most index entries one page looks at; a sparse filter returns a short page and a cursor to go on from.
+SCAN_CAP = 5000
+
+
+@dataclass(frozen=True)
+class Entry:
+    """What the indexes know of a run."""
+
+    run_id: str
+    created_ms: int
+    agent_id: str
+    session_id: str
+    user_id: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps([self.run_id, self.created_ms, self.agent_id, self.session_id, self.user_id])
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> Entry:
+        run_id, created, agent, session, user = json.loads(raw)
+        return cls(run_id, int(created), agent, session, user)
+
+
+@dataclass(frozen=True)
+class Filters:
+    """What a listing asks for (None: any)."""
+
+    status: RunStatus | None = None
+    agent_id: str | None = None
+    session_id: str | None = None
+    user_id: str | None = None
+
+
+def encode_cursor(score: int, member: str) -> str:
+    return f"{score}.{member}"
+
+
+def decode_cursor(cursor: str | None) -> tuple[int, str] | None:
+    """(score, member) of a cursor; ValidationError for one this module did not write."""
+    if not cursor:
+        return None
+    score, _, member = cursor.partition(".")
+    if not score.isdigit() or not member or len(cursor) > 300:
+        raise ValidationError(f"cursor {cursor[:40]!r} is not one this API returned")
+    return int(score), member
+
+
+def check_limit(limit: int) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise ValidationError(f"limit must be an integer from 1 to {MAX_LIMIT}, got {limit!r}")
+    return limit
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class RunIndex:
+    """The run and session indexes of one key prefix."""
+
+    def __init__(self, client: redis.Redis, keys: Keys, settings: Settings) -> None:
+        self.redis, self.keys, self.settings = client, keys, settings
+
+    # -- writes (added to a pipeline the caller sends anyway) --------------------------------------------
+
+    def _run_keys(self, entry: Entry) -> list[str]:
+        k = self.keys
+        found = [k.runs, k.runs_of("agent", entry.agent_id), k.runs_of("session", entry.session_id)]
+        if entry.user_id:
+            found.append(k.runs_of("user", entry.user_id))
+        return found
+
+    def created(self, pipe: Any, entry: Entry) -> None:
+        """A new run: every index of its fields, the ``live`` class, its session's activity."""
+        for key in self._run_keys(entry):
+            pipe.zadd(key, {entry.run_id: entry.created_ms})
+        pipe.zadd(self.keys.runs_status("live"), {entry.run_id: entry.created_ms})
+        self._touch_session(pipe, entry.session_id, entry.user_id, entry.created_ms)
+
+    def moved(self, pipe: Any, entry: Entry, status: RunStatus, now_ms: int | None = None) -> None:
+        """The run's status changed to ``status``: it leaves the other status classes; an end schedules its
+        leaving every index when its retention is over."""
+        target = STATUS_CLASS[status]
+        for name in CLASSES:
+            if name != target:
+                pipe.zrem(self.keys.runs_status(name), entry.run_id)
+        pipe.zadd(self.keys.runs_status(target), {entry.run_id: entry.created_ms})
+        now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+        if status.is_final:
+            expires = now_ms + self.settings.retention_ms + self.settings.tombstone_ms
+            pipe.zadd(self.keys.runs_expiring, {entry.to_json(): expires})
+        self._touch_session(pipe, entry.session_id, entry.user_id, now_ms)
+
+    def forget(self, pipe: Any, entry: Entry) -> None:
+        """The run is gone (deleted or expired): out of every index."""
+        for key in [*self._run_keys(entry), *(self.keys.runs_status(n) for n in CLASSES)]:
+            pipe.zrem(key, entry.run_id)
+        pipe.zrem(self.keys.runs_expiring, entry.to_json())
+
+    def _touch_session(self, pipe: Any, session_id: str, user_id: str | None, now_ms: int) -> None:
+        horizon = now_ms - int(self.settings.session_ttl_seconds * 1000)
+        for key in (self.keys.sessions, *((self.keys.sessions_of(user_id),) if user_id else ())):
+            pipe.zadd(key, {session_id: now_ms})
+            pipe.zremrangebyscore(key, 0, horizon)
+
+    def forget_session(self, pipe: Any, session_id: str, user_id: str | None) -> None:
+        pipe.zrem(self.keys.sessions, session_id)
+        if user_id:
+            pipe.zrem(self.keys.sessions_of(user_id), session_id)
+        pipe.delete(self.keys.runs_of("session", session_id))
+
+    def expire_due(self, now_ms: int | None = None, batch: int = 500) -> int:
+        """Take ended runs whose retention is over out of every index (the sweeper calls it); how many."""
+        now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+        due: Any = self.redis.zrangebyscore(self.keys.runs_expiring, 0, now_ms, start=0, num=batch)
+        if not due:
+            return 0
+        with self.redis.pipeline(transaction=False) as pipe:
+            for raw in due:
+                self.forget(pipe, Entry.from_json(raw))
+            pipe.execute()
+        return len(due)
+
+    # -- reads -------------------------------------------------------------------------------------------
+
+    def source(self, filters: Filters) -> str:
+        """The index a listing walks: the one of its most selective filter."""
+        candidates = [self.keys.runs]
+        if filters.session_id:
+            candidates.append(self.keys.runs_of("session", filters.session_id))
+        if filters.user_id:
+            candidates.append(self.keys.runs_of("user", filters.user_id))
+        if filters.agent_id:
+            candidates.append(self.keys.runs_of("agent", filters.agent_id))
+        if filters.status:
+            candidates.append(self.keys.runs_status(STATUS_CLASS[filters.status]))
+        if len(candidates) == 1:
+            return candidates[0]
+        candidates = candidates[1:]
+        with self.redis.pipeline(transaction=False) as pipe:
+            for key in candidates:
+                pipe.zcard(key)
+            sizes = pipe.execute()
+        return min(zip(sizes, candidates, strict=True))[1]
+
+    def walk(self, key: str, cursor: tuple[int, str] | None) -> Iterable[tuple[str, int]]:
+        """(member, score) of ``key``, newest first (score, then member, both descending, as Redis orders
+        them), strictly after ``cursor``: a cursor stays valid while members come and go."""
+        while True:
+            if cursor is None:
+                got: Any = self.redis.zrevrangebyscore(key, "+inf", "-inf", start=0, num=CHUNK, withscores=True)
+            else:
+                score, member = cursor
+                same: Any = self.redis.zrangebyscore(key, score, score)  # the rest of the cursor's own score
+                yield from ((m, score) for m in sorted((_text(m) for m in same), reverse=True) if m < member)
+                got = self.redis.zrevrangebyscore(key, f"({score}", "-inf", start=0, num=CHUNK, withscores=True)
+            rows = [(_text(m), int(s)) for m, s in got]
+            yield from rows
+            if len(rows) < CHUNK:
+                return
+            cursor = (rows[-1][1], rows[-1][0])
+
+    def sessions_page(
+        self, user_id: str | None, limit: int, cursor: str | None, keep: Callable[[str], bool] | None = None
+    ) -> tuple[list[tuple[str, int]], str | None]:
+        """(session id, last activity ms) of kept sessions, newest first, and the next page's cursor."""
+        check_limit(limit)
+        key = self.keys.sessions_of(user_id) if user_id else self.keys.sessions
+        out: list[tuple[str, int]] = []
+        stale: list[str] = []
+        after = decode_cursor(cursor)
+        for session_id, score in self.walk(key, after):
+            if len(out) == limit:
+                break
+            if not self.session_exists(session_id):
+                stale.append(session_id)
+                continue
+            if keep is None or keep(session_id):
+                out.append((session_id, score))
+        if stale:
+            self.redis.zrem(key, *stale)
+        more = len(out) == limit and self._has_more(key, out[-1])
+        return out, encode_cursor(out[-1][1], out[-1][0]) if more else None
+
+    def _has_more(self, key: str, last: tuple[str, int]) -> bool:
+        return next(iter(self.walk(key, (last[1], last[0]))), None) is not None
+
+    def session_exists(self, session_id: str) -> bool:
+        k = self.keys.session(session_id)
+        return bool(
+            self.redis.exists(k.history, k.active) or self.redis.exists(self.keys.runs_of("session", session_id))
+        )
+
+    def page(
+        self, filters: Filters, limit: int, cursor: str | None, keep: Callable[[RunView], bool] | None = None
+    ) -> RunPage:
+        """Runs matching ``filters`` (and ``keep``), newest first, after ``cursor``. The index walked is the
+        most selective one; every run's real fields are checked (an index may trail a crash by a moment), and
+        entries of runs that are gone leave that index."""
+        check_limit(limit)
+        key = self.source(filters)
+        walker = iter(self.walk(key, decode_cursor(cursor)))
+        out: list[RunView] = []
+        stale: list[str] = []
+        last: tuple[int, str] | None = None
+        examined, more = 0, False
+        while len(out) < limit and examined < SCAN_CAP:
+            batch = list(itertools.islice(walker, min(CHUNK, limit - len(out) + 8)))
+            if not batch:
+                break
+            for (member, score), view in zip(batch, self.views([m for m, _ in batch]), strict=True):
+                if len(out) == limit:
+                    more = True  # entries of this batch are left
+                    break
+                examined += 1
+                last = (score, member)
+                if view is None:
+                    stale.append(member)
+                elif _matches(view, filters) and (keep is None or keep(view)):
+                    out.append(view)
+        if stale:
+            self.redis.zrem(key, *stale)
+        more = more or (last is not None and next(walker, None) is not None)
+        return RunPage(out, encode_cursor(*last) if more and last is not None else None)
+
+    def views(self, run_ids: Sequence[str]) -> list[RunView | None]:
+        """The runs as listings show them (no messages), in one round trip; None for a run that is gone."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            for run_id in run_ids:
+                k = self.keys.run(run_id)
+                pipe.hmget(k.run, "state", "next", "queue")
+                pipe.exists(k.stop)
+            replies = pipe.execute()
+        out: list[RunView | None] = []
+        for run_id, (raw, next_offset, queue), stop in zip(run_ids, replies[::2], replies[1::2], strict=True):
+            if raw is None:
+                out.append(None)
+                continue
+            state = load_state(raw, [])
+            out.append(
+                RunView(
+                    run_id=run_id,
+                    agent_id=state.agent_id,
+                    session_id=state.session_id,
+                    user_id=state.user_id,
+                    queue=_text(queue) if queue else self.settings.queue,
+                    status=state.status,
+                    last_offset=int(next_offset or 0) - 1,
+                    output=state.output,
+                    error=state.error.model_dump() if state.error else None,
+                    pending=state.pending,
+                    stop_requested=bool(stop),
+                    usage=state.usage,
+                    created_at=state.created_at,
+                )
+            )
+        return out
+
+
+def _matches(view: RunView, filters: Filters) -> bool:
+    return (
+        (filters.status is None or view.status == filters.status)
+        and (filters.agent_id is None or view.agent_id == filters.agent_id)
+        and (filters.session_id is None or view.session_id == filters.session_id)
+        and (filters.user_id is None or view.user_id == filters.user_id)
+    )

@@ -1,0 +1,226 @@
+"""The run inspector (``/ui/``) in a real browser: headless Chromium (Debian's ``chromium``) driven by Playwright,
+against a live API process and a real worker. The page reads the API like any client: replay, live, and a
+resume from the last offset it rendered when its connection drops."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from agents_celery import ScriptedToolCall, ScriptedTurn
+from agents_celery.testing.openai_server import ScriptResponder
+
+from .api_support import ApiServer
+from .conftest import TEST_REDIS_URL, wait_for
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.browser]
+
+CHROMIUM = os.environ.get("AGENTS_CELERY_TEST_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+WAIT_MS = 30_000
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _expect_timeout() -> None:
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=WAIT_MS)
+
+
+def expect(locator: Any) -> Any:
+    from playwright.sync_api import expect as playwright_expect
+
+    return playwright_expect(locator)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"no Chromium at {CHROMIUM}: apt-get install chromium (.ci/run does)")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-dev-shm-usage"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 390, "height": 844})  # a phone-sized screen
+    pg = context.new_page()
+    pg.set_default_timeout(WAIT_MS)
+    yield pg
+    context.close()
+
+
+@pytest.fixture(scope="module", params=["flask", "django"])
+def front(request: pytest.FixtureRequest) -> str:
+    """Every test runs against the Flask API and against the Django app (under uvicorn, at /ai)."""
+    name: str = request.param
+    return name
+
+
+@pytest.fixture(scope="module")
+def api(worker: Any, worker_env: dict[str, str], front: str) -> Iterator[ApiServer]:
+    server = ApiServer({**worker_env, "AGENTS_CELERY_KEEPALIVE_SECONDS": "0.3"}, django=front == "django")
+    yield server.wait_ready()
+    server.stop()
+
+
+def start(api: ApiServer, message: str = "hi") -> str:
+    resp = httpx.post(f"{api.url}/agents/fake/runs", data={"message": message, "stream": "false", "background": "true"})
+    assert resp.status_code == 202, resp.text
+    run_id: str = resp.json()["run_id"]
+    return run_id
+
+
+def run_json(api: ApiServer, run_id: str) -> dict[str, Any]:
+    body: dict[str, Any] = httpx.get(f"{api.url}/runs/{run_id}").json()
+    return body
+
+
+def page_text(page: Any) -> str:
+    return "".join(page.locator("#timeline li.message").all_text_contents())
+
+
+def test_a_streamed_run_renders_once_and_catches_up_after_the_api_restarts(
+    page: Any, worker: Any, worker_env: dict[str, str], fake_openai: Any, front: str
+) -> None:
+    words = " ".join(f"word{i}" for i in range(150))
+    fake_openai.responder = ScriptResponder([words], token_delay=0.04)
+    env = {**worker_env, "AGENTS_CELERY_KEEPALIVE_SECONDS": "0.3"}
+    server = ApiServer(env, django=front == "django").wait_ready()
+    try:
+        run_id = start(server)
+        page.goto(f"{server.url}/ui/runs/{run_id}")
+        wait_for(lambda: len(page_text(page)) > 40, timeout=30, what="some text on the page")
+        assert page.locator("#connection").text_content() == "live"
+        server.proc.send_signal(signal.SIGKILL)  # the API process dies mid-run; the page keeps what it has
+        server.stop()
+        expect(page.locator("#connection")).to_have_text("reconnecting")
+        rendered_before = len(page_text(page))
+        server = ApiServer(env, django=front == "django", port=server.port).wait_ready()  # the same address
+        expect(page.locator("#status")).to_have_text("completed")
+        expect(page.locator("#connection")).to_have_text("ended")
+        assert page_text(page) == words  # every word once: no gap, no duplicate
+        assert 0 < rendered_before < len(words)
+        last = run_json(server, run_id)["last_offset"]
+        assert page.locator("#timeline").get_attribute("data-last-offset") == str(last)
+        assert page.locator("#timeline li.end").all_text_contents() == ["run finished: success"]
+        assert page.locator("#stop").is_hidden()
+    finally:
+        server.stop()
+
+
+def test_a_paused_run_is_approved_with_edited_arguments_from_the_page(
+    page: Any, api: ApiServer, script: Any, key_prefix: str, front: str
+) -> None:
+    asked, edited = f"/tmp/{uuid.uuid4().hex}", f"/tmp/{uuid.uuid4().hex}"
+    script(
+        ScriptedTurn("I will delete the file you named.", [ScriptedToolCall("delete_file", {"path": asked})]),
+        "Done, the file is gone.",
+    )
+    run_id = start(api, "delete it")
+    page.goto(f"{api.url}/ui/runs/{run_id}")
+    form = page.locator("#approvals form.approval")
+    field = form.get_by_label("path")
+    field.wait_for()
+    assert field.input_value() == asked
+    if os.environ.get("AGENTS_CELERY_SCREENSHOT") and front == "flask":  # the README's picture: make screenshot
+        page.screenshot(path=os.environ["AGENTS_CELERY_SCREENSHOT"], full_page=True)
+    field.fill(edited)
+    form.get_by_role("button", name="Approve").click()
+    expect(page.locator("#status")).to_have_text("completed")
+    page.locator("#timeline li.tool .result", has_text=f"deleted {edited}").wait_for()
+    assert "Done, the file is gone." in page_text(page)
+    r = redis.Redis.from_url(TEST_REDIS_URL)
+    try:
+        count = f"{key_prefix}:test:count:delete_file:"
+        assert int(r.get(count + edited) or 0) == 1 and r.get(count + asked) is None  # ran once, as edited
+    finally:
+        r.close()
+    assert page.locator("#approvals").is_hidden()
+
+
+def test_a_rejection_with_a_note(page: Any, api: ApiServer, script: Any) -> None:
+    script(ScriptedTurn("", [ScriptedToolCall("delete_file", {"path": "/tmp/keep"})]), "Understood, I kept it.")
+    run_id = start(api, "delete it")
+    page.goto(f"{api.url}/ui/runs/{run_id}")
+    form = page.locator("#approvals form.approval")
+    form.get_by_label("Note").fill("keep that file")
+    form.get_by_role("button", name="Reject").click()
+    expect(page.locator("#status")).to_have_text("completed")
+    call = run_json(api, run_id)
+    assert call["status"] == "completed"
+    view = httpx.get(f"{api.url}/runs/{run_id}/events", params={"until": "end"}).text
+    assert "keep that file" in view
+
+
+def test_stop_cancels_a_running_run(page: Any, api: ApiServer, fake_openai: Any) -> None:
+    fake_openai.responder = ScriptResponder([" ".join(["slow"] * 400)], token_delay=0.05)
+    run_id = start(api)
+    page.goto(f"{api.url}/ui/runs/{run_id}")
+    wait_for(lambda: len(page_text(page)) > 10, timeout=30, what="some text on the page")
+    page.get_by_role("button", name="Stop").click()
+    expect(page.locator("#status")).to_have_text("cancelled")
+    assert run_json(api, run_id)["status"] == "cancelled"
+    page.locator("#timeline li.end", has_text="cancelled").wait_for()
+
+
+def test_the_runs_list_filters_and_updates_live(page: Any, api: ApiServer, script: Any) -> None:
+    script(ScriptedTurn("", [ScriptedToolCall("delete_file", {"path": "/tmp/listed"})]), "ok")
+    paused = start(api, "delete it")
+    page.goto(f"{api.url}/ui/")
+    page.get_by_label("Status").select_option("paused")
+    page.get_by_role("button", name="Filter").click()
+    page.locator(f"tr[data-run='{paused}']").wait_for()
+    assert page.locator(f"tr[data-run='{paused}'] td").nth(6).text_content() == "delete_file"
+    script(ScriptedTurn("", [ScriptedToolCall("delete_file", {"path": "/tmp/listed2"})]), "ok")
+    later = start(api, "delete that too")
+    page.locator(f"tr[data-run='{later}']").wait_for()  # no reload: the list updates by itself
+    page.locator(f"tr[data-run='{later}'] a").click()
+    page.wait_for_url(f"**/ui/runs/{later}")
+    page.locator("#approvals form.approval").wait_for()
+    for run_id in (paused, later):
+        httpx.post(f"{api.url}/agents/fake/runs/{run_id}/cancel")
+
+
+def test_with_the_api_key_set_a_page_without_it_sees_nothing(
+    page: Any, worker: Any, worker_env: dict[str, str], script: Any, front: str
+) -> None:
+    env = {**worker_env, "AGENTS_CELERY_API_KEY": "inspector-key", "AGENTS_CELERY_ALLOW_ANONYMOUS": ""}
+    server = ApiServer(env, django=front == "django").wait_ready()
+    seen: list[str] = []
+    page.on("request", lambda request: seen.append(request.url))
+    try:
+        script("Hello.")
+        resp = httpx.post(
+            f"{server.url}/agents/fake/runs",
+            data={"message": "hi", "stream": "false"},
+            headers={"Authorization": "Bearer inspector-key"},
+        )
+        run_id = resp.json()["run_id"]
+        page.goto(f"{server.url}/ui/")  # the page itself is open: it holds no data
+        page.locator("#notice", has_text="needs a key").wait_for()
+        assert page.locator("#runs tbody tr").count() == 0
+        page.goto(f"{server.url}/ui/runs/{run_id}")
+        page.locator("#notice", has_text="needs a key").wait_for()
+        assert page.locator("#timeline li").count() == 0
+        page.get_by_label("API key").fill("inspector-key")
+        page.get_by_role("button", name="Use key").click()
+        expect(page.locator("#status")).to_have_text("completed")
+        assert page_text(page) == "Hello."
+        page.goto(f"{server.url}/ui/")
+        page.locator(f"tr[data-run='{run_id}']").wait_for()  # the key stays in this tab's session storage
+        assert all("inspector-key" not in url for url in seen)  # never in a URL
+        assert "inspector-key" not in server.output()  # nor in the server's log
+    finally:
+        server.stop()
