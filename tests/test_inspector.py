@@ -224,3 +224,33 @@ def test_with_the_api_key_set_a_page_without_it_sees_nothing(
         assert "inspector-key" not in server.output()  # nor in the server's log
     finally:
         server.stop()
+
+
+def test_retried_attempts_are_marked(page: Any, api: ApiServer, fast_settings: Any) -> None:
+    """A model turn retried after its worker died shows as such (the events a retry writes, appended by hand to
+    a run whose queue nobody consumes)."""
+    from agents_celery import Runtime
+    from agents_celery.events import EventType, make_event
+
+    runtime = Runtime(settings=fast_settings.model_copy(update={"queue": f"nobody-{uuid.uuid4().hex[:6]}"}))
+    try:
+        run_id = runtime.stream("fake", "hi").run_id
+        token = runtime.leases.acquire(run_id, 60_000)
+        assert token is not None
+        retry = [
+            make_event(EventType.STEP_STARTED, step_name="model", metadata={"attempt": 1}),
+            make_event(EventType.TEXT_MESSAGE_START, message_id="m1", role="assistant"),
+            make_event(EventType.TEXT_MESSAGE_CONTENT, message_id="m1", delta="Half an ans"),
+            make_event(EventType.TEXT_MESSAGE_END, message_id="m1"),
+            make_event(EventType.CUSTOM, name="attempt_abandoned", value={"step": 0, "attempt": 1, "next_attempt": 2}),
+            make_event(EventType.STEP_STARTED, step_name="model", metadata={"attempt": 2}),
+        ]
+        runtime.store.log.append(run_id, retry, token)
+        page.goto(f"{api.url}/ui/runs/{run_id}")
+        expect(page.locator("#timeline li.retry")).to_have_text(
+            ["an attempt of this step was abandoned (its worker stopped)", "retried: model step, attempt 2"]
+        )
+        runtime.leases.release(run_id, token)
+    finally:
+        runtime.stop(run_id)
+        runtime.close()
