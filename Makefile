@@ -34,15 +34,17 @@ typecheck: install
 	$(VENV)/bin/mypy
 
 # The whole suite, slow crash and browser tests included (CI runs exactly this). Starts a Redis if none
-# answers; installs Debian's chromium if there is none.
+# answers; installs Debian's chromium if there is none, and the pinned AG-UI JS client (npm ci).
 test: install
 	PY=$(PY) scripts/ensure-redis
 	scripts/ensure-chromium
+	scripts/ensure-agui-client
 	$(PY) -m pytest
 
 # Everything but the slow crash tests and the browser, for quick local loops.
 test-fast: install
 	PY=$(PY) scripts/ensure-redis
+	scripts/ensure-agui-client
 	$(PY) -m pytest -m "not slow and not browser"
 
 # The fast suite on the oldest supported celery, kombu and redis-py (requirements/oldest.txt), and on the

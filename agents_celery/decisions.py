@@ -25,6 +25,8 @@ class Decision:
     note: str | None = None
     #: Replacement arguments (validated against the tool's parameters).
     tool_args: dict[str, Any] | None = None
+    #: The result of a call of a client's tool (the client ran it); only for such calls, and required there.
+    result: str | None = None
 
 
 def decide(state: RunState, decisions: list[Decision], manifest: dict[str, Any]) -> list[ToolCall]:
@@ -47,6 +49,13 @@ def decide(state: RunState, decisions: list[Decision], manifest: dict[str, Any])
     if decisions and set(by_id) != set(pending):
         missing = sorted(set(pending) - set(by_id))
         raise DecisionError(f"decide every pending tool call or none (none approves all); missing: {missing}")
+    for call in pending.values():
+        answer = by_id.get(call.id)
+        client = call.pause_reason == "client_tool"
+        if client and (answer is None or answer.result is None):
+            raise DecisionError(f"tool call {call.id!r} ({call.name}) is the client's: answer it with its result")
+        if not client and answer is not None and answer.result is not None:
+            raise DecisionError(f"tool call {call.id!r} ({call.name}) runs here: approve or reject it, no result")
     params = {t["name"]: t.get("parameters") for t in manifest.get("tools", [])}
     out = []
     for call in state.tool_calls:
@@ -70,10 +79,16 @@ def as_decision(value: Decision | dict[str, Any]) -> Decision:
     confirmed = value.get("confirmed", True)
     if not isinstance(confirmed, bool):
         raise DecisionError(f"'confirmed' of {value['tool_call_id']!r} must be true or false")
-    return Decision(value["tool_call_id"], confirmed, value.get("confirmation_note") or value.get("note"), args)
+    result = value.get("result")
+    if result is not None and not isinstance(result, str):
+        result = json.dumps(result)
+    note = value.get("confirmation_note") or value.get("note")
+    return Decision(value["tool_call_id"], confirmed, note, args, result)
 
 
 def _apply(call: ToolCall, d: Decision, schema: dict[str, Any] | None) -> ToolCall:
+    if call.pause_reason == "client_tool":
+        return call.model_copy(update={"decision": "approved", "result": d.result})
     update: dict[str, Any] = {"decision": "approved" if d.confirmed else "rejected", "note": d.note}
     if call.pause_reason == "may_have_run":
         update["rerun"] = d.confirmed

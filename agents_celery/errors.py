@@ -25,6 +25,7 @@
     │   ├── RunFinishedError          stop/continue/append on a run that already ended
     │   ├── SessionBusyError          another run of the same session is still active
     │   ├── RunLiveError              delete of a run that has not ended
+    │   ├── HistoryMismatchError      a client's earlier messages disagree with the session's stored history
     │   ├── RunBusyError              another caller holds the run right now (e.g. a concurrent continue)
     │   └── LogRewoundError           the log no longer holds the event a reader saw at an offset (lost writes)
     ├── FencedError                   a write carried a lease token that is no longer current
@@ -181,6 +182,12 @@ class RunLiveError(StateError):
     """The run has not ended (queued, running or paused): stop it first."""
 
     code = "run_live"
+
+
+class HistoryMismatchError(StateError):
+    """The conversation a client sent does not agree with the session's stored history."""
+
+    code = "history_mismatch"
 
 
 class RunBusyError(StateError):

@@ -54,7 +54,9 @@ TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
 }
 
 #: Why a tool call waits for a human.
-PauseReason = Literal["confirmation_required", "may_have_run"]
+#: ``client_tool``: the call is for a tool of the client (an AG-UI frontend tool): the client runs it and answers
+#: with its result.
+PauseReason = Literal["confirmation_required", "may_have_run", "client_tool"]
 
 
 class ToolCall(BaseModel):
@@ -114,6 +116,12 @@ class RunState(BaseModel):
     history_len: int = 0
     #: Tool calls of the last assistant turn.
     tool_calls: list[ToolCall] = Field(default_factory=list)
+    #: Tools the client runs itself (AG-UI frontend tools: ``name``, ``description``, ``parameters``); the model
+    #: may call them and the run pauses until the client answers with the result.
+    client_tools: list[dict[str, Any]] = Field(default_factory=list)
+    #: What the client passed along (AG-UI ``state``, ``context``, ``forwarded_props``); tools see it as
+    #: :attr:`agents_celery.tools.ToolContext.client`, the model sees ``context`` after the instructions.
+    client: dict[str, Any] = Field(default_factory=dict)
     turns: int = 0
     output: str | None = None
     error: RunFailure | None = None

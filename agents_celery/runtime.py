@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -47,6 +48,9 @@ from .storage.store import RunStore
 if TYPE_CHECKING:
     from celery import Celery
 
+#: OpenAI's rule for function names (client tools are sent to the model as functions).
+TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
 
 #: Sends a step: ``send(run_id, step, agent_id, queue, task_id=..., root_id=..., parent_id=...)``.
 Send = Callable[..., None]
@@ -75,6 +79,23 @@ def _position(offset: int | str | None) -> tuple[int, str | None]:
             raise ValidationError(str(exc)) from None
         return check_offset(after, "offset"), tag
     return check_offset(offset, "offset"), None
+
+
+def _client_tools(specs: Sequence[dict[str, Any]], manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The caller's own tools, checked: OpenAI function names, unique, none shadowing one of the agent's."""
+    own = {t["name"] for t in manifest.get("tools", [])}
+    out: list[dict[str, Any]] = []
+    for spec in specs:
+        name = spec.get("name") if isinstance(spec, dict) else None
+        if not isinstance(name, str) or not TOOL_NAME.match(name):
+            raise ValidationError(f"a client tool needs a name of 1-64 letters, digits, '_' or '-'; got {name!r}")
+        if name in own or any(t["name"] == name for t in out):
+            raise ValidationError(f"client tool {name!r} is named twice (or like one of the agent's tools)")
+        params = spec.get("parameters")
+        if params is not None and not isinstance(params, dict):
+            raise ValidationError(f"the parameters of client tool {name!r} must be a JSON schema object")
+        out.append({"name": name, "description": str(spec.get("description") or ""), "parameters": params})
+    return out
 
 
 class RunStream:
@@ -197,8 +218,17 @@ class Runtime:
         session_id: str | None = None,
         user_id: str | None = None,
         idempotency_key: str | None = None,
+        client_tools: Sequence[dict[str, Any]] = (),
+        client: dict[str, Any] | None = None,
+        check_history: Callable[[list[dict[str, Any]]], None] | None = None,
     ) -> RunStream:
         """Start a run and return its stream handle (the run executes on the workers).
+
+        ``client_tools`` (``name``, ``description``, ``parameters``) are tools the caller runs itself: when the
+        model calls one the run pauses until :meth:`continue_run` brings the result (a decision with
+        ``result``). ``client`` (AG-UI's ``state``, ``context``, ``forwarded_props``) is passed to the tools.
+        ``check_history(history)`` may refuse the session's history as it stands once the session is taken
+        (HistoryMismatchError): nothing is created then.
 
         With ``idempotency_key``, a retried call (even one racing the first) returns the same run: the run id is
         derived from the key (and the user), so the run is created exactly once. A key reused with another
@@ -212,6 +242,7 @@ class Runtime:
             raise PayloadTooLargeError(
                 f"the message has {len(message)} characters; at most {self.settings.max_message_chars} are accepted"
             )
+        extra_tools = _client_tools(client_tools, manifest)
         fingerprint = _fingerprint(manifest["name"], message, session_id, user_id)
         own_session = session_id is None
         if idempotency_key:
@@ -224,6 +255,12 @@ class Runtime:
                 return existing
             self._take_session(session_id, run_id)
             history = self.store.session_history(session_id)
+            if check_history is not None:
+                try:
+                    check_history(history)
+                except Exception:
+                    self.store.session_release(session_id, run_id)
+                    raise
             now = int(time.time() * 1000)
             state = RunState(
                 run_id=run_id,
@@ -233,6 +270,8 @@ class Runtime:
                 own_session=own_session,
                 messages=[*history, {"role": "user", "content": message}],
                 history_len=len(history),
+                client_tools=extra_tools,
+                client=dict(client or {}),
                 created_at=now,
                 updated_at=now,
             )
@@ -254,6 +293,12 @@ class Runtime:
         except redis.ConnectionError as exc:
             raise RedisUnavailableError(f"Redis does not answer at {self.settings.redis_url}: {exc}") from exc
         return RunStream(self, run_id, session_id, state.agent_id)
+
+    def idempotent_run(self, idempotency_key: str, user_id: str | None = None) -> str | None:
+        """The id of the run :meth:`stream` created for ``idempotency_key`` (and user), or None."""
+        run_id = _idempotent_run_id(idempotency_key, user_id)
+        (sent,) = self.store.run_fields(run_id, "request")
+        return run_id if sent is not None else None
 
     def _existing(self, run_id: str, fingerprint: str, key: str) -> RunStream | None:
         """The run an idempotent call already created (None if none); refused if the call differs."""
@@ -432,7 +477,9 @@ class Runtime:
             messages = with_edited_args(state.messages, calls)
             new = state.model_copy(update={"tool_calls": calls, "messages": messages}).moved_to(RunStatus.RUNNING)
             decided = [
-                {"tool_call_id": c.id, "decision": c.decision} for c in calls if c.requires_confirmation or c.rerun
+                {"tool_call_id": c.id, "decision": c.decision}
+                for c in calls
+                if c.requires_confirmation or c.rerun or c.pause_reason == "client_tool"
             ]
             resumed = make_event(
                 EventType.RUN_STARTED,

@@ -29,8 +29,8 @@ import json
 import re
 import types
 import typing
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, overload
 
 import pydantic
@@ -54,11 +54,14 @@ class ToolContext:
         run_id: Id of the run that called the tool.
         tool_call_id: Id the model gave this call; stable across retries of the step.
         attempt: 1 on the first execution, higher when the call is executed again after a crash.
+        client: What the client that started the run passed along (AG-UI ``state``, ``context``,
+            ``forwarded_props``); empty for runs started otherwise.
     """
 
     run_id: str
     tool_call_id: str
     attempt: int = 1
+    client: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def idempotency_key(self) -> str:

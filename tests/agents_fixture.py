@@ -7,6 +7,7 @@ can check that nothing ran twice.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -158,9 +159,16 @@ def slow_lookup(word: str) -> str:
     return word.upper()
 
 
+@tool
+def client_props(ctx: ToolContext | None = None) -> str:
+    """What the client that started the run passed along (AG-UI state and forwardedProps)."""
+    client = ctx.client if ctx is not None else {}
+    return json.dumps({"state": client.get("state"), "forwarded": client.get("forwarded_props")}, sort_keys=True)
+
+
 TOOLS = [
     get_time, add, delete_file, slow_count, idempotent_count, crash_worker, async_lookup, guarded, steal_lease, hang,
-    slow_lookup,
+    slow_lookup, client_props,
 ]  # fmt: skip
 
 fake = Agent(

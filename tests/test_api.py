@@ -173,9 +173,15 @@ def test_last_event_id_on_run_events(client: httpx.Client, script: Any) -> None:
 def validate_agui(events: list[dict[str, Any]]) -> None:
     assert events[0]["type"] == "RUN_STARTED"
     open_messages: set[str] = set()
+    open_steps: set[str] = set()
     finished = False
     for ev in events:
         AGUI_EVENT.validate_python(ev)
+        if ev["type"] == "STEP_STARTED":
+            open_steps.add(ev["stepName"])
+        elif ev["type"] == "STEP_FINISHED":
+            assert ev["stepName"] in open_steps, f"STEP_FINISHED of {ev['stepName']} that was not started"
+            open_steps.remove(ev["stepName"])
         assert "metadata" not in ev and all(v is not None for v in ev.values())
         assert not finished or ev["type"] == "RUN_STARTED", f"{ev['type']} after RUN_FINISHED"
         finished = ev["type"] in ("RUN_FINISHED", "RUN_ERROR")
@@ -198,13 +204,13 @@ def test_agui_stream_is_strict(client: httpx.Client, script: Any) -> None:
     validate_agui([f.data for f in got])
     assert got[-1].data["type"] == "RUN_FINISHED" and got[-1].data["outcome"]["type"] == "success"
     assert "threadId" in got[0].data and isinstance(got[0].data["timestamp"], int)
-    # joined mid-message: a synthesized RUN_STARTED and TEXT_MESSAGE_START (no id: lines) come first
+    # joined mid-message: a synthesized RUN_STARTED, STEP_STARTED and TEXT_MESSAGE_START (no id: lines) come first
     contents = [f.id for f in stored(client, run_id) if f.event == "TEXT_MESSAGE_CONTENT"]
     mid = contents[-2]
     with client.stream("GET", f"/runs/{run_id}/events", params={"format": "agui", "after": mid}) as resp:
         joined = list(frames(resp))
-    assert [f.data["type"] for f in joined[:2]] == ["RUN_STARTED", "TEXT_MESSAGE_START"]
-    assert joined[0].id is None and joined[1].id is None and joined[2].id == mid + 1
+    assert [f.data["type"] for f in joined[:3]] == ["RUN_STARTED", "STEP_STARTED", "TEXT_MESSAGE_START"]
+    assert [f.id for f in joined[:4]] == [None, None, None, mid + 1]
     validate_agui([f.data for f in joined])
 
 
@@ -317,6 +323,7 @@ def test_agents_and_health(client: httpx.Client) -> None:
     paths = client.get("/openapi.json").json()["paths"]
     assert {"/agents/{agent_id}/runs/{run_id}/resume", "/runs/{run_id}/events", "/health"} <= set(paths)
     assert {"/runs", "/sessions", "/sessions/{session_id}"} <= set(paths) and "delete" in paths["/runs/{run_id}"]
+    assert {"/agui/{agent_id}", "/agui/{agent_id}/connect"} <= set(paths)
 
 
 # -- errors ------------------------------------------------------------------------------------------------------

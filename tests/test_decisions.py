@@ -61,3 +61,25 @@ def test_reject_with_note_and_edit_arguments() -> None:
 def test_bad_decisions_are_refused(decisions: list[dict[str, object]], error: type[Exception]) -> None:
     with pytest.raises(error):
         decide(_paused(), [as_decision(d) for d in decisions], MANIFEST)
+
+
+def _waiting_for_the_client() -> RunState:
+    calls = [
+        ToolCall(id="c1", name="delete_file", arguments='{"path": "/a"}', requires_confirmation=True,
+                 decision="pending", pause_reason="confirmation_required"),
+        ToolCall(id="f1", name="pick_color", arguments="{}", decision="pending", pause_reason="client_tool"),
+    ]  # fmt: skip
+    return RunState(run_id="r", agent_id="a", session_id="s", status=RunStatus.PAUSED, tool_calls=calls)
+
+
+def test_a_client_tool_call_is_answered_with_its_result() -> None:
+    state = _waiting_for_the_client()
+    calls = decide(state, [Decision("c1"), as_decision({"tool_call_id": "f1", "result": {"color": "red"}})], MANIFEST)
+    assert calls[1].result == '{"color": "red"}' and calls[1].decision == "approved" and calls[1].done
+    assert calls[0].decision == "approved" and not calls[0].done  # the worker runs that one
+    with pytest.raises(DecisionError, match="the client's: answer it with its result"):
+        decide(state, [], MANIFEST)  # "approve all" cannot answer for the client
+    with pytest.raises(DecisionError, match="the client's"):
+        decide(state, [Decision("c1"), Decision("f1")], MANIFEST)
+    with pytest.raises(DecisionError, match="runs here"):
+        decide(state, [Decision("c1", result="made up"), Decision("f1", result="red")], MANIFEST)

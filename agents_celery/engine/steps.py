@@ -120,14 +120,15 @@ def cancelled(ctx: StepContext, state: RunState, events: list[NewEvent] = ()) ->
 
 
 def paused(ctx: StepContext, state: RunState, events: list[NewEvent]) -> StepResult:
+    """The run waits: for a human's decisions (an ``interrupt`` outcome, as AG-UI 1.0 has it), or only for the
+    client's answers to calls of its own tools (``success`` with ``pending_tool_call_ids``, as AG-UI has it)."""
     state = state.moved_to(RunStatus.PAUSED)
-    interrupts = [_interrupt(ctx.agent, call) for call in state.pending]
-    pause = make_event(
-        EventType.RUN_FINISHED,
-        thread_id=state.session_id,
-        run_id=state.run_id,
-        outcome={"type": "interrupt", "interrupts": interrupts},
-    )
+    waiting = [c for c in state.pending if c.pause_reason != "client_tool"]
+    if waiting:
+        outcome: dict[str, Any] = {"type": "interrupt", "interrupts": [_interrupt(ctx.agent, c) for c in waiting]}
+    else:
+        outcome = {"type": "success", "pending_tool_call_ids": [c.id for c in state.pending]}
+    pause = make_event(EventType.RUN_FINISHED, thread_id=state.session_id, run_id=state.run_id, outcome=outcome)
     return StepResult(state, [*events, pause], "paused")
 
 
@@ -265,8 +266,10 @@ def _stream_once(ctx: StepContext, turn: _TurnStream) -> None:
     finishes: at a stop (after the grace), when the lease is lost, or at the turn's wall-clock deadline."""
     ctx.check()
     call_hooks(ctx.hooks, "before_model_call", ctx.info, ctx.state.messages)
-    system = [{"role": "system", "content": ctx.agent.instructions}] if ctx.agent.instructions else []
-    model, messages, tools = ctx.agent.model, [*system, *ctx.state.messages], ctx.agent.tool_schemas()
+    prompt = _with_context(ctx.agent.instructions, ctx.state.client.get("context"))
+    system = [{"role": "system", "content": prompt}] if prompt else []
+    tools = [*ctx.agent.tool_schemas(), *(_client_schema(t) for t in ctx.state.client_tools)]
+    model, messages = ctx.agent.model, [*system, *ctx.state.messages]
 
     def read() -> None:
         ctx.writer.starting()
@@ -292,6 +295,23 @@ def _stream_once(ctx: StepContext, turn: _TurnStream) -> None:
         raise ModelError(f"the model gave no complete answer within {limit:g}s", retryable=True) from None
     ctx.check()  # the reading stopped early for a stop or a lost lease
     turn.close()
+
+
+def _with_context(instructions: str, context: Any) -> str:
+    """The instructions, then the client's context entries (AG-UI ``context``: description and value)."""
+    if not isinstance(context, list) or not context:
+        return instructions
+    lines = [f"- {c.get('description', '')}: {c.get('value', '')}" for c in context if isinstance(c, dict)]
+    return "\n\n".join(p for p in (instructions, "Context from the client:\n" + "\n".join(lines)) if p)
+
+
+def _client_schema(spec: dict[str, Any]) -> dict[str, Any]:
+    """A client tool in Chat Completions ``tools`` form."""
+    params = spec.get("parameters") or {"type": "object", "properties": {}}
+    return {
+        "type": "function",
+        "function": {"name": spec["name"], "description": spec.get("description", ""), "parameters": params},
+    }
 
 
 def _walked_away(ctx: StepContext, exc: CallAbandoned) -> BaseException:
@@ -351,7 +371,8 @@ def _after_turn(ctx: StepContext, turn: _TurnStream) -> StepResult:
     if isinstance(turn.acc.usage, Usage):
         for name in ("prompt_tokens", "completion_tokens", "total_tokens"):
             usage[name] = usage.get(name, 0) + getattr(turn.acc.usage, name)
-    calls = [_new_call(ctx.agent, c) for c in turn.acc.tool_calls]
+    client_tools = {t["name"] for t in ctx.state.client_tools}
+    calls = [_new_call(ctx.agent, c, client_tools) for c in turn.acc.tool_calls]
     state = ctx.state.model_copy(
         update={
             "messages": [*ctx.state.messages, message],
@@ -370,11 +391,15 @@ def _after_turn(ctx: StepContext, turn: _TurnStream) -> StepResult:
     return StepResult(state, events, "live")
 
 
-def _new_call(agent: Agent, raw: dict[str, str]) -> ToolCall:
+def _new_call(agent: Agent, raw: dict[str, str], client_tools: set[str] | None = None) -> ToolCall:
+    client_tools = client_tools or set()
     call = ToolCall(id=raw["id"], name=raw["name"], arguments=raw.get("arguments") or "{}")
     tool = agent.tools.get(call.name)
+    if tool is None and call.name in client_tools:  # the client runs it and answers with the result
+        return call.model_copy(update={"decision": "pending", "pause_reason": "client_tool"})
     if tool is None:
-        return call.model_copy(update={"error": f"unknown tool {call.name!r}; available: {sorted(agent.tools)}"})
+        known = sorted({*agent.tools, *client_tools})
+        return call.model_copy(update={"error": f"unknown tool {call.name!r}; available: {known}"})
     try:
         tool.validate(call.arguments)
     except ToolArgumentsError as exc:
@@ -435,7 +460,7 @@ def _run_call(ctx: StepContext, call: ToolCall, ahead: bool = False) -> ToolCall
 def _invoke(ctx: StepContext, call: ToolCall, tool: Tool, ahead: bool) -> ToolCall:
     args = call.args
     call_hooks(ctx.hooks, "before_tool_call", ctx.info, call.name, args)
-    context = ToolContext(run_id=ctx.state.run_id, tool_call_id=call.id, attempt=ctx.attempt)
+    context = ToolContext(ctx.state.run_id, call.id, ctx.attempt, ctx.state.client)
     error: str | None = None
     limit = tool.timeout if tool.timeout is not None else ctx.settings.tool_timeout_seconds
     what = f"run {ctx.state.run_id} tool {call.name} ({call.id})"

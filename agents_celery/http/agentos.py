@@ -172,6 +172,9 @@ def _finished(data: dict[str, Any]) -> dict[str, Any]:
         return {"event": "RunPaused", "tools": tools, "is_paused": True, "content": content or None}
     if kind == "cancelled":
         return {"event": "RunCancelled", "content": "run cancelled"}
+    if outcome.get("pending_tool_call_ids"):  # paused for the client's own tools (AG-UI frontend tools)
+        tools = [tool_object(i, None, None) for i in outcome["pending_tool_call_ids"]]
+        return {"event": "RunPaused", "tools": tools, "is_paused": True, "content": None}
     result = data.get("result")
     text = result if isinstance(result, str) or result is None else json.dumps(result)
     return {"event": "RunCompleted", "content": text, "content_type": "str"}

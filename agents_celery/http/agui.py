@@ -8,7 +8,7 @@ models do not declare are dropped; an interrupt's declared ``metadata`` (tool na
 Joining mid-run: the JS client refuses a stream whose first event is not RUN_STARTED, and CONTENT/ARGS
 without their START. When a stream starts after offset N > -1 inside a run segment, :meth:`AguiRenderer.
 prelude` synthesizes a RUN_STARTED and the START (plus the arguments streamed so far, as one ARGS) of every
-message and tool call still open at N. Synthesized frames carry **no** ``id:`` line, so ``Last-Event-ID``
+step, message and tool call still open at N. Synthesized frames carry **no** ``id:`` line, so ``Last-Event-ID``
 remains the offset of the last real event and a reconnect never skips or repeats a real one.
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import ag_ui.core as agui
 import pydantic
 
 from ..events import AGUI_MODELS, Event, EventType
@@ -62,24 +63,93 @@ class AguiRenderer:
                 break
         ts = first.timestamp
         out = [to_agui(EventType.RUN_STARTED, ts, {"thread_id": self.session_id, "run_id": self.run_id})]
-        messages: dict[str, dict[str, Any]] = {}
-        calls: dict[str, dict[str, Any]] = {}
-        args: dict[str, str] = {}
+        opened = _Open()
         for ev in segment:
-            mid, cid = ev.data.get("message_id", ""), ev.data.get("tool_call_id", "")
-            if ev.type is EventType.TEXT_MESSAGE_START:
-                messages[mid] = ev.data
-            elif ev.type is EventType.TEXT_MESSAGE_END:
-                messages.pop(mid, None)
-            elif ev.type is EventType.TOOL_CALL_START:
-                calls[cid], args[cid] = ev.data, ""
-            elif ev.type is EventType.TOOL_CALL_ARGS:
-                args[cid] = args.get(cid, "") + ev.data.get("delta", "")
-            elif ev.type is EventType.TOOL_CALL_END:
-                calls.pop(cid, None)
-        out += [to_agui(EventType.TEXT_MESSAGE_START, ts, data) for data in messages.values()]
-        for cid, data in calls.items():
+            opened.see(ev)
+        out += [to_agui(EventType.STEP_STARTED, ts, data) for data in opened.steps.values()]
+        out += [to_agui(EventType.TEXT_MESSAGE_START, ts, data) for data in opened.messages.values()]
+        for cid, data in opened.calls.items():
             out.append(to_agui(EventType.TOOL_CALL_START, ts, data))
-            if args.get(cid):
-                out.append(to_agui(EventType.TOOL_CALL_ARGS, ts, {"tool_call_id": cid, "delta": args[cid]}))
+            if opened.args.get(cid):
+                out.append(to_agui(EventType.TOOL_CALL_ARGS, ts, {"tool_call_id": cid, "delta": opened.args[cid]}))
         return out
+
+
+class _Open:
+    """The steps, messages and tool calls (with the arguments streamed so far) a run segment left open."""
+
+    def __init__(self) -> None:
+        self.steps: dict[str, dict[str, Any]] = {}
+        self.messages: dict[str, dict[str, Any]] = {}
+        self.calls: dict[str, dict[str, Any]] = {}
+        self.args: dict[str, str] = {}
+
+    def see(self, ev: Event) -> None:
+        step, mid, cid = (ev.data.get(k, "") for k in ("step_name", "message_id", "tool_call_id"))
+        if ev.type is EventType.STEP_STARTED:
+            self.steps[step] = ev.data
+        elif ev.type is EventType.STEP_FINISHED:
+            self.steps.pop(step, None)
+        elif ev.type is EventType.TEXT_MESSAGE_START:
+            self.messages[mid] = ev.data
+        elif ev.type is EventType.TEXT_MESSAGE_END:
+            self.messages.pop(mid, None)
+        elif ev.type is EventType.TOOL_CALL_START:
+            self.calls[cid], self.args[cid] = ev.data, ""
+        elif ev.type is EventType.TOOL_CALL_ARGS:
+            self.args[cid] = self.args.get(cid, "") + ev.data.get("delta", "")
+        elif ev.type is EventType.TOOL_CALL_END:
+            self.calls.pop(cid, None)
+
+
+# -- the AG-UI endpoint's streams (POST /agui/<agent_id>) ---------------------------------------------------
+
+
+def interrupt_view(interrupt: dict[str, Any]) -> dict[str, Any]:
+    """A stored interrupt as AG-UI 1.0 spells a tool call's: reason ``tool_call`` (ours goes in metadata)."""
+    meta = {**(interrupt.get("metadata") or {}), "pause_reason": interrupt.get("reason")}
+    return {**interrupt, "reason": "tool_call", "metadata": meta}
+
+
+def to_messages(messages: list[dict[str, Any]], thread_id: str) -> list[dict[str, Any]]:
+    """A conversation (OpenAI chat messages) as AG-UI messages, with ids stable across snapshots."""
+    out: list[dict[str, Any]] = []
+    for i, m in enumerate(messages):
+        role, ident = m.get("role"), f"{thread_id}-{i}"
+        text = m.get("content") if isinstance(m.get("content"), str) else None
+        if role == "user":
+            out.append({"id": ident, "role": "user", "content": text or ""})
+        elif role == "assistant":
+            calls = [
+                {"id": c["id"], "type": "function", "function": dict(c["function"])} for c in m.get("tool_calls") or []
+            ]
+            msg: dict[str, Any] = {"id": ident, "role": "assistant"}
+            if text:
+                msg["content"] = text
+            if calls:
+                msg["tool_calls"] = calls
+            out.append(msg)
+        elif role == "tool":
+            out.append({"id": ident, "role": "tool", "content": text or "", "tool_call_id": m.get("tool_call_id", "")})
+    return out
+
+
+def snapshots(state: Any, messages: list[dict[str, Any]], thread_id: str, timestamp: int) -> list[dict[str, Any]]:
+    """STATE_SNAPSHOT (the client's state as the run has it) and MESSAGES_SNAPSHOT (the conversation)."""
+    shot = agui.StateSnapshotEvent(snapshot=state if state is not None else {}, timestamp=timestamp)
+    convo = agui.MessagesSnapshotEvent.model_validate(
+        {"messages": to_messages(messages, thread_id), "timestamp": timestamp}
+    )
+    return [e.model_dump(mode="json", by_alias=True, exclude_none=True) for e in (shot, convo)]
+
+
+def run_error(message: str, code: str, timestamp: int) -> dict[str, Any]:
+    return agui.RunErrorEvent(message=message, code=code, timestamp=timestamp).model_dump(
+        mode="json", by_alias=True, exclude_none=True
+    )
+
+
+def run_started(thread_id: str, run_id: str, timestamp: int) -> dict[str, Any]:
+    return agui.RunStartedEvent(thread_id=thread_id, run_id=run_id, timestamp=timestamp).model_dump(
+        mode="json", by_alias=True, exclude_none=True
+    )

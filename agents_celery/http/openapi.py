@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import ag_ui.core as agui
+
 from .. import __version__
 from ..runs import RunStatus
 from ..storage.index import MAX_LIMIT
@@ -59,6 +61,13 @@ def _body(name: str) -> dict[str, Any]:
             "application/x-www-form-urlencoded": {"schema": form},
             "multipart/form-data": {"schema": form},
         },
+    }
+
+
+def _agui_body() -> dict[str, Any]:
+    return {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RunAgentInput"}}},
     }
 
 
@@ -186,6 +195,30 @@ def _paths() -> dict[str, Any]:
             "delete": _op("delete a session and its runs", {"204": {"description": "deleted"}}, "404", "409"),
             "parameters": _path("session_id"),
         },
+        "/agui/{agent_id}": {
+            "post": _op(
+                "run, resume or attach to a run in AG-UI's protocol (RunAgentInput in, AG-UI events out)",
+                {"200": {"description": "AG-UI 1.0 events (SSE)", "content": _SSE}},
+                "400",
+                "404",
+                "409",
+                "422",
+                requestBody=_agui_body(),
+            ),
+            "parameters": _path("agent_id"),
+        },
+        "/agui/{agent_id}/connect": {
+            "post": _op(
+                "attach to the thread's run where it stands (AG-UI events)",
+                {"200": {"description": "AG-UI 1.0 events (SSE)", "content": _SSE}},
+                "400",
+                "404",
+                "422",
+                requestBody=_agui_body(),
+                parameters=[{"name": "Last-Event-ID", "in": "header", "required": False, "schema": {"type": "string"}}],
+            ),
+            "parameters": _path("agent_id"),
+        },
         "/runs/{run_id}/events": {
             "get": _op(
                 "the run's events (SSE)",
@@ -209,6 +242,9 @@ def spec(prefix: str = "") -> dict[str, Any]:
             schemas[name] = sub
         schemas[model.__name__] = schema
         schemas[f"{model.__name__}Form"] = _form_schema(schema)
+    agui_input = agui.RunAgentInput.model_json_schema(by_alias=True, ref_template="#/components/schemas/{model}")
+    schemas.update(agui_input.pop("$defs", {}))
+    schemas["RunAgentInput"] = agui_input
     return {
         "openapi": "3.1.0",
         "info": {"title": "agents-celery", "version": __version__, "description": "Durable AI-agent runs."},

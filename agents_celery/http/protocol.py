@@ -46,6 +46,7 @@ from ..runs import RunView, SessionView, ToolCall
 from ..runtime import Runtime
 from ..storage.eventlog import LogInfo, check_offset
 from .agentos import AGNO_STATUS, tool_object
+from .aguirun import AguiEndpoint
 from .bodies import ContinueBody, Limits, ResumeBody, RunBody, int_param, parse
 from .sse import LogStream
 from .streams import Streams
@@ -305,6 +306,16 @@ class API:
     def get_run(self, req: Request, run_id: str) -> Reply:
         self._run(req, run_id, "read")
         return Reply(200, self.runtime.get(run_id).to_dict())
+
+    # -- the AG-UI endpoint (http/aguirun.py) -----------------------------------------------------------
+
+    def agui_run(self, req: Request, agent_id: str) -> Reply:
+        """``POST /agui/<agent_id>``: a RunAgentInput in, an AG-UI 1.0 event stream out."""
+        return AguiEndpoint(self).run(req, agent_id)
+
+    def agui_connect(self, req: Request, agent_id: str) -> Reply:
+        """``POST /agui/<agent_id>/connect``: the thread's run, from where it stands."""
+        return AguiEndpoint(self).connect(req, agent_id)
 
     # -- the run inspector (static pages; the data comes through the API like any client's) ----------------
 

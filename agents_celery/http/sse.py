@@ -14,8 +14,10 @@ canonical dialect is built from the stored JSON without decoding it (:class:`~ag
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -35,6 +37,38 @@ KEEP_ALIVE = ": keep-alive\n\n"
 MAX_BLOCK_MS = 1000
 
 Dialect = Literal["canonical", "agui", "agentos"]
+#: The types that end an AG-UI run (a segment of ours).
+TERMINAL = ("RUN_FINISHED", "RUN_ERROR")
+
+
+@dataclass
+class Segment:
+    """How the AG-UI endpoint presents one segment of a run (``POST /agui/<agent_id>``): under the client's
+    ``threadId`` and ``runId``, ending at its first terminal event, with ``snapshots()`` (STATE_SNAPSHOT and
+    MESSAGES_SNAPSHOT, read when the end comes) sent before a RUN_FINISHED. With ``error`` (message, code) the
+    stream is RUN_STARTED then that RUN_ERROR, and the log is not read."""
+
+    thread_id: str
+    run_id: str
+    snapshots: Callable[[int], list[dict[str, Any]]] | None = None
+    error: tuple[str, str] | None = None
+
+    def present(self, event: dict[str, Any]) -> dict[str, Any]:
+        """``event`` under the client's ids (interrupts spelled as AG-UI 1.0 spells a tool call's)."""
+        if event["type"] in ("RUN_STARTED", "RUN_FINISHED"):
+            event = {**event, "threadId": self.thread_id, "runId": self.run_id}
+        outcome = event.get("outcome")
+        if isinstance(outcome, dict) and outcome.get("interrupts"):
+            interrupts = [agui_mod.interrupt_view(i) for i in outcome["interrupts"]]
+            event = {**event, "outcome": {**outcome, "interrupts": interrupts}}
+        return event
+
+    def refusal(self) -> str:
+        assert self.error is not None
+        now = int(time.time() * 1000)
+        started = agui_mod.run_started(self.thread_id, self.run_id, now)
+        error = agui_mod.run_error(*self.error, now)
+        return frame(started, started["type"]) + frame(error, error["type"])
 
 
 def frame(data: dict[str, Any], event: str | None = None, id: int | str | None = None) -> str:
@@ -65,6 +99,8 @@ class Renderer:
         self.agentos = AgentOSRenderer(lambda: self.history, stream.confirm_tools)
         self.agui_started = False
         self.mark = stream.subscribed
+        #: The segment's terminal event went out (AG-UI endpoint streams end there).
+        self.finished = False
 
     def head(self) -> str:
         """The meta frames that open the stream."""
@@ -85,8 +121,10 @@ class Renderer:
                 if not self.agui_started:
                     self.agui_started = True
                     renderer = agui_mod.AguiRenderer(self.info.run_id, ev.session_id)
-                    out += [frame(e, e["type"]) for e in renderer.prelude(self.history, ev)]
-                out.append(frame(agui_mod.render(ev), ev.type.value, ev.position))
+                    out += [frame(self._present(e), e["type"]) for e in renderer.prelude(self.history, ev)]
+                out += self._agui(ev)
+                if self.finished:
+                    break
                 continue
             rendered = self.agentos.render(ev)
             if rendered is not None:
@@ -95,6 +133,21 @@ class Renderer:
                 out.append(frame(self.mark[1], self.mark[1]["event"]))
                 self.mark = None
         return "".join(out)
+
+    def _present(self, event: dict[str, Any]) -> dict[str, Any]:
+        segment = self.stream.segment
+        return event if segment is None else segment.present(event)
+
+    def _agui(self, ev: Event) -> list[str]:
+        rendered = self._present(agui_mod.render(ev))
+        out = []
+        segment = self.stream.segment
+        if segment is not None and rendered["type"] in TERMINAL:
+            self.finished = True
+            if rendered["type"] == "RUN_FINISHED" and segment.snapshots is not None:
+                out += [frame(e, e["type"]) for e in segment.snapshots(ev.timestamp)]
+        out.append(frame(rendered, rendered["type"], ev.position))
+        return out
 
     def _canonical(self, entry: Entry) -> str:
         kind, data = self.wire(*entry)
@@ -122,6 +175,8 @@ class LogStream:
     subscribed: tuple[int, dict[str, Any]] | None = None
     confirm_tools: frozenset[str] = frozenset()
     info: LogInfo | None = None
+    #: The AG-UI endpoint's presentation (dialect ``agui``): client ids, snapshots, one segment only.
+    segment: Segment | None = None
 
     @property
     def block_ms(self) -> int:
@@ -132,6 +187,9 @@ class LogStream:
 
     def frames(self, log: EventLog) -> Iterator[str]:
         """The SSE text, read through ``log`` (sync: one kept connection of its client)."""
+        if self.segment is not None and self.segment.error is not None:
+            yield self.segment.refusal()
+            return
         try:
             info = self.info or log.info(self.run_id)
             history = log.read(self.run_id, -1, limit=self.after + 1) if self._needs_history() else []
@@ -150,11 +208,16 @@ class LogStream:
                 text = KEEP_ALIVE if isinstance(page, Idle) else renderer.page(page)
                 if text:
                     yield text
+                if renderer.finished:
+                    return
         except (AgentsCeleryError, redis.RedisError) as exc:
             yield error_frame(exc)
 
     async def aframes(self, log: AsyncEventLog) -> AsyncIterator[str]:
         """The SSE text, read through an asyncio ``log`` (ASGI: no thread held while the stream waits)."""
+        if self.segment is not None and self.segment.error is not None:
+            yield self.segment.refusal()
+            return
         try:
             info = self.info or await log.info(self.run_id)
             history = await log.read(self.run_id, -1, limit=self.after + 1) if self._needs_history() else []
@@ -170,8 +233,15 @@ class LogStream:
                 idle_seconds=self.keepalive_seconds,
             )
             async for page in pages:
-                text = KEEP_ALIVE if isinstance(page, Idle) else renderer.page(page)
+                if isinstance(page, Idle):
+                    text = KEEP_ALIVE
+                elif self.segment is not None and self.segment.snapshots is not None:
+                    text = await asyncio.to_thread(renderer.page, page)  # its snapshots read the run's state
+                else:
+                    text = renderer.page(page)
                 if text:
                     yield text
+                if renderer.finished:
+                    return
         except (AgentsCeleryError, redis.RedisError) as exc:
             yield error_frame(exc)

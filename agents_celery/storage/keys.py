@@ -34,6 +34,9 @@ Per session (``<p>:session:{<sid>}...``):
 - ``<p>:session:{<sid>}:history`` *list* — the session's conversation (OpenAI message JSON), appended when
   a run completes. ``PX session_ttl``, refreshed on each append.
 - ``<p>:session:{<sid>}:synced`` *set* — run ids already appended to the history (makes it idempotent).
+- ``<p>:session:{<sid>}:agui`` *hash* — the AG-UI endpoint's segments: an AG-UI ``runId`` (or
+  ``resume:<interrupt ids>``) -> ``<run_id> <offset>``, the run and the offset its stream starts after.
+  ``PX session_ttl``, refreshed on each write.
 
 Global:
 
@@ -77,6 +80,7 @@ class SessionKeys:
     active: str
     history: str
     synced: str
+    agui: str
 
 
 @dataclass(frozen=True)
@@ -99,7 +103,7 @@ class Keys:
 
     def session(self, session_id: str) -> SessionKeys:
         base = f"{self.prefix}:session:{{{session_id}}}"
-        return SessionKeys(active=f"{base}:active", history=f"{base}:history", synced=f"{base}:synced")
+        return SessionKeys(f"{base}:active", f"{base}:history", f"{base}:synced", f"{base}:agui")
 
     @property
     def agents(self) -> str:

@@ -445,7 +445,7 @@ class RunStore:
         """Remove a session's conversation and its index entries (its runs are deleted one by one first)."""
         sk = self.keys.session(session_id)
         with self.redis.pipeline(transaction=False) as pipe:
-            pipe.delete(sk.history, sk.synced)
+            pipe.delete(sk.history, sk.synced, sk.agui)
             self.index.forget_session(pipe, session_id, None)
             for user_id in {u for u in user_ids if u}:
                 self.index.forget_session(pipe, session_id, user_id)
@@ -480,6 +480,23 @@ class RunStore:
         ttl = str(self.settings.retention_ms if state.own_session else int(self.settings.session_ttl_seconds * 1000))
         messages = [json.dumps(m) for m in state.new_messages] if state.status == "completed" else []
         self._session_sync(keys=[sk.history, sk.synced], args=[state.run_id, ttl, *messages])
+
+    def segment(self, session_id: str, name: str) -> tuple[str, int] | None:
+        """Where the AG-UI stream named ``name`` (a runId, or ``resume:<ids>``) starts: run id and offset."""
+        raw = self.redis.hget(self.keys.session(session_id).agui, name)
+        if raw is None:
+            return None
+        run_id, _, after = _text(raw).partition(" ")
+        return run_id, int(after)
+
+    def mark_segment(self, session_id: str, names: Sequence[str], run_id: str, after: int) -> None:
+        """Record that the AG-UI streams ``names`` start after ``after`` in ``run_id`` (first record wins)."""
+        key = self.keys.session(session_id).agui
+        with self.redis.pipeline(transaction=False) as pipe:
+            for name in names:
+                pipe.hsetnx(key, name, f"{run_id} {after}")
+            pipe.pexpire(key, int(self.settings.session_ttl_seconds * 1000))
+            pipe.execute()
 
     # -- agents --------------------------------------------------------------------------------------
 

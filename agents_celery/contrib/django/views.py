@@ -257,6 +257,16 @@ async def run_events(request: HttpRequest, run_id: str) -> HttpResponse:
     return await call(request, "run_events", run_id)
 
 
+@route("POST")
+async def agui_run(request: HttpRequest, agent_id: str) -> HttpResponse:
+    return await call(request, "agui_run", agent_id)
+
+
+@route("POST")
+async def agui_connect(request: HttpRequest, agent_id: str) -> HttpResponse:
+    return await call(request, "agui_connect", agent_id)
+
+
 @route("GET", "POST", "PUT", "PATCH", "DELETE")
 async def not_found(request: HttpRequest, path: str = "") -> HttpResponse:
     req = await protocol_request(request, config().api)  # a stranger learns nothing of the routes

@@ -207,6 +207,16 @@ def run_events(run_id: str) -> Response:
     return respond(api().run_events(_request(), run_id))
 
 
+@blueprint.post("/agui/<agent_id>")
+def agui_run(agent_id: str) -> Response:
+    return respond(api().agui_run(_request(), agent_id))
+
+
+@blueprint.post("/agui/<agent_id>/connect")
+def agui_connect(agent_id: str) -> Response:
+    return respond(api().agui_connect(_request(), agent_id))
+
+
 # -- the run inspector -------------------------------------------------------------------------------------
 
 

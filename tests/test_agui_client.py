@@ -1,0 +1,127 @@
+"""The official AG-UI client (``@ag-ui/client`` ``HttpAgent``, pinned in tests/agui_client/package.json) runs our
+agents through ``POST /agui/<agent_id>``: node drives tests/agui_client/scenarios.mjs against a real API server,
+a real worker and real Redis, on the Flask and the Django front ends. The client verifies each stream itself."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from agents_celery.models import ScriptedToolCall, ScriptedTurn
+
+from .api_support import ApiServer, frames
+from .conftest import TEST_REDIS_URL
+
+pytestmark = pytest.mark.timeout(120)
+
+CLIENT = Path(__file__).parent / "agui_client"
+
+
+@pytest.fixture(scope="module", params=["flask", "django"])
+def api(request: pytest.FixtureRequest, worker: Any, worker_env: dict[str, str]) -> Iterator[ApiServer]:
+    if shutil.which("node") is None or not (CLIENT / "node_modules" / "@ag-ui" / "client").is_dir():
+        pytest.fail("the AG-UI client is not installed: run scripts/ensure-agui-client (make test does)")
+    server = ApiServer(worker_env, django=request.param == "django").wait_ready()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def rdb() -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(TEST_REDIS_URL)
+    yield client
+    client.close()
+
+
+def node(api: ApiServer, scenario: str, thread: str, **args: Any) -> dict[str, Any]:
+    """Run one scenario of the JS client; what it printed."""
+    done = subprocess.run(
+        ["node", "scenarios.mjs", scenario, f"{api.url}/agui/fake", thread, json.dumps(args)],
+        cwd=CLIENT,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert done.returncode == 0, f"node failed:\n{done.stdout}\n{done.stderr}"
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def count(r: redis.Redis, prefix: str, name: str) -> int:
+    return int(r.get(f"{prefix}:test:count:{name}") or 0)
+
+
+def test_http_agent_gets_the_streamed_text(api: ApiServer, script: Any) -> None:
+    script("Hello from a durable run.")
+    got = node(api, "text", uuid.uuid4().hex)
+    assert got["types"][0] == "RUN_STARTED" and got["types"][-1] == "RUN_FINISHED"
+    assert "TEXT_MESSAGE_CONTENT" in got["types"] and "MESSAGES_SNAPSHOT" in got["types"]
+    assert got["messages"][-1] == {**got["messages"][-1], "role": "assistant", "content": "Hello from a durable run."}
+
+
+def test_an_interrupt_resumed_with_edited_arguments_runs_the_tool_once(
+    api: ApiServer, script: Any, rdb: redis.Redis, key_prefix: str
+) -> None:
+    asked, edited = f"/tmp/{uuid.uuid4().hex}", f"/tmp/{uuid.uuid4().hex}"
+    script(ScriptedTurn("Deleting.", [ScriptedToolCall("delete_file", {"path": asked})]), "Done, it is gone.")
+    got = node(api, "interrupt", uuid.uuid4().hex, edited=edited)
+    (interrupt,) = got["interrupts"]
+    assert interrupt["reason"] == "tool_call" and interrupt["toolCallId"] and interrupt["responseSchema"]
+    assert got["refused"] and "interrupt" in got["refused"]  # new input without resume: RUN_ERROR
+    assert "TOOL_CALL_RESULT" in got["resumedTypes"] and got["pendingAfter"] == 0
+    assert got["messages"][-1]["content"] == "Done, it is gone."
+    assert any(m["role"] == "tool" and m["content"] == f"deleted {edited}" for m in got["messages"])
+    assert got["replayError"] is None and "TOOL_CALL_RESULT" in got["replayTypes"]  # the replay attached
+    assert count(rdb, key_prefix, f"delete_file:{edited}") == 1
+    assert count(rdb, key_prefix, f"delete_file:{asked}") == 0
+
+
+def test_a_frontend_tool_round_trip(api: ApiServer, script: Any) -> None:
+    script(ScriptedTurn("", [ScriptedToolCall("pick_color", {"options": ["red", "blue"]})]), "You picked red.")
+    got = node(api, "frontend", uuid.uuid4().hex)
+    assert got["call"]["function"]["name"] == "pick_color"
+    assert json.loads(got["call"]["function"]["arguments"]) == {"options": ["red", "blue"]}
+    assert got["firstTypes"][-1] == "RUN_FINISHED" and "TOOL_CALL_RESULT" in got["secondTypes"]
+    roles = [(m["role"], m["content"]) for m in got["messages"]]
+    assert ("tool", "red") in roles and roles[-1] == ("assistant", "You picked red.")
+
+
+def test_the_same_run_id_twice_is_one_run(api: ApiServer, script: Any) -> None:
+    script("Exactly once.")
+    thread = uuid.uuid4().hex
+    got = node(api, "sameRunId", thread, runId=uuid.uuid4().hex)
+    first, second = got["results"]
+    assert first == second and first[-1]["content"] == "Exactly once."
+    runs = httpx.get(f"{api.url}/runs", params={"session_id": thread}).json()["runs"]
+    assert len(runs) == 1
+
+
+def test_connect_reattaches_to_a_live_run(api: ApiServer, script: Any) -> None:
+    words = [f"w{i}" for i in range(40)]
+    script(" ".join(words), token_delay=0.03)
+    thread, run = uuid.uuid4().hex, uuid.uuid4().hex
+    body = {
+        "threadId": thread,
+        "runId": run,
+        "state": {},
+        "messages": [{"id": "u1", "role": "user", "content": "go"}],
+        "tools": [],
+        "context": [],
+        "forwardedProps": {},
+    }
+    with httpx.stream("POST", f"{api.url}/agui/fake", json=body, timeout=30) as resp:  # the tab drops mid-answer
+        for f in frames(resp):
+            if f.data["type"] == "TEXT_MESSAGE_CONTENT":
+                break
+    got = node(api, "connect", thread, runId=run)
+    assert got["types"][0] == "RUN_STARTED" and got["types"][-1] == "RUN_FINISHED"
+    assert got["messages"][-1]["content"].split() == words  # the whole answer, from the final snapshot
