@@ -2,6 +2,7 @@
 
 Transitions (anything else is refused)::
 
+    scheduled -> running | cancelled | failed     (a delayed run, until its start time)
     queued   -> running | cancelled | failed
     running  -> running | paused | completed | failed | cancelled
     paused   -> running | cancelled | failed
@@ -30,6 +31,7 @@ SUPPORTED_VERSIONS = (1, 2)
 
 
 class RunStatus(StrEnum):
+    SCHEDULED = "scheduled"
     QUEUED = "queued"
     RUNNING = "running"
     PAUSED = "paused"
@@ -43,6 +45,7 @@ class RunStatus(StrEnum):
 
 
 TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
+    RunStatus.SCHEDULED: frozenset({RunStatus.RUNNING, RunStatus.CANCELLED, RunStatus.FAILED}),
     RunStatus.QUEUED: frozenset({RunStatus.RUNNING, RunStatus.CANCELLED, RunStatus.FAILED}),
     RunStatus.RUNNING: frozenset(
         {RunStatus.RUNNING, RunStatus.PAUSED, RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED}

@@ -9,10 +9,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -79,6 +81,25 @@ def _position(offset: int | str | None) -> tuple[int, str | None]:
             raise ValidationError(str(exc)) from None
         return check_offset(after, "offset"), tag
     return check_offset(offset, "offset"), None
+
+
+def _start_ms(start_after: float | None, start_at: datetime | float | None) -> int | None:
+    """When a delayed run starts, in Unix ms (None: now)."""
+    if start_after is not None and start_at is not None:
+        raise ValidationError("give start_after or start_at, not both")
+    if start_after is not None:
+        if not isinstance(start_after, int | float) or not math.isfinite(start_after) or start_after < 0:
+            raise ValidationError(f"start_after must be a number of seconds, 0 or more; got {start_after!r}")
+        return int((time.time() + start_after) * 1000)
+    if start_at is None:
+        return None
+    if isinstance(start_at, datetime):
+        if start_at.tzinfo is None:
+            raise ValidationError("start_at must carry a time zone (an aware datetime)")
+        return int(start_at.timestamp() * 1000)
+    if not isinstance(start_at, int | float) or not math.isfinite(start_at) or isinstance(start_at, bool):
+        raise ValidationError(f"start_at must be a datetime or Unix seconds; got {start_at!r}")
+    return int(start_at * 1000)
 
 
 def _client_tools(specs: Sequence[dict[str, Any]], manifest: dict[str, Any]) -> list[dict[str, Any]]:
@@ -221,6 +242,8 @@ class Runtime:
         client_tools: Sequence[dict[str, Any]] = (),
         client: dict[str, Any] | None = None,
         check_history: Callable[[list[dict[str, Any]]], None] | None = None,
+        start_after: float | None = None,
+        start_at: datetime | float | None = None,
     ) -> RunStream:
         """Start a run and return its stream handle (the run executes on the workers).
 
@@ -229,6 +252,10 @@ class Runtime:
         ``result``). ``client`` (AG-UI's ``state``, ``context``, ``forwarded_props``) is passed to the tools.
         ``check_history(history)`` may refuse the session's history as it stands once the session is taken
         (HistoryMismatchError): nothing is created then.
+
+        ``start_after`` (seconds) or ``start_at`` (an aware datetime, or Unix seconds) delay the run: it is
+        ``scheduled`` (listed, cancellable with :meth:`stop`, holding its session) until then, when the sweeper
+        of any worker sends its first step. It lives in Redis, so it survives restarts of every process.
 
         With ``idempotency_key``, a retried call (even one racing the first) returns the same run: the run id is
         derived from the key (and the user), so the run is created exactly once. A key reused with another
@@ -243,6 +270,7 @@ class Runtime:
                 f"the message has {len(message)} characters; at most {self.settings.max_message_chars} are accepted"
             )
         extra_tools = _client_tools(client_tools, manifest)
+        start_ms = _start_ms(start_after, start_at)
         fingerprint = _fingerprint(manifest["name"], message, session_id, user_id)
         own_session = session_id is None
         if idempotency_key:
@@ -280,6 +308,10 @@ class Runtime:
             fields = {"queue": queue, "root_task": first_task, "request": fingerprint}
             if user_id:
                 fields["user_id"] = user_id
+            delay = 0.0 if start_ms is None else (start_ms - now) / 1000
+            if delay > 0:  # the sweeper sends its first step when the time comes
+                state.status = RunStatus.SCHEDULED
+                fields["start_at"] = str(start_ms)
             started = make_event(EventType.RUN_STARTED, thread_id=session_id, run_id=run_id)
             try:
                 self.store.create(state, [started], fields)
@@ -288,8 +320,9 @@ class Runtime:
                 if existing is None:
                     raise
                 return existing
-            self.store.created(state, self.settings.enqueue_grace_seconds)
-            self._send(run_id, 0, state.agent_id, queue, task_id=first_task)
+            self.store.created(state, delay if delay > 0 else self.settings.enqueue_grace_seconds)
+            if delay <= 0:
+                self._send(run_id, 0, state.agent_id, queue, task_id=first_task)
         except redis.ConnectionError as exc:
             raise RedisUnavailableError(f"Redis does not answer at {self.settings.redis_url}: {exc}") from exc
         return RunStream(self, run_id, session_id, state.agent_id)

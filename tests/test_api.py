@@ -623,3 +623,16 @@ def test_the_inspector_pages_are_static_and_locked_down(client: httpx.Client) ->
     assert 'src="../ui.js"' in client.get("/ui/runs/abc").text
     missing = client.get("/ui/secrets.txt")
     assert missing.status_code == 404 and missing.json()["code"] == "not_found"
+
+
+def test_a_delayed_run_over_http(client: httpx.Client) -> None:
+    body = {"message": "later", "stream": "false", "background": "true", "start_after": "60"}
+    resp = client.post("/agents/offline/runs", data=body)
+    assert resp.status_code == 202 and resp.json()["status"] == "scheduled"
+    run_id = resp.json()["run_id"]
+    assert run_id in [r["run_id"] for r in client.get("/runs", params={"status": "scheduled"}).json()["runs"]]
+    assert client.post(f"/agents/offline/runs/{run_id}/cancel").json()["status"] == "cancelled"
+    naive = client.post("/agents/offline/runs", json={"message": "x", "start_at": "2030-01-01T09:00:00"})
+    assert naive.status_code == 422 and "time zone" in naive.json()["detail"]
+    negative = client.post("/agents/offline/runs", json={"message": "x", "start_after": -3})
+    assert negative.status_code == 422

@@ -195,6 +195,13 @@ def test_stop_a_running_run(api: ApiServer, fake_openai: Any) -> None:
         assert client.get(stream.run_id).status == "cancelled"
 
 
+def test_a_delayed_run_waits_scheduled(api: ApiServer) -> None:
+    with Client(api.url) as client:
+        stream = client.stream("offline", "later", start_after=60)
+        assert client.get(stream.run_id).status == "scheduled"
+        assert client.stop(stream.run_id).status == "cancelled"
+
+
 def test_bearer_api_key(worker: Any, worker_env: dict[str, str]) -> None:
     server = ApiServer({**worker_env, "AGENTS_CELERY_API_KEY": "s3cret"}).wait_ready()
     try:

@@ -132,9 +132,10 @@ class AsyncClient:
         user_id: str | None = None,
         idempotency_key: str | None = None,
         until_pause: bool = True,
+        start_after: float | None = None,
     ) -> AsyncRunStream:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        body = start_body(message, session_id, user_id)
+        body = start_body(message, session_id, user_id, start_after)
         out = await self._request("POST", f"/agents/{agent}/runs", json=body, headers=headers)
         return AsyncRunStream(self, out["run_id"], agent, out.get("session_id"), -1, until_pause)
 

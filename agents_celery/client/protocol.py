@@ -224,8 +224,12 @@ def continue_body(decisions: Sequence[dict[str, Any]] | None) -> dict[str, Any]:
     return {"tools": list(decisions or []), "stream": False, "background": True}
 
 
-def start_body(message: str, session_id: str | None, user_id: str | None) -> dict[str, Any]:
+def start_body(
+    message: str, session_id: str | None, user_id: str | None, start_after: float | None = None
+) -> dict[str, Any]:
     body: dict[str, Any] = {"message": message, "stream": False, "background": True}
+    if start_after is not None:
+        body["start_after"] = start_after
     if session_id:
         body["session_id"] = session_id
     if user_id:

@@ -181,10 +181,12 @@ class Client:
         user_id: str | None = None,
         idempotency_key: str | None = None,
         until_pause: bool = True,
+        start_after: float | None = None,
     ) -> RunStream:
-        """Start a run (it executes on the workers) and return its stream, from the first event."""
+        """Start a run (it executes on the workers) and return its stream, from the first event; ``start_after``
+        (seconds) delays it (``scheduled`` until then)."""
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        body = start_body(message, session_id, user_id)
+        body = start_body(message, session_id, user_id, start_after)
         out = self._request("POST", f"/agents/{agent}/runs", json=body, headers=headers)
         return RunStream(self, out["run_id"], agent, out.get("session_id"), -1, until_pause)
 

@@ -213,10 +213,13 @@ class Engine:
             return failed(ctx, state, error)
         if ctx.stop.is_set():
             return cancelled(ctx, state)
-        if state.status == RunStatus.QUEUED:
+        if state.status in (RunStatus.QUEUED, RunStatus.SCHEDULED):
+            delayed = state.status == RunStatus.SCHEDULED
             ctx.state = state = state.moved_to(RunStatus.RUNNING)
             # Visible as running at once; the attempt keeps its lease.
             self.store.commit(state, ctx.token, ctx.step, ctx.step, [], "live", release=False)
+            if delayed:  # queued and running share an index; a delayed run leaves the scheduled one
+                self.store.status_changed(state, watch_in=self.settings.lease_ttl_seconds)
         try:
             call_hooks(hooks, "before_step", ctx.info)
             return model_turn(ctx) if state.next == "model" else tool_step(ctx)

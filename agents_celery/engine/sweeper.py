@@ -1,7 +1,10 @@
 """The sweeper: gets runs moving again after a crash, in seconds rather than the broker's visibility timeout.
 
 A run is in the live index (``<p>:live``, run id -> deadline) from its creation (or its continue) until it
-pauses or ends; steps do not touch the index. The sweeper looks at runs past their deadline: if the lease
+pauses or ends; steps do not touch the index. A delayed run (``start_at`` in its record) waits there with its
+start time as the deadline: the sweeper sends its first step then, whatever the queue's backlog.
+
+The sweeper looks at runs past their deadline: if the lease
 is held the step is still working (look again when the lease would expire); if the run paused or ended it
 leaves the index; if its last commit is younger than the enqueue grace its next step is probably waiting
 in the queue (look again when the grace is over); otherwise the lease expired (the worker died or hung) or
@@ -67,13 +70,32 @@ def sweep(store: RunStore, resend: Resend, now_ms: int | None = None, backlog: B
     for run_id in due:
         k = keys.run(run_id)
         with store.redis.pipeline(transaction=False) as pipe:
-            pipe.hmget(k.run, "log", "step", "agent_id", "committed_ms", "attempt", "queue", "root_task", "last_task")
+            fields = (
+                "log",
+                "step",
+                "agent_id",
+                "committed_ms",
+                "attempt",
+                "queue",
+                "root_task",
+                "last_task",
+                "start_at",
+            )
+            pipe.hmget(k.run, *fields)
             pipe.pttl(k.lease)
-            (log_status, step, agent_id, committed, attempt, queue, root, parent), lease_ms = pipe.execute()
+            (log_status, step, agent_id, committed, attempt, queue, root, parent, start_at), lease_ms = pipe.execute()
         queue_name = queue.decode() if queue else s.queue
         waited_ms = now_ms - int(committed or 0)
         if log_status is None:
             store.unwatch(run_id)
+        elif start_at is not None and log_status == b"live":  # a delayed run: its first step goes now
+            if int(start_at) > now_ms:
+                store.watch(run_id, (int(start_at) - now_ms) / 1000)
+                continue
+            store.started_delayed(run_id, now_ms)
+            store.watch(run_id, s.enqueue_grace_seconds)
+            resend(run_id, 0, agent_id.decode(), queue_name, (root or b"").decode(), "")
+            requeued.append(run_id)
         elif log_status != b"live":  # paused or ended, and its worker died before saying so to the indexes
             store.status_changed(store.load(run_id)[0])
         elif lease_ms > 0:  # a step holds it: look again right after it would expire, not a full TTL later

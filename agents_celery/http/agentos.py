@@ -30,6 +30,7 @@ from ..events import Event, EventType
 
 #: Our run statuses in Agno's ``RunStatus`` spelling.
 AGNO_STATUS = {
+    "scheduled": "PENDING",
     "queued": "PENDING",
     "running": "RUNNING",
     "paused": "PAUSED",

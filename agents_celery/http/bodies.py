@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeVar
 
 import pydantic
@@ -32,6 +33,16 @@ class RunBody(_Body):
     session_id: str | None = Field(default=None, min_length=1, max_length=200)
     user_id: str | None = Field(default=None, max_length=200)
     background: bool = False
+    #: Delay the run: seconds from now, or when (ISO 8601 with a time zone, or Unix seconds).
+    start_after: float | None = Field(default=None, ge=0, le=366 * 86400)
+    start_at: datetime | None = None
+
+    @field_validator("start_at")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("start_at needs a time zone (e.g. 2026-12-01T09:00:00Z)")
+        return value
 
     @field_validator("message")
     @classmethod

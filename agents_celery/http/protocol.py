@@ -251,6 +251,8 @@ class API:
             session_id=body.session_id,
             user_id=user_id,
             idempotency_key=req.headers.get("Idempotency-Key") or None,
+            start_after=body.start_after,
+            start_at=body.start_at,
         )
         return self._finish(req, stream.run_id, stream.session_id, -1, body, manifest)
 

@@ -34,6 +34,7 @@ from .keys import Keys
 
 #: The index of each status (queued and running share ``live``: a run's first claim writes no index).
 STATUS_CLASS = {
+    RunStatus.SCHEDULED: "scheduled",
     RunStatus.QUEUED: "live",
     RunStatus.RUNNING: "live",
     RunStatus.PAUSED: "paused",
@@ -41,7 +42,7 @@ STATUS_CLASS = {
     RunStatus.FAILED: "failed",
     RunStatus.CANCELLED: "cancelled",
 }
-CLASSES = ("live", "paused", "completed", "failed", "cancelled")
+CLASSES = ("scheduled", "live", "paused", "completed", "failed", "cancelled")
 #: Most runs a page holds.
 MAX_LIMIT = 200
 #: Index entries read per round trip while filling a page.
@@ -118,11 +119,12 @@ class RunIndex:
             found.append(k.runs_of("user", entry.user_id))
         return found
 
-    def created(self, pipe: Any, entry: Entry) -> None:
-        """A new run: every index of its fields, the ``live`` class, its session's activity."""
+    def created(self, pipe: Any, entry: Entry, status: RunStatus = RunStatus.QUEUED) -> None:
+        """A new run: every index of its fields, its status class (``live``, or ``scheduled`` for a delayed
+        run), its session's activity."""
         for key in self._run_keys(entry):
             pipe.zadd(key, {entry.run_id: entry.created_ms})
-        pipe.zadd(self.keys.runs_status("live"), {entry.run_id: entry.created_ms})
+        pipe.zadd(self.keys.runs_status(STATUS_CLASS[status]), {entry.run_id: entry.created_ms})
         self._touch_session(pipe, entry.session_id, entry.user_id, entry.created_ms)
 
     def moved(self, pipe: Any, entry: Entry, status: RunStatus, now_ms: int | None = None) -> None:

@@ -12,7 +12,8 @@ Per run (``<p>:run:{<run_id>}...``):
   ``next_kind`` (``model`` | ``tools``: which STEP_STARTED the next claim writes), ``committed_ms`` (when
   the last commit happened: the sweeper's clock for a next step that never started), ``state_id`` (version
   of ``state``: a worker holding that version skips loading it), ``ledger_calls`` (JSON list of the tool
-  call ids the next tool step's claim starts in the effect ledger), ``session_id``, ``agent_id``. No TTL
+  call ids the next tool step's claim starts in the effect ledger), ``session_id``, ``agent_id``, ``start_at``
+  (a delayed run's start, Unix ms, until the sweeper sends its first step). No TTL
   while the run is live or paused; ``retention`` once it ended.
 - ``<p>:run:{<rid>}:messages`` *list* — the run's conversation (one OpenAI message JSON per element) for
   state schema 2, which stores ``state`` without it: a commit appends the new messages instead of rewriting

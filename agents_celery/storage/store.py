@@ -413,12 +413,19 @@ class RunStore:
         deadline = int((time.time() + in_seconds) * 1000)
         self.redis.zadd(self.keys.live, {run_id: deadline})
 
+    def started_delayed(self, run_id: str, now_ms: int) -> None:
+        """A delayed run's first step is being sent: it is no longer waiting for its time."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hdel(self.keys.run(run_id).run, "start_at")
+            pipe.hset(self.keys.run(run_id).run, "committed_ms", now_ms)
+            pipe.execute()
+
     def created(self, state: RunState, in_seconds: float) -> None:
         """A new run: the sweeper looks at it after ``in_seconds``, and it joins the run and session indexes
         (one round trip)."""
         with self.redis.pipeline(transaction=False) as pipe:
             pipe.zadd(self.keys.live, {state.run_id: int((time.time() + in_seconds) * 1000)})
-            self.index.created(pipe, entry_of(state))
+            self.index.created(pipe, entry_of(state), state.status)
             pipe.execute()
 
     def status_changed(self, state: RunState, watch_in: float | None = None) -> None:

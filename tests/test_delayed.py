@@ -1,0 +1,79 @@
+"""Delayed runs (``start_after`` / ``start_at``): ``scheduled`` until their time, listed, cancellable, and started
+by whichever worker's sweeper is up then (the delay lives in Redis, not in a worker's memory). Real workers,
+real Redis, a real kill -9."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from agents_celery import RunStatus, Runtime, ValidationError, load_settings
+from agents_celery.events import EventType
+
+from .cluster import FAST, Worker, worker_env
+from .conftest import TEST_BROKER_URL, TEST_REDIS_URL, wait_for
+
+
+@pytest.fixture
+def own(fake_openai: Any) -> Iterator[tuple[dict[str, str], Runtime]]:
+    """A key prefix and queue of their own, so these workers can die without touching the shared one."""
+    prefix, queue = f"acdelay-{uuid.uuid4().hex[:8]}", f"delay-{uuid.uuid4().hex[:8]}"
+    env = worker_env(TEST_REDIS_URL, TEST_BROKER_URL, prefix, queue, {"FAKE_OPENAI_URL": fake_openai.url})
+    overrides = {k.removeprefix("AGENTS_CELERY_").lower(): v for k, v in FAST.items()}
+    settings = load_settings(
+        redis_url=TEST_REDIS_URL, broker_url=TEST_BROKER_URL, key_prefix=prefix, queue=queue, **overrides
+    )
+    runtime = Runtime(settings=settings)
+    yield env, runtime
+    runtime.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_a_delayed_run_starts_on_time_across_a_worker_restart(own: tuple[dict[str, str], Runtime]) -> None:
+    env, runtime = own
+    first = Worker(env).wait_ready()
+    try:
+        wait_for(lambda: runtime.store.manifest("offline") is not None, what="the agents to be published")
+        start = time.time() + 4
+        delayed = runtime.stream("offline", "hello later", start_at=start)
+        dropped = runtime.stream("offline", "never mind", start_after=60)
+        assert runtime.get(delayed.id).status is RunStatus.SCHEDULED
+        listed = {r.run_id for r in runtime.runs(status="scheduled").runs}
+        assert {delayed.id, dropped.id} <= listed
+        assert runtime.stop(dropped.id).status is RunStatus.CANCELLED  # cancellable while it waits
+        first.kill()  # the worker that saw it created dies; another comes up before its time
+    finally:
+        first.stop()
+    second = Worker(env).wait_ready()
+    try:
+        view = wait_for(
+            lambda: (v := runtime.get(delayed.id)).status.is_final and v, timeout=30, what="the delayed run to end"
+        )
+        assert view.status is RunStatus.COMPLETED
+        events = list(delayed.events(until_pause=False))
+        step = next(e for e in events if e.type is EventType.STEP_STARTED)
+        assert step.timestamp >= int(start * 1000)  # not one step before its time
+        assert [e.offset for e in events] == list(range(len(events)))
+        assert runtime.get(dropped.id).status is RunStatus.CANCELLED
+        assert not any(e.type is EventType.STEP_STARTED for e in dropped.events(until_pause=False))
+        assert delayed.id not in {r.run_id for r in runtime.runs(status="scheduled").runs}
+    finally:
+        second.stop()
+
+
+def test_bad_delays_are_refused(runtime: Runtime) -> None:
+    with pytest.raises(ValidationError, match="start_after"):
+        runtime.stream("offline", "hi", start_after=-1)
+    with pytest.raises(ValidationError, match="not both"):
+        runtime.stream("offline", "hi", start_after=1, start_at=time.time())
+    with pytest.raises(ValidationError, match="time zone"):
+        runtime.stream("offline", "hi", start_at=datetime.now() + timedelta(seconds=5))
+    # A start time already past starts the run now.
+    past = runtime.stream("offline", "hi", start_at=datetime.now(UTC) - timedelta(seconds=5))
+    wait_for(lambda: runtime.get(past.id).status is RunStatus.COMPLETED, what="the run to complete")
