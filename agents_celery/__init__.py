@@ -37,6 +37,7 @@ _EXPORTS: dict[str, str] = {
     "Decision": "decisions",
     "RunState": "runs",
     "RunStatus": "runs",
+    "Schedule": "schedule",
     # events
     "Event": "events",
     "EventType": "events",
@@ -75,6 +76,7 @@ _EXPORTS: dict[str, str] = {
             "RunLiveError",
             "HistoryMismatchError",
             "SessionNotFoundError",
+            "ScheduleNotFoundError",
             "FencedError",
             "SchemaVersionError",
             "ModelError",
@@ -140,6 +142,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         RunNotFoundError,
         RunNotPausedError,
         RunTimeoutError,
+        ScheduleNotFoundError,
         SchemaVersionError,
         SessionBusyError,
         SessionNotFoundError,
@@ -155,5 +158,6 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from .models import Model, OpenAIChat, ScriptedModel, ScriptedToolCall, ScriptedTurn
     from .runs import RunPage, RunState, RunStatus, RunView, SessionInfo, SessionPage, SessionView
     from .runtime import RunStream, Runtime
+    from .schedule import Schedule
     from .settings import Settings, load_settings
     from .tools import Tool, ToolContext, tool

@@ -18,7 +18,8 @@
     ├── NotFoundError                 (HTTP 404)
     │   ├── UnknownAgentError         no worker published that agent
     │   ├── RunNotFoundError          no run with that id ever existed (or it is addressed under another agent)
-    │   └── SessionNotFoundError      no session with that id is kept
+    │   ├── SessionNotFoundError      no session with that id is kept
+    │   └── ScheduleNotFoundError     no schedule with that id
     ├── RunExpiredError               the run existed, its retention passed (HTTP 410)
     ├── StateError                    the run is not in a state that allows this (HTTP 409)
     │   ├── RunNotPausedError         continue on a run that is not paused
@@ -146,6 +147,12 @@ class SessionNotFoundError(NotFoundError):
     """No session with this id is kept (never existed, or its history expired and it has no runs)."""
 
     code = "session_not_found"
+
+
+class ScheduleNotFoundError(NotFoundError):
+    """No schedule with this id."""
+
+    code = "schedule_not_found"
 
 
 class RunExpiredError(AgentsCeleryError):

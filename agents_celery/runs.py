@@ -125,6 +125,9 @@ class RunState(BaseModel):
     #: What the client passed along (AG-UI ``state``, ``context``, ``forwarded_props``); tools see it as
     #: :attr:`agents_celery.tools.ToolContext.client`, the model sees ``context`` after the instructions.
     client: dict[str, Any] = Field(default_factory=dict)
+    #: The schedule that started the run, and the tick (ms) it was started for.
+    schedule_id: str | None = None
+    scheduled_for: int | None = None
     turns: int = 0
     output: str | None = None
     error: RunFailure | None = None
@@ -230,6 +233,8 @@ class RunView:
     user_id: str | None = None
     #: The Celery queue its steps go to; a run stays ``queued`` until a worker consuming it takes the first step.
     queue: str | None = None
+    #: The schedule that started it (None: started by a caller).
+    schedule_id: str | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunView:
@@ -248,6 +253,7 @@ class RunView:
             created_at=int(data.get("created_at") or 0),
             user_id=data.get("user_id"),
             queue=data.get("queue"),
+            schedule_id=data.get("schedule_id"),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -265,6 +271,7 @@ class RunView:
             "created_at": self.created_at,
             "user_id": self.user_id,
             "queue": self.queue,
+            "schedule_id": self.schedule_id,
         }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import math
 import re
 import time
@@ -32,6 +33,7 @@ from .errors import (
     RunLiveError,
     RunNotPausedError,
     RunTimeoutError,
+    ScheduleNotFoundError,
     SessionBusyError,
     SessionNotFoundError,
     StateError,
@@ -40,15 +42,19 @@ from .errors import (
 )
 from .events import Event, EventType, close_open, make_event, parse_position
 from .runs import RunPage, RunState, RunStatus, RunView, SessionInfo, SessionPage, SessionView
+from .schedule import Schedule
 from .settings import Settings, load_settings
 from .storage.connections import connect, connect_async
 from .storage.eventlog import AsyncEventLog, check_offset
 from .storage.index import Filters
 from .storage.leases import Leases
+from .storage.schedules import ScheduleStore
 from .storage.store import RunStore
 
 if TYPE_CHECKING:
     from celery import Celery
+
+log = logging.getLogger(__name__)
 
 #: OpenAI's rule for function names (client tools are sent to the model as functions).
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -202,6 +208,7 @@ class Runtime:
         # It never claims a step: no state cache. Its log readers look at their kept connection the fast way.
         self.store = RunStore(self.redis, self.settings, cached_states=0, idle_check=fast.idle_check)
         self.leases = Leases(self.redis, self.store.keys)
+        self.schedule_store = ScheduleStore(self.redis, self.store.keys)
         self._owns_celery_app = celery_app is None
         #: The app steps are sent with: the caller's own, or a bare one that only sends (no worker wiring).
         self.celery_app = celery_app or sender_app(self.settings)
@@ -244,6 +251,7 @@ class Runtime:
         check_history: Callable[[list[dict[str, Any]]], None] | None = None,
         start_after: float | None = None,
         start_at: datetime | float | None = None,
+        schedule: tuple[str, int] | None = None,
     ) -> RunStream:
         """Start a run and return its stream handle (the run executes on the workers).
 
@@ -300,6 +308,8 @@ class Runtime:
                 history_len=len(history),
                 client_tools=extra_tools,
                 client=dict(client or {}),
+                schedule_id=schedule[0] if schedule else None,
+                scheduled_for=schedule[1] if schedule else None,
                 created_at=now,
                 updated_at=now,
             )
@@ -368,6 +378,92 @@ class Runtime:
         """Send a step of an existing run (a continue), to its queue and in its chain of tasks."""
         queue, root, parent = self.store.run_fields(run_id, "queue", "root_task", "last_task")
         self._send(run_id, step, agent_id, queue or self.settings.queue, root_id=root, parent_id=parent)
+
+    # -- schedules (fired by Celery beat: agents_celery/beat.py) ------------------------------------------------
+
+    def schedule(
+        self,
+        agent: Agent | str,
+        message: str,
+        *,
+        cron: str | None = None,
+        every: float | None = None,
+        session_id: str | None = None,
+        name: str | None = None,
+        user_id: str | None = None,
+    ) -> Schedule:
+        """Run ``agent`` with ``message`` on a cron expression (UTC) or every ``every`` seconds, from now on.
+
+        Each tick starts one run (its idempotency key is the schedule id and the tick's time, so two beats or
+        a restarted one never start a tick twice). With ``session_id`` every run joins that session; a tick
+        that finds the session's previous run still live is skipped.
+        """
+        manifest = self.agent_manifest(agent)
+        now = int(time.time() * 1000)
+        found = Schedule(
+            uuid.uuid4().hex, manifest["name"], message, cron, every, session_id, name, user_id, created_at=now
+        ).validate()
+        if len(message) > self.settings.max_message_chars:
+            raise PayloadTooLargeError(
+                f"the message has {len(message)} characters; at most {self.settings.max_message_chars} are accepted"
+            )
+        found.next_at = found.due_after(now)
+        self.schedule_store.save(found, found.next_at)
+        return found
+
+    def schedules(self) -> list[Schedule]:
+        """Every schedule, oldest first."""
+        return self.schedule_store.all()
+
+    def get_schedule(self, schedule_id: str) -> Schedule:
+        found = self.schedule_store.get(schedule_id)
+        if found is None:
+            raise ScheduleNotFoundError(f"no schedule {schedule_id!r}")
+        return found
+
+    def pause_schedule(self, schedule_id: str, paused: bool = True) -> Schedule:
+        """Pause (no ticks fire) or resume a schedule; a resumed one goes on from its next tick after now."""
+        found = self.get_schedule(schedule_id)
+        found.paused = paused
+        found.next_at = found.due_after(int(time.time() * 1000))
+        self.schedule_store.save(found, found.next_at)
+        return found
+
+    def delete_schedule(self, schedule_id: str) -> None:
+        if not self.schedule_store.delete(schedule_id):
+            raise ScheduleNotFoundError(f"no schedule {schedule_id!r}")
+
+    def fire_schedules(self, now_ms: int | None = None) -> float | None:
+        """Start the runs of the ticks due now (Celery beat calls this); seconds until the next one (None: none).
+
+        A tick missed while no beat ran (or while the schedule was paused) is not made up, but the last one
+        due is fired once when beat comes back.
+        """
+        now = now_ms if now_ms is not None else int(time.time() * 1000)
+        for schedule_id, due in self.schedule_store.due(now):
+            found = self.schedule_store.get(schedule_id)
+            if found is None:
+                self.schedule_store.delete(schedule_id)
+                continue
+            tick = found.latest_due(due, now)
+            if not found.paused:
+                self._fire(found, tick)
+            self.schedule_store.advance(schedule_id, due, found.due_after(now))
+        following = self.schedule_store.next_due()
+        return None if following is None else max(0.0, (following - now) / 1000)
+
+    def _fire(self, found: Schedule, tick: int) -> None:
+        try:
+            self.stream(
+                found.agent_id,
+                found.message,
+                session_id=found.session_id,
+                user_id=found.user_id,
+                idempotency_key=f"schedule:{found.schedule_id}:{tick}",
+                schedule=(found.schedule_id, tick),
+            )
+        except (SessionBusyError, UnknownAgentError, ValidationError) as exc:
+            log.warning("schedule %s: tick %d not started: %s", found.schedule_id, tick, exc)
 
     # -- listing ----------------------------------------------------------------------------------------
 
@@ -480,6 +576,7 @@ class Runtime:
             stop_requested=self.store.stop_requested(run_id),
             usage=state.usage,
             created_at=state.created_at,
+            schedule_id=state.schedule_id,
         )
 
     # -- continuing -------------------------------------------------------------------------------------

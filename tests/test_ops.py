@@ -146,31 +146,30 @@ def port_of(words: list[str]) -> int:
     raise AssertionError(f"no port in {words}")
 
 
-def test_procfile_runs_web_worker_and_flower_without_beat() -> None:
+def test_procfile_runs_web_worker_beat_and_flower() -> None:
     procs = procfile()
-    assert set(procs) == {"web", "worker", "flower"}  # no beat: the sweeper runs inside every worker
+    assert set(procs) == {"web", "worker", "beat", "flower"}  # beat fires the schedules
     assert normalized(procs["web"]) == ["gunicorn", "-c", "api/gunicorn.conf.py", "api.wsgi:app"]
     conf = gunicorn_conf()
     assert conf["worker_class"] in {"gevent", "gthread", "eventlet"}, "SSE streams need a worker class that holds many"
     assert conf["bind"] == "0.0.0.0:7777" and not conf.get("preload_app")
     assert normalized(procs["worker"])[:4] == ["agents-celery", "worker", "--agents", "examples.agents"]
     assert normalized(procs["flower"])[:4] == ["celery", "-A", "agents_celery.broker.worker", "flower"]
-    for command in procs.values():
-        assert "beat" not in normalized(command)
+    assert normalized(procs["beat"])[:2] == ["agents-celery", "beat"]
 
 
 def test_honcho_accepts_the_procfile() -> None:
     honcho = Path(sys.executable).parent / "honcho"
     proc = subprocess.run([str(honcho), "check"], cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
-    assert "web, worker, flower" in proc.stderr + proc.stdout
+    assert "web, worker, beat, flower" in proc.stderr + proc.stdout
 
 
 def test_compose_services_match_the_procfile() -> None:
     services = compose()["services"]
-    assert set(services) >= {"redis", "api", "worker", "flower"}
+    assert set(services) >= {"redis", "api", "worker", "beat", "flower"}
     procs = procfile()
-    for service, process in [("api", "web"), ("worker", "worker"), ("flower", "flower")]:
+    for service, process in [("api", "web"), ("worker", "worker"), ("beat", "beat"), ("flower", "flower")]:
         assert normalized(services[service]["command"]) == normalized(procs[process]), service
         assert services[service]["depends_on"]["redis"]["condition"] == "service_healthy"
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from ..events import Event
     from ..runs import RunPage, RunView, SessionPage, ToolCall
+    from ..schedule import Schedule
 
 
 #: The pool and concurrency ``agents-celery worker`` runs unless told otherwise: steps mostly wait on a model
@@ -67,6 +68,20 @@ def _worker(args: argparse.Namespace, rest: list[str]) -> int:
     if not _given(rest, "-c", "--concurrency"):
         argv += DEFAULT_CONCURRENCY
     app.worker_main(argv + rest)
+    return 0
+
+
+def _beat(args: argparse.Namespace, rest: list[str]) -> int:
+    """Celery beat with the scheduler that fires the schedules stored in Redis (extra options go to Celery)."""
+    _importable_cwd()
+    from ..broker.publisher import sender_app
+    from ..settings import load_settings
+
+    app = sender_app(load_settings())
+    argv = ["beat"]
+    if not _given(rest, "-S", "--scheduler"):
+        argv += ["-S", "agents_celery.beat:RunScheduler"]
+    app.start(argv + rest)
     return 0
 
 
@@ -320,6 +335,23 @@ class Driver(Protocol):
 
     def sessions(self, *, user_id: str | None = None, limit: int = 20, cursor: str | None = None) -> SessionPage: ...
 
+    def schedule(
+        self,
+        agent: str,
+        message: str,
+        *,
+        cron: str | None = None,
+        every: float | None = None,
+        session_id: str | None = None,
+        name: str | None = None,
+    ) -> Schedule: ...
+
+    def schedules(self) -> list[Schedule]: ...
+
+    def pause_schedule(self, schedule_id: str, paused: bool = True) -> Schedule: ...
+
+    def delete_schedule(self, schedule_id: str) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -516,6 +548,39 @@ def _sessions(args: argparse.Namespace, rest: list[str]) -> int:
     return _with_runtime(command, args)
 
 
+def _schedule_line(s: Schedule) -> str:
+    when = f"cron {s.cron!r}" if s.cron else f"every {s.every_seconds:g}s"
+    state = "paused" if s.paused else f"next {_when(s.next_at or 0)}"
+    name = f" ({s.name})" if s.name else ""
+    return f"{s.schedule_id}{name}  {s.agent_id}  {when}  {state}  {s.message!r}"
+
+
+def _schedules(args: argparse.Namespace, rest: list[str]) -> int:
+    def command(rt: Driver, out: _Printer) -> int:
+        if args.action == "add":
+            if len(args.args) != 2 or (args.cron is None) == (args.every is None):
+                raise _usage("schedules add AGENT MESSAGE (--cron 'M H DOM MON DOW' | --every SECONDS)")
+            agent, message = args.args
+            made = rt.schedule(
+                agent, message, cron=args.cron, every=args.every, session_id=args.session, name=args.name
+            )
+            print(json.dumps(made.to_dict()) if args.json else made.schedule_id)
+            return EXIT_OK
+        if args.action in ("pause", "resume", "delete"):
+            if len(args.args) != 1:
+                raise _usage(f"schedules {args.action} SCHEDULE_ID")
+            if args.action == "delete":
+                rt.delete_schedule(args.args[0])
+            else:
+                out.line(_schedule_line(rt.pause_schedule(args.args[0], args.action == "pause")))
+            return EXIT_OK
+        for s in rt.schedules():
+            print(json.dumps(s.to_dict())) if args.json else out.line(_schedule_line(s))
+        return EXIT_OK
+
+    return _with_runtime(command, args)
+
+
 def _demo(args: argparse.Namespace, rest: list[str]) -> int:
     from .demo import run_demo
 
@@ -555,12 +620,20 @@ def _add_client_commands(sub: Any) -> None:
     sessions = sub.add_parser("sessions", help="list sessions, most recently active first")
     sessions.add_argument("--user", help="sessions of this user")
     sessions.set_defaults(handler=_sessions)
+    schedules = sub.add_parser("schedules", help="list, add, pause, resume or delete schedules of runs")
+    schedules.add_argument("action", nargs="?", default="list", choices=["list", "add", "pause", "resume", "delete"])
+    schedules.add_argument("args", nargs="*", help="add: AGENT MESSAGE; pause, resume, delete: SCHEDULE_ID")
+    schedules.add_argument("--cron", help="add: a cron expression, UTC ('*/10 * * * *')")
+    schedules.add_argument("--every", type=float, help="add: every this many seconds")
+    schedules.add_argument("--session", help="add: every run joins this session")
+    schedules.add_argument("--name", help="add: a name to know it by")
+    schedules.set_defaults(handler=_schedules)
     for command in (runs, sessions):
         command.add_argument("--limit", type=int, default=20, help="at most this many (1-200; default 20)")
         command.add_argument("--cursor", help="the next page: the cursor the previous page printed")
-    for command in (run, tail, stop, show, approve, runs, sessions):
+    for command in (run, tail, stop, show, approve, runs, sessions, schedules):
         command.add_argument("--url", help="drive the run over the HTTP API at this URL (env AGENTS_CELERY_API_URL)")
-    for command in (run, tail, show, approve, runs, sessions):
+    for command in (run, tail, show, approve, runs, sessions, schedules):
         command.add_argument("--json", action="store_true", help="machine output: NDJSON events, or the run as JSON")
     demo = sub.add_parser(
         "demo", help="reconnect and crash-recovery demo (starts its own workers, and Redis if needed)"
@@ -577,6 +650,8 @@ def build_parser() -> argparse.ArgumentParser:
     worker = sub.add_parser("worker", help="run a Celery worker serving an agents module (extra options go to Celery)")
     worker.add_argument("--agents", help="agents module, e.g. myapp.agents (env AGENTS_CELERY_AGENTS)")
     worker.set_defaults(handler=_worker, passthrough=True)
+    beat = sub.add_parser("beat", help="run Celery beat firing the stored schedules (extra options go to Celery)")
+    beat.set_defaults(handler=_beat, passthrough=True)
     api = sub.add_parser("api", help="serve the HTTP API (development server; use gunicorn in production)")
     api.add_argument("--agents", help="agents module (optional: the API also works from published manifests)")
     api.add_argument("--host", default="127.0.0.1")

@@ -21,6 +21,7 @@ import httpx
 from ..errors import RunBusyError, RunFinishedError, RunTimeoutError
 from ..events import Event
 from ..runs import RunPage, RunView, SessionPage, SessionView
+from ..schedule import Schedule
 from .protocol import (
     BUSY_RETRIES,
     RETRY_STATUSES,
@@ -35,6 +36,7 @@ from .protocol import (
     error_from_response,
     event_from_frame,
     query,
+    schedule_body,
     start_body,
 )
 from .sync import StreamHandle
@@ -111,6 +113,29 @@ class AsyncClient:
     async def session(self, session_id: str) -> SessionView:
         """A session's conversation and runs (``GET /sessions/<id>``)."""
         return SessionView.from_dict(await self._request("GET", f"/sessions/{session_id}"))
+
+    async def schedule(
+        self,
+        agent: str,
+        message: str,
+        *,
+        cron: str | None = None,
+        every: float | None = None,
+        session_id: str | None = None,
+        name: str | None = None,
+    ) -> Schedule:
+        body = schedule_body(agent, message, cron, every, session_id, name)
+        return Schedule.from_dict(await self._request("POST", "/schedules", json=body))
+
+    async def schedules(self) -> list[Schedule]:
+        return [Schedule.from_dict(s) for s in (await self._request("GET", "/schedules"))["schedules"]]
+
+    async def pause_schedule(self, schedule_id: str, paused: bool = True) -> Schedule:
+        action = "pause" if paused else "resume"
+        return Schedule.from_dict(await self._request("POST", f"/schedules/{schedule_id}/{action}"))
+
+    async def delete_schedule(self, schedule_id: str) -> None:
+        await self._request("DELETE", f"/schedules/{schedule_id}")
 
     async def delete_run(self, run_id: str) -> None:
         """Delete an ended run (``DELETE /runs/<id>``); RunLiveError while it has not ended."""

@@ -224,6 +224,19 @@ def continue_body(decisions: Sequence[dict[str, Any]] | None) -> dict[str, Any]:
     return {"tools": list(decisions or []), "stream": False, "background": True}
 
 
+def schedule_body(
+    agent: str,
+    message: str,
+    cron: str | None,
+    every: float | None,
+    session_id: str | None,
+    name: str | None,
+) -> dict[str, Any]:
+    body = {"agent_id": agent, "message": message, "cron": cron, "every_seconds": every}
+    body.update({"session_id": session_id, "name": name})
+    return {k: v for k, v in body.items() if v is not None}
+
+
 def start_body(
     message: str, session_id: str | None, user_id: str | None, start_after: float | None = None
 ) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import httpx
 from ..errors import RunBusyError, RunFinishedError, RunTimeoutError, ValidationError
 from ..events import Event, parse_position
 from ..runs import RunPage, RunView, SessionPage, SessionView
+from ..schedule import Schedule
 from .protocol import (
     BUSY_RETRIES,
     RETRY_STATUSES,
@@ -26,6 +27,7 @@ from .protocol import (
     continue_body,
     error_from_response,
     query,
+    schedule_body,
     start_body,
 )
 
@@ -159,6 +161,30 @@ class Client:
     def session(self, session_id: str) -> SessionView:
         """A session's conversation and runs (``GET /sessions/<id>``)."""
         return SessionView.from_dict(self._request("GET", f"/sessions/{session_id}"))
+
+    def schedule(
+        self,
+        agent: str,
+        message: str,
+        *,
+        cron: str | None = None,
+        every: float | None = None,
+        session_id: str | None = None,
+        name: str | None = None,
+    ) -> Schedule:
+        """Schedule runs (``POST /schedules``), as :meth:`agents_celery.Runtime.schedule`."""
+        body = schedule_body(agent, message, cron, every, session_id, name)
+        return Schedule.from_dict(self._request("POST", "/schedules", json=body))
+
+    def schedules(self) -> list[Schedule]:
+        return [Schedule.from_dict(s) for s in self._request("GET", "/schedules")["schedules"]]
+
+    def pause_schedule(self, schedule_id: str, paused: bool = True) -> Schedule:
+        action = "pause" if paused else "resume"
+        return Schedule.from_dict(self._request("POST", f"/schedules/{schedule_id}/{action}"))
+
+    def delete_schedule(self, schedule_id: str) -> None:
+        self._request("DELETE", f"/schedules/{schedule_id}")
 
     def delete_run(self, run_id: str) -> None:
         """Delete an ended run (``DELETE /runs/<id>``); RunLiveError while it has not ended."""

@@ -52,6 +52,17 @@ class RunBody(_Body):
         return value
 
 
+class ScheduleBody(_Body):
+    """``POST /schedules``: exactly one of ``cron`` (5 fields, UTC) and ``every_seconds``."""
+
+    agent_id: str = Field(min_length=1, max_length=200)
+    message: str = Field(min_length=1)
+    cron: str | None = Field(default=None, min_length=1, max_length=200)
+    every_seconds: float | None = Field(default=None, ge=1, le=366 * 86400)
+    session_id: str | None = Field(default=None, min_length=1, max_length=200)
+    name: str | None = Field(default=None, max_length=200)
+
+
 class ToolDecisionBody(_Body):
     """One paused tool call as a client sends it back (AgentOS ``ToolExecution`` shape; other keys ignored)."""
 

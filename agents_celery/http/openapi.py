@@ -9,7 +9,7 @@ import ag_ui.core as agui
 from .. import __version__
 from ..runs import RunStatus
 from ..storage.index import MAX_LIMIT
-from .bodies import ContinueBody, ResumeBody, RunBody
+from .bodies import ContinueBody, ResumeBody, RunBody, ScheduleBody
 
 _ERROR = {
     "type": "object",
@@ -195,6 +195,30 @@ def _paths() -> dict[str, Any]:
             "delete": _op("delete a session and its runs", {"204": {"description": "deleted"}}, "404", "409"),
             "parameters": _path("session_id"),
         },
+        "/schedules": {
+            "post": _op(
+                "schedule runs: cron (UTC) or every_seconds",
+                {"201": {"description": "the schedule", "content": _JSON_OBJECT}},
+                "400",
+                "404",
+                "422",
+                requestBody=_body("ScheduleBody"),
+            ),
+            "get": _op("every schedule", {"200": {"description": "{schedules}", "content": _JSON_OBJECT}}),
+        },
+        "/schedules/{schedule_id}": {
+            "get": _op("one schedule", {"200": {"description": "the schedule", "content": _JSON_OBJECT}}, "404"),
+            "delete": _op("delete a schedule", {"204": {"description": "deleted"}}, "404"),
+            "parameters": _path("schedule_id"),
+        },
+        "/schedules/{schedule_id}/pause": {
+            "post": _op("pause a schedule", {"200": {"description": "the schedule", "content": _JSON_OBJECT}}, "404"),
+            "parameters": _path("schedule_id"),
+        },
+        "/schedules/{schedule_id}/resume": {
+            "post": _op("resume a schedule", {"200": {"description": "the schedule", "content": _JSON_OBJECT}}, "404"),
+            "parameters": _path("schedule_id"),
+        },
         "/agui/{agent_id}": {
             "post": _op(
                 "run, resume or attach to a run in AG-UI's protocol (RunAgentInput in, AG-UI events out)",
@@ -236,7 +260,7 @@ def _paths() -> dict[str, Any]:
 def spec(prefix: str = "") -> dict[str, Any]:
     """The OpenAPI document; ``prefix`` is where the blueprint is mounted."""
     schemas: dict[str, Any] = {"Error": _ERROR}
-    for model in (RunBody, ContinueBody, ResumeBody):
+    for model in (RunBody, ContinueBody, ResumeBody, ScheduleBody):
         schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
         for name, sub in schema.pop("$defs", {}).items():
             schemas[name] = sub

@@ -47,7 +47,7 @@ from ..runtime import Runtime
 from ..storage.eventlog import LogInfo, check_offset
 from .agentos import AGNO_STATUS, tool_object
 from .aguirun import AguiEndpoint
-from .bodies import ContinueBody, Limits, ResumeBody, RunBody, int_param, parse
+from .bodies import ContinueBody, Limits, ResumeBody, RunBody, ScheduleBody, int_param, parse
 from .sse import LogStream
 from .streams import Streams
 
@@ -308,6 +308,46 @@ class API:
     def get_run(self, req: Request, run_id: str) -> Reply:
         self._run(req, run_id, "read")
         return Reply(200, self.runtime.get(run_id).to_dict())
+
+    # -- schedules ---------------------------------------------------------------------------------------
+
+    def create_schedule(self, req: Request) -> Reply:
+        body = parse(req.body(), ScheduleBody, limits=self.limits)
+        self.runtime.agent_manifest(body.agent_id)
+        self._allow(req, "start", agent_id=body.agent_id)
+        found = self.runtime.schedule(
+            body.agent_id,
+            body.message,
+            cron=body.cron,
+            every=body.every_seconds,
+            session_id=body.session_id,
+            name=body.name,
+            user_id=req.user_id,
+        )
+        return Reply(201, found.to_dict())
+
+    def list_schedules(self, req: Request) -> Reply:
+        self._allow(req, "list")
+        rule = req.authorize or self.authorize
+        shown = [s for s in self.runtime.schedules() if rule is None or rule("list", req.user_id, None, s.agent_id)]
+        return Reply(200, {"schedules": [s.to_dict() for s in shown]})
+
+    def _schedule(self, req: Request, schedule_id: str, action: Action) -> Any:
+        found = self.runtime.get_schedule(schedule_id)
+        self._allow(req, action, agent_id=found.agent_id)
+        return found
+
+    def get_schedule(self, req: Request, schedule_id: str) -> Reply:
+        return Reply(200, self._schedule(req, schedule_id, "list").to_dict())
+
+    def pause_schedule(self, req: Request, schedule_id: str, paused: bool) -> Reply:
+        self._schedule(req, schedule_id, "start")
+        return Reply(200, self.runtime.pause_schedule(schedule_id, paused).to_dict())
+
+    def delete_schedule(self, req: Request, schedule_id: str) -> Reply:
+        self._schedule(req, schedule_id, "delete")
+        self.runtime.delete_schedule(schedule_id)
+        return Reply(204)
 
     # -- the AG-UI endpoint (http/aguirun.py) -----------------------------------------------------------
 

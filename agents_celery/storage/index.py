@@ -302,6 +302,7 @@ class RunIndex:
                     stop_requested=bool(stop),
                     usage=state.usage,
                     created_at=state.created_at,
+                    schedule_id=state.schedule_id,
                 )
             )
         return out

@@ -137,7 +137,7 @@ async def protocol_request(request: HttpRequest, api: API) -> Request | HttpResp
     )
 
 
-async def call(request: HttpRequest, name: str, *args: str) -> HttpResponse:
+async def call(request: HttpRequest, name: str, *args: Any) -> HttpResponse:
     """Ask the API's ``name`` route and answer as it says."""
     api = config().api
     req = await protocol_request(request, api)
@@ -255,6 +255,26 @@ async def get_session(request: HttpRequest, session_id: str) -> HttpResponse:
 @route("GET")
 async def run_events(request: HttpRequest, run_id: str) -> HttpResponse:
     return await call(request, "run_events", run_id)
+
+
+@route("GET", "POST")
+async def schedules(request: HttpRequest) -> HttpResponse:
+    return await call(request, "create_schedule" if request.method == "POST" else "list_schedules")
+
+
+@route("GET", "DELETE")
+async def schedule(request: HttpRequest, schedule_id: str) -> HttpResponse:
+    return await call(request, "delete_schedule" if request.method == "DELETE" else "get_schedule", schedule_id)
+
+
+@route("POST")
+async def pause_schedule(request: HttpRequest, schedule_id: str) -> HttpResponse:
+    return await call(request, "pause_schedule", schedule_id, True)
+
+
+@route("POST")
+async def resume_schedule(request: HttpRequest, schedule_id: str) -> HttpResponse:
+    return await call(request, "pause_schedule", schedule_id, False)
 
 
 @route("POST")

@@ -207,6 +207,30 @@ def run_events(run_id: str) -> Response:
     return respond(api().run_events(_request(), run_id))
 
 
+@blueprint.route("/schedules", methods=["GET", "POST"])
+def schedules() -> Response:
+    if request.method == "POST":
+        return respond(api().create_schedule(_request()))
+    return respond(api().list_schedules(_request()))
+
+
+@blueprint.route("/schedules/<schedule_id>", methods=["GET", "DELETE"])
+def schedule(schedule_id: str) -> Response:
+    if request.method == "DELETE":
+        return respond(api().delete_schedule(_request(), schedule_id))
+    return respond(api().get_schedule(_request(), schedule_id))
+
+
+@blueprint.post("/schedules/<schedule_id>/pause")
+def pause_schedule(schedule_id: str) -> Response:
+    return respond(api().pause_schedule(_request(), schedule_id, True))
+
+
+@blueprint.post("/schedules/<schedule_id>/resume")
+def resume_schedule(schedule_id: str) -> Response:
+    return respond(api().pause_schedule(_request(), schedule_id, False))
+
+
 @blueprint.post("/agui/<agent_id>")
 def agui_run(agent_id: str) -> Response:
     return respond(api().agui_run(_request(), agent_id))
