@@ -50,6 +50,7 @@ from .storage.index import Filters
 from .storage.leases import Leases
 from .storage.schedules import ScheduleStore
 from .storage.store import RunStore
+from .webhook import check_url
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -252,6 +253,7 @@ class Runtime:
         start_after: float | None = None,
         start_at: datetime | float | None = None,
         schedule: tuple[str, int] | None = None,
+        webhook_url: str | None = None,
     ) -> RunStream:
         """Start a run and return its stream handle (the run executes on the workers).
 
@@ -265,20 +267,19 @@ class Runtime:
         ``scheduled`` (listed, cancellable with :meth:`stop`, holding its session) until then, when the sweeper
         of any worker sends its first step. It lives in Redis, so it survives restarts of every process.
 
+        ``webhook_url``: POST a signed summary there when the run completes, fails, is cancelled or pauses
+        (:mod:`agents_celery.webhook`); needs ``AGENTS_CELERY_WEBHOOK_SECRET``.
+
         With ``idempotency_key``, a retried call (even one racing the first) returns the same run: the run id is
         derived from the key (and the user), so the run is created exactly once. A key reused with another
         agent, message, session or user is refused (IdempotencyKeyReusedError); a call refused (the session is
         busy) created nothing, so a later retry starts the run once the session is free.
         """
         manifest = self.agent_manifest(agent)
-        if not isinstance(message, str) or not message.strip():
-            raise ValidationError("message must be a non-empty string")
-        if len(message) > self.settings.max_message_chars:
-            raise PayloadTooLargeError(
-                f"the message has {len(message)} characters; at most {self.settings.max_message_chars} are accepted"
-            )
+        self._check_message(message)
         extra_tools = _client_tools(client_tools, manifest)
         start_ms = _start_ms(start_after, start_at)
+        self._check_webhook(webhook_url)
         fingerprint = _fingerprint(manifest["name"], message, session_id, user_id)
         own_session = session_id is None
         if idempotency_key:
@@ -290,13 +291,7 @@ class Runtime:
             if idempotency_key and (existing := self._existing(run_id, fingerprint, idempotency_key)) is not None:
                 return existing
             self._take_session(session_id, run_id)
-            history = self.store.session_history(session_id)
-            if check_history is not None:
-                try:
-                    check_history(history)
-                except Exception:
-                    self.store.session_release(session_id, run_id)
-                    raise
+            history = self._history(session_id, run_id, check_history)
             now = int(time.time() * 1000)
             state = RunState(
                 run_id=run_id,
@@ -308,6 +303,7 @@ class Runtime:
                 history_len=len(history),
                 client_tools=extra_tools,
                 client=dict(client or {}),
+                webhook_url=webhook_url,
                 schedule_id=schedule[0] if schedule else None,
                 scheduled_for=schedule[1] if schedule else None,
                 created_at=now,
@@ -337,11 +333,37 @@ class Runtime:
             raise RedisUnavailableError(f"Redis does not answer at {self.settings.redis_url}: {exc}") from exc
         return RunStream(self, run_id, session_id, state.agent_id)
 
+    def _history(
+        self, session_id: str, run_id: str, check: Callable[[list[dict[str, Any]]], None] | None
+    ) -> list[dict[str, Any]]:
+        """The session's history for a new run that took the session; a refused check gives the session back."""
+        history = self.store.session_history(session_id)
+        if check is not None:
+            try:
+                check(history)
+            except Exception:
+                self.store.session_release(session_id, run_id)
+                raise
+        return history
+
     def idempotent_run(self, idempotency_key: str, user_id: str | None = None) -> str | None:
         """The id of the run :meth:`stream` created for ``idempotency_key`` (and user), or None."""
         run_id = _idempotent_run_id(idempotency_key, user_id)
         (sent,) = self.store.run_fields(run_id, "request")
         return run_id if sent is not None else None
+
+    def _check_message(self, message: str) -> None:
+        if not isinstance(message, str) or not message.strip():
+            raise ValidationError("message must be a non-empty string")
+        if len(message) > self.settings.max_message_chars:
+            most = self.settings.max_message_chars
+            raise PayloadTooLargeError(f"the message has {len(message)} characters; at most {most} are accepted")
+
+    def _check_webhook(self, url: str | None) -> None:
+        if url is not None:
+            check_url(url)
+            if not self.settings.webhook_secret:
+                raise ValidationError("webhook_url needs AGENTS_CELERY_WEBHOOK_SECRET (webhooks are signed with it)")
 
     def _existing(self, run_id: str, fingerprint: str, key: str) -> RunStream | None:
         """The run an idempotent call already created (None if none); refused if the call differs."""
@@ -675,6 +697,8 @@ class Runtime:
             closers.append(make_event(EventType.RUN_STARTED, thread_id=state.session_id, run_id=run_id, metadata=meta))
         cancelled = state.moved_to(RunStatus.CANCELLED)
         self.store.commit(cancelled, token, step, step, [*closers, done], "ended")
+        if cancelled.webhook_url:  # the sweeper sends it if this process dies before (the run is still watched)
+            self._publisher.notify(cancelled, step)
         self.store.status_changed(cancelled)
         self.store.session_release(state.session_id, run_id)
 

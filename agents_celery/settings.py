@@ -93,6 +93,12 @@ class Settings(BaseSettings):
     max_message_chars: int = Field(default=100_000, ge=1)
     max_decisions: int = Field(default=100, ge=1)
     max_json_depth: int = Field(default=32, ge=2)
+    #: Signs the webhooks of runs (HMAC-SHA256); runs may name a ``webhook_url`` only when it is set.
+    webhook_secret: str | None = None
+    #: Delivery attempts after the first, ``webhook_backoff_seconds`` * 2^n apart (at most 10 minutes).
+    webhook_retries: int = Field(default=8, ge=0)
+    webhook_backoff_seconds: float = Field(default=2.0, gt=0)
+    webhook_timeout_seconds: float = Field(default=10.0, gt=0)
 
     @field_validator("redis_url")
     @classmethod

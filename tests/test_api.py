@@ -636,3 +636,7 @@ def test_a_delayed_run_over_http(client: httpx.Client) -> None:
     assert naive.status_code == 422 and "time zone" in naive.json()["detail"]
     negative = client.post("/agents/offline/runs", json={"message": "x", "start_after": -3})
     assert negative.status_code == 422
+    ftp = client.post("/agents/offline/runs", json={"message": "x", "webhook_url": "ftp://example.com/h"})
+    assert ftp.status_code == 422 and "http:// or https://" in ftp.json()["detail"]
+    unsigned = client.post("/agents/offline/runs", json={"message": "x", "webhook_url": "https://example.com/h"})
+    assert unsigned.status_code == 422 and "WEBHOOK_SECRET" in unsigned.json()["detail"]  # this API has none

@@ -28,6 +28,7 @@ from ..engine.calls import SHUTTING_DOWN
 from ..errors import ConfigurationError
 from ..hooks import Hooks, LoggingHooks
 from ..settings import Settings, load_settings, settings_from
+from . import webhooks
 from .extension import AgentsCelery
 from .fastpaths import StepRequest
 from .publisher import STEP_TASK
@@ -143,6 +144,7 @@ def configure(
     ext = AgentsCelery(app, settings, registry, hooks if hooks is not None else [LoggingHooks()])
     setattr(app, EXTENSION, ext)
     _register_step(app, ext)
+    webhooks.register(app, settings)
     return ext
 
 

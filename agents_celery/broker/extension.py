@@ -141,7 +141,7 @@ class AgentsCelery:
                     send_ahead=fast.send_ahead,
                     idle_check=fast.idle_check,
                 )
-                self._engine = Engine(store, self.agents, self.enqueue, self.hooks)
+                self._engine = Engine(store, self.agents, self.enqueue, self.hooks, self.publisher.notify)
                 self._pid = pid()
             return self._engine
 
@@ -149,7 +149,7 @@ class AgentsCelery:
         """Publish manifests and start the sweeper (in the worker's main process)."""
         store = self.engine.store
         store.publish_manifests([a.manifest() for a in self.agents.values()])
-        self.sweeper = SweeperThread(store, self.resend, self.backlog)
+        self.sweeper = SweeperThread(store, self.resend, self.backlog, self.publisher.notify)
         self.sweeper.start()
         fast = self.check_paths(pool)
         if fast.on("claim_on_receipt"):

@@ -12,11 +12,15 @@ from typing import Any
 
 from celery import Celery
 
+from ..runs import RunState
 from ..settings import Settings
+from ..webhook import NOTIFIED, event_key, summary
 from .fastpaths import DirectPublisher, FastPaths
 
 #: The step task's stable name (Flower shows it with the run id and step as arguments).
 STEP_TASK = "agents_celery.step"
+#: The task that delivers a run's webhook (:mod:`agents_celery.broker.webhooks`).
+WEBHOOK_TASK = "agents_celery.webhook"
 
 
 def sender_app(settings: Settings) -> Celery:
@@ -59,6 +63,15 @@ class StepPublisher:
         if self.direct is not None and self.direct.send(target, args, kwargs, **ids):
             return
         self.app.send_task(STEP_TASK, args=args, kwargs=kwargs, queue=target, **ids)
+
+    def notify(self, state: RunState, step: int, queue: str | None = None) -> None:
+        """Send the webhook task of the run's new status, when the run has a ``webhook_url`` (and the status is
+        one webhooks are sent for). ``step``: the run's committed steps (part of the idempotency key)."""
+        if not state.webhook_url or state.status.value not in NOTIFIED:
+            return
+        key = event_key(state.run_id, step, state.status.value)
+        args = [state.webhook_url, key, summary(state)]
+        self.app.send_task(WEBHOOK_TASK, args=args, queue=queue or self.queue, task_id=f"webhook-{key}")
 
     def close(self) -> None:
         if self.direct is not None:

@@ -31,7 +31,7 @@ from ..errors import (
 )
 from ..events import EventType, NewEvent, close_open, make_event
 from ..hooks import Hooks, StepInfo, call_hooks
-from ..runs import RunStatus
+from ..runs import RunState, RunStatus
 from ..settings import Settings
 from ..storage.leases import LeaseKeeper, Leases, new_token
 from ..storage.pending import Pending
@@ -54,6 +54,8 @@ log = logging.getLogger(__name__)
 
 #: Sends the task for ``(run_id, step, agent_id)``.
 Enqueue = Callable[[str, int, str], None]
+#: Sends a run's webhook: ``notify(state, committed_steps)``.
+Notify = Callable[[RunState, int], None]
 #: Makes a claim the ordinary way: a fresh lease token and the claim it got.
 FreshClaim = Callable[[], "tuple[str, Claim]"]
 
@@ -97,11 +99,20 @@ def first_started(step: int) -> tuple[NewEvent, NewEvent]:
 class Engine:
     """Executes steps. One per worker process; shared by its threads."""
 
-    def __init__(self, store: RunStore, agents: Mapping[str, Agent], enqueue: Enqueue, hooks: Sequence[Hooks] = ()):
+    def __init__(
+        self,
+        store: RunStore,
+        agents: Mapping[str, Agent],
+        enqueue: Enqueue,
+        hooks: Sequence[Hooks] = (),
+        notify: Notify | None = None,
+    ):
         self.store = store
         self.settings: Settings = store.settings
         self.agents = agents
         self.enqueue = enqueue
+        #: Sends the run's webhook when it pauses or ends (``notify(state, committed_steps)``).
+        self.notify = notify
         #: Worker-level hooks (``configure(app, hooks=...)``): told everything an agent's own hooks are told.
         self.hooks = list(hooks)
         self.leases = Leases(store.redis, store.keys)
@@ -259,6 +270,8 @@ class Engine:
             if not enqueued:
                 self.enqueue(state.run_id, step + 1, state.agent_id)
             return
+        if self.notify is not None and state.webhook_url:  # before it leaves the sweeper's index: a crash here
+            self.notify(state, step + 1)  # leaves it there, and the sweeper sends the webhook instead
         self.store.status_changed(state)  # leaves the sweeper's index; the run indexes follow its status
         if result.log_status == "ended":
             self.store.session_sync(state)

@@ -26,6 +26,7 @@ from typing import Any
 
 import redis
 
+from ..runs import RunState
 from ..storage.store import RunStore
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,13 @@ Resend = Callable[[str, int, str, str, str, str], None]
 Backlog = Callable[[str], int]
 
 
-def sweep(store: RunStore, resend: Resend, now_ms: int | None = None, backlog: Backlog | None = None) -> list[str]:
+def sweep(
+    store: RunStore,
+    resend: Resend,
+    now_ms: int | None = None,
+    backlog: Backlog | None = None,
+    notify: Callable[[RunState, int], None] | None = None,
+) -> list[str]:
     """One pass; returns the run ids re-enqueued. Skips the pass when another sweeper holds the lock.
 
     ``backlog`` (a queue's length) keeps a run whose next step was never picked up from being sent again while
@@ -58,14 +65,7 @@ def sweep(store: RunStore, resend: Resend, now_ms: int | None = None, backlog: B
     due = [r.decode() for r in found]
     grace_ms = int(s.enqueue_grace_seconds * 1000)
     requeued: list[str] = []
-    waiting: dict[str, int] = {}  # queue lengths, asked once per pass and only if needed
-
-    def backed_up(queue: str) -> bool:
-        if backlog is None:
-            return False
-        if queue not in waiting:
-            waiting[queue] = backlog(queue)
-        return waiting[queue] > 0
+    backed_up = _Backlogs(backlog)
 
     for run_id in due:
         k = keys.run(run_id)
@@ -88,16 +88,13 @@ def sweep(store: RunStore, resend: Resend, now_ms: int | None = None, backlog: B
         waited_ms = now_ms - int(committed or 0)
         if log_status is None:
             store.unwatch(run_id)
-        elif start_at is not None and log_status == b"live":  # a delayed run: its first step goes now
-            if int(start_at) > now_ms:
-                store.watch(run_id, (int(start_at) - now_ms) / 1000)
-                continue
-            store.started_delayed(run_id, now_ms)
-            store.watch(run_id, s.enqueue_grace_seconds)
-            resend(run_id, 0, agent_id.decode(), queue_name, (root or b"").decode(), "")
-            requeued.append(run_id)
+        elif start_at is not None:  # a delayed run: its first step goes now, or later
+            if log_status != b"live":  # cancelled while it waited, by a process that died before the indexes
+                _settle(store, run_id, int(step), notify)
+            elif _start_delayed(store, resend, run_id, int(start_at), now_ms, agent_id, queue_name, root):
+                requeued.append(run_id)
         elif log_status != b"live":  # paused or ended, and its worker died before saying so to the indexes
-            store.status_changed(store.load(run_id)[0])
+            _settle(store, run_id, int(step), notify)
         elif lease_ms > 0:  # a step holds it: look again right after it would expire, not a full TTL later
             store.watch(run_id, lease_ms / 1000 + 0.05)
         elif waited_ms < grace_ms:  # committed just now: its next step is probably queued behind others
@@ -116,18 +113,61 @@ def sweep(store: RunStore, resend: Resend, now_ms: int | None = None, backlog: B
     return requeued
 
 
+class _Backlogs:
+    """Whether a queue holds messages, asked once per pass and only if needed."""
+
+    def __init__(self, backlog: Backlog | None) -> None:
+        self.backlog = backlog
+        self.waiting: dict[str, int] = {}
+
+    def __call__(self, queue: str) -> bool:
+        if self.backlog is None:
+            return False
+        if queue not in self.waiting:
+            self.waiting[queue] = self.backlog(queue)
+        return self.waiting[queue] > 0
+
+
+def _start_delayed(
+    store: RunStore, resend: Resend, run_id: str, start_at: int, now_ms: int, agent_id: bytes, queue: str, root: Any
+) -> bool:
+    """Send a delayed run's first step if its time has come (else look again then); whether it was sent."""
+    if start_at > now_ms:
+        store.watch(run_id, (start_at - now_ms) / 1000)
+        return False
+    store.started_delayed(run_id, now_ms)
+    store.watch(run_id, store.settings.enqueue_grace_seconds)
+    resend(run_id, 0, agent_id.decode(), queue, (root or b"").decode(), "")
+    return True
+
+
+def _settle(store: RunStore, run_id: str, step: int, notify: Callable[[RunState, int], None] | None) -> None:
+    """A paused or ended run its worker did not take out of the live index: its webhook (again: at least once)
+    and its indexes."""
+    state = store.load(run_id)[0]
+    if notify is not None and state.webhook_url:
+        notify(state, step)
+    store.status_changed(state)
+
+
 class SweeperThread(threading.Thread):
     """Calls :func:`sweep` every ``sweep_interval_seconds`` until stopped."""
 
-    def __init__(self, store: RunStore, resend: Resend, backlog: Backlog | None = None) -> None:
+    def __init__(
+        self,
+        store: RunStore,
+        resend: Resend,
+        backlog: Backlog | None = None,
+        notify: Callable[[RunState, int], None] | None = None,
+    ) -> None:
         super().__init__(name="agents-celery-sweeper", daemon=True)
-        self.store, self.resend, self.backlog = store, resend, backlog
+        self.store, self.resend, self.backlog, self.notify = store, resend, backlog, notify
         self.stopped = threading.Event()
 
     def run(self) -> None:
         while not self.stopped.wait(self.store.settings.sweep_interval_seconds):
             try:
-                sweep(self.store, self.resend, backlog=self.backlog)
+                sweep(self.store, self.resend, backlog=self.backlog, notify=self.notify)
             except redis.RedisError as exc:
                 log.warning("sweeper: Redis error, will retry: %s", exc)
             except Exception:

@@ -36,6 +36,8 @@ class RunBody(_Body):
     #: Delay the run: seconds from now, or when (ISO 8601 with a time zone, or Unix seconds).
     start_after: float | None = Field(default=None, ge=0, le=366 * 86400)
     start_at: datetime | None = None
+    #: POST a signed summary here when the run completes, fails, is cancelled or pauses.
+    webhook_url: str | None = Field(default=None, max_length=2000)
 
     @field_validator("start_at")
     @classmethod

@@ -253,6 +253,7 @@ class API:
             idempotency_key=req.headers.get("Idempotency-Key") or None,
             start_after=body.start_after,
             start_at=body.start_at,
+            webhook_url=body.webhook_url,
         )
         return self._finish(req, stream.run_id, stream.session_id, -1, body, manifest)
 
