@@ -125,6 +125,8 @@ class RunState(BaseModel):
     #: What the client passed along (AG-UI ``state``, ``context``, ``forwarded_props``); tools see it as
     #: :attr:`agents_celery.tools.ToolContext.client`, the model sees ``context`` after the instructions.
     client: dict[str, Any] = Field(default_factory=dict)
+    #: User messages of the run's inbox taken into ``messages`` so far (``Runtime.send_message``).
+    inbox_taken: int = 0
     #: Where to POST a summary when the run completes, fails, is cancelled or pauses.
     webhook_url: str | None = None
     #: The schedule that started the run, and the tick (ms) it was started for.

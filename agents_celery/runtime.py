@@ -24,13 +24,16 @@ from .agent import Agent
 from .broker.fastpaths import FastPaths
 from .broker.publisher import StepPublisher, sender_app
 from .decisions import Decision, as_decision, decide, with_edited_args
+from .engine.waiting import start_next
 from .errors import (
     IdempotencyKeyReusedError,
     PayloadTooLargeError,
     RedisUnavailableError,
     RunBusyError,
+    RunExpiredError,
     RunFinishedError,
     RunLiveError,
+    RunNotFoundError,
     RunNotPausedError,
     RunTimeoutError,
     ScheduleNotFoundError,
@@ -179,6 +182,8 @@ class RunStream:
 
 #: What holds a session's active key while the session is being deleted (no run starts in it meanwhile).
 _DELETING = "(deleting)"
+#: What a new run does when its session is busy (``Runtime.stream``'s ``multitask_strategy``).
+STRATEGIES = ("reject", "enqueue", "interrupt")
 
 
 class Runtime:
@@ -254,6 +259,7 @@ class Runtime:
         start_at: datetime | float | None = None,
         schedule: tuple[str, int] | None = None,
         webhook_url: str | None = None,
+        multitask_strategy: str = "reject",
     ) -> RunStream:
         """Start a run and return its stream handle (the run executes on the workers).
 
@@ -266,6 +272,11 @@ class Runtime:
         ``start_after`` (seconds) or ``start_at`` (an aware datetime, or Unix seconds) delay the run: it is
         ``scheduled`` (listed, cancellable with :meth:`stop`, holding its session) until then, when the sweeper
         of any worker sends its first step. It lives in Redis, so it survives restarts of every process.
+
+        ``multitask_strategy``: what happens when another run of ``session_id`` is queued, running or paused:
+        ``reject`` (SessionBusyError), ``enqueue`` (this run waits, ``queued``, and starts when the runs before
+        it in the session ended, seeing the history as it is then) or ``interrupt`` (the live run is stopped,
+        ends ``cancelled`` with its final event, and this one starts after it).
 
         ``webhook_url``: POST a signed summary there when the run completes, fails, is cancelled or pauses
         (:mod:`agents_celery.webhook`); needs ``AGENTS_CELERY_WEBHOOK_SECRET``.
@@ -280,6 +291,8 @@ class Runtime:
         extra_tools = _client_tools(client_tools, manifest)
         start_ms = _start_ms(start_after, start_at)
         self._check_webhook(webhook_url)
+        if multitask_strategy not in STRATEGIES:
+            raise ValidationError(f"multitask_strategy must be one of {list(STRATEGIES)}, got {multitask_strategy!r}")
         fingerprint = _fingerprint(manifest["name"], message, session_id, user_id)
         own_session = session_id is None
         if idempotency_key:
@@ -290,8 +303,8 @@ class Runtime:
         try:
             if idempotency_key and (existing := self._existing(run_id, fingerprint, idempotency_key)) is not None:
                 return existing
-            self._take_session(session_id, run_id)
-            history = self._history(session_id, run_id, check_history)
+            waits = not self._take_session(session_id, run_id, multitask_strategy != "reject")
+            history = [] if waits else self._history(session_id, run_id, check_history)
             now = int(time.time() * 1000)
             state = RunState(
                 run_id=run_id,
@@ -314,6 +327,9 @@ class Runtime:
             fields = {"queue": queue, "root_task": first_task, "request": fingerprint}
             if user_id:
                 fields["user_id"] = user_id
+            if waits:  # no step is sent: start_next sends it once the session is free
+                fields["waiting"] = "1"
+                start_ms = None
             delay = 0.0 if start_ms is None else (start_ms - now) / 1000
             if delay > 0:  # the sweeper sends its first step when the time comes
                 state.status = RunStatus.SCHEDULED
@@ -327,7 +343,9 @@ class Runtime:
                     raise
                 return existing
             self.store.created(state, delay if delay > 0 else self.settings.enqueue_grace_seconds)
-            if delay <= 0:
+            if waits:
+                self._line_up(state, multitask_strategy)
+            elif delay <= 0:
                 self._send(run_id, 0, state.agent_id, queue, task_id=first_task)
         except redis.ConnectionError as exc:
             raise RedisUnavailableError(f"Redis does not answer at {self.settings.redis_url}: {exc}") from exc
@@ -377,7 +395,30 @@ class Runtime:
             )
         return self.get_stream(run_id)
 
-    def _take_session(self, session_id: str, run_id: str) -> None:
+    def _line_up(self, state: RunState, strategy: str) -> None:
+        """A run created while its session was busy: in the session's line; ``interrupt`` stops the live run."""
+        self.store.wait_in_line(state.session_id, state.run_id)
+        active = self.store.session_active(state.session_id)
+        if strategy == "interrupt" and active not in (None, state.run_id, _DELETING):
+            with contextlib.suppress(RunFinishedError, RunNotFoundError, RunExpiredError):
+                self.stop(active, f"interrupted by run {state.run_id}")
+        self._start_next(state.session_id)  # the session may have been freed meanwhile
+
+    def _start_next(self, session_id: str) -> None:
+        start_next(self.store, lambda rid, agent, queue: self._send(rid, 0, agent, queue), session_id)
+
+    def _take_session(self, session_id: str, run_id: str, may_wait: bool = False) -> bool:
+        """Take the session for ``run_id``; when another run holds it, False if ``may_wait``, else
+        SessionBusyError."""
+        try:
+            self._take(session_id, run_id)
+        except SessionBusyError:
+            if not may_wait:
+                raise
+            return False
+        return True
+
+    def _take(self, session_id: str, run_id: str) -> None:
         previous = self.store.session_active(session_id)
         if previous == run_id:
             return  # an idempotent retry of the call that took it
@@ -646,6 +687,21 @@ class Runtime:
             self.leases.release(run_id, token)
         return RunStream(self, run_id, state.session_id, state.agent_id)
 
+    # -- steering ---------------------------------------------------------------------------------------
+
+    def send_message(self, run_id: str, message: str) -> int:
+        """Add a user message to a run that has not ended: its next model turn takes it in (after the tool
+        results of the turn running now), and the log shows it as a user message (ids ``usr_...``), once. A run
+        whose last turn is answering when it arrives goes on with another turn instead of ending. Returns how
+        many messages were sent to the run so far.
+
+        Raises:
+            RunFinishedError: the run already ended. RunNotFoundError / RunExpiredError. ValidationError.
+        """
+        self._check_message(message)
+        self.store.log.info(run_id)  # 404 / 410 for an unknown or expired run
+        return self.store.inbox_push(run_id, message)
+
     # -- stopping ---------------------------------------------------------------------------------------
 
     def stop(self, run_id: str, reason: str = "stopped by request") -> RunView:
@@ -701,6 +757,8 @@ class Runtime:
             self._publisher.notify(cancelled, step)
         self.store.status_changed(cancelled)
         self.store.session_release(state.session_id, run_id)
+        self.store.leave_line(state.session_id, run_id)  # if it was waiting for its session
+        self._start_next(state.session_id)
 
     # -- blocking ---------------------------------------------------------------------------------------
 

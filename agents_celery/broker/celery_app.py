@@ -31,7 +31,7 @@ from ..settings import Settings, load_settings, settings_from
 from . import webhooks
 from .extension import AgentsCelery
 from .fastpaths import StepRequest
-from .publisher import STEP_TASK
+from .publisher import OWN_TASK_OPTIONS, STEP_TASK
 
 EXTENSION = "agents_celery"
 #: The Celery setting the host's configuration may hold agents-celery's settings in (a dict).
@@ -152,17 +152,7 @@ def _register_step(app: Celery, ext: AgentsCelery) -> None:
     # The step task carries its own options; commit_acks swaps in its own request class.
     request_class = {"Request": StepRequest} if ext.fast.enabled else {}
 
-    @app.task(  # type: ignore[untyped-decorator]
-        name=STEP_TASK,
-        shared=False,
-        bind=True,
-        serializer="json",
-        acks_late=True,
-        reject_on_worker_lost=True,
-        ignore_result=True,
-        queue=ext.settings.queue,
-        **request_class,
-    )
+    @app.task(name=STEP_TASK, queue=ext.settings.queue, **OWN_TASK_OPTIONS, **request_class)  # type: ignore[untyped-decorator]
     def step(self: Any, run_id: str, step: int, agent: str | None = None) -> str:
         """One step of one run: a model turn or the tool calls of a turn."""
         return ext.engine.execute(run_id, int(step), ext.delivery(self.request))

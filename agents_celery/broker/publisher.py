@@ -21,6 +21,15 @@ from .fastpaths import DirectPublisher, FastPaths
 STEP_TASK = "agents_celery.step"
 #: The task that delivers a run's webhook (:mod:`agents_celery.broker.webhooks`).
 WEBHOOK_TASK = "agents_celery.webhook"
+#: Options our tasks carry themselves, so the host app's settings neither change them nor are changed.
+OWN_TASK_OPTIONS: dict[str, Any] = {
+    "shared": False,
+    "bind": True,
+    "serializer": "json",
+    "acks_late": True,
+    "reject_on_worker_lost": True,
+    "ignore_result": True,
+}
 
 
 def sender_app(settings: Settings) -> Celery:

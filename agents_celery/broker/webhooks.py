@@ -58,18 +58,10 @@ def backoff(settings: Settings, retries: int) -> float:
 
 def register(app: Any, settings: Settings) -> None:
     """The webhook task of ``app``, with its own options (like the step task: nothing of the host's changes)."""
-    from .publisher import WEBHOOK_TASK
+    from .publisher import OWN_TASK_OPTIONS, WEBHOOK_TASK
 
     @app.task(  # type: ignore[untyped-decorator]
-        name=WEBHOOK_TASK,
-        shared=False,
-        bind=True,
-        serializer="json",
-        acks_late=True,
-        reject_on_worker_lost=True,
-        ignore_result=True,
-        queue=settings.queue,
-        max_retries=settings.webhook_retries,
+        name=WEBHOOK_TASK, queue=settings.queue, max_retries=settings.webhook_retries, **OWN_TASK_OPTIONS
     )
     def webhook(self: Any, url: str, key: str, body: dict[str, Any]) -> str:
         """Deliver one run's webhook (retried with backoff until the receiver takes it)."""

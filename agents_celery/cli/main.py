@@ -147,9 +147,11 @@ class _Printer:
         from ..events import EventType as T
 
         d = event.data
-        if event.type is T.TEXT_MESSAGE_CONTENT:
+        if event.type is T.TEXT_MESSAGE_CONTENT and str(d.get("message_id", "")).startswith("usr_"):
+            self.line(f"you: {d.get('delta', '')}", "bold")
+        elif event.type is T.TEXT_MESSAGE_CONTENT:
             self.write(str(d.get("delta", "")))
-        elif event.type is T.TEXT_MESSAGE_END:
+        elif event.type is T.TEXT_MESSAGE_END and not str(d.get("message_id", "")).startswith("usr_"):
             self.end_text()
         elif event.type is T.TOOL_CALL_START:
             self.calls[d["tool_call_id"]] = [str(d.get("tool_call_name")), ""]

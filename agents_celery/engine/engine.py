@@ -35,6 +35,7 @@ from ..runs import RunState, RunStatus
 from ..settings import Settings
 from ..storage.leases import LeaseKeeper, Leases, new_token
 from ..storage.pending import Pending
+from ..storage.scripts import InboxGrew
 from ..storage.store import Ack, Claim, RunStore
 from .calls import CallAbandoned
 from .steps import (
@@ -43,11 +44,14 @@ from .steps import (
     StepResult,
     cancelled,
     failed,
+    goes_on,
     model_turn,
     step_started,
     tool_step,
+    user_message_events,
     with_step_finished,
 )
+from .waiting import start_next
 from .writer import EventWriter
 
 log = logging.getLogger(__name__)
@@ -133,7 +137,11 @@ class Engine:
         outcome = "failed"
         try:
             result, info, hooks = self._do_step(run_id, step, token, claim)
-            outcome = self._commit(run_id, step, token, result, delivery)
+            try:
+                outcome = self._commit(run_id, step, token, result, delivery)
+            except InboxGrew:  # a user message came while the last turn ran: it gets a turn of its own
+                result = goes_on(result)
+                outcome = self._commit(run_id, step, token, result, delivery)
             call_hooks(hooks, "after_commit", info)
             self._after_commit(result, step, enqueued=outcome == "committed+enqueued")
             call_hooks(hooks, "after_step", info, result.state.status.value)
@@ -180,6 +188,7 @@ class Engine:
                     ctx.stop.set()
                 ctx.step_open = claim.attempt == 1  # the claim wrote this attempt's STEP_STARTED
                 ctx.effects = claim.effects
+                ctx.inbox = claim.inbox
                 if claim.attempt > 1:
                     self._close_abandoned(ctx, claim)
                     if claim.attempt <= self.settings.max_step_attempts:
@@ -231,6 +240,8 @@ class Engine:
             self.store.commit(state, ctx.token, ctx.step, ctx.step, [], "live", release=False)
             if delayed:  # queued and running share an index; a delayed run leaves the scheduled one
                 self.store.status_changed(state, watch_in=self.settings.lease_ttl_seconds)
+        if state.next == "model" and ctx.inbox > state.inbox_taken:
+            ctx.state = state = self._take_inbox(ctx)
         try:
             call_hooks(hooks, "before_step", ctx.info)
             return model_turn(ctx) if state.next == "model" else tool_step(ctx)
@@ -247,6 +258,20 @@ class Engine:
             # run now with the reason instead of burning its attempts.
             log.exception("run=%s step=%d: unexpected error; the run fails", ctx.state.run_id, ctx.step)
             return failed(ctx, ctx.state, exc)
+
+    def _take_inbox(self, ctx: StepContext) -> RunState:
+        """The user messages sent to the run since its last model turn, taken into the conversation and the log
+        (committed before the turn, at the same step: a retried attempt finds them taken, so never twice)."""
+        state = ctx.state
+        texts = self.store.inbox(state.run_id, state.inbox_taken)
+        events = ctx.writer.drain()  # whatever this attempt wrote so far stays in front
+        for text in texts:
+            events += user_message_events(text)
+        messages = [*state.messages, *({"role": "user", "content": t} for t in texts)]
+        state = state.model_copy(update={"messages": messages, "inbox_taken": state.inbox_taken + len(texts)})
+        self.store.commit(state, ctx.token, ctx.step, ctx.step, events, "live", release=False)
+        # Redis holds these messages now: the step's own commit appends only what the turn adds.
+        return state.stored_as(None if self.settings.state_schema == 1 else state.messages)
 
     def _close_abandoned(self, ctx: StepContext, claim: Claim) -> None:
         """Close what a crashed attempt of this step left open, so the stream stays valid AG-UI."""
@@ -276,6 +301,7 @@ class Engine:
         if result.log_status == "ended":
             self.store.session_sync(state)
             self.store.session_release(state.session_id, state.run_id)
+            start_next(self.store, lambda rid, agent, _queue: self.enqueue(rid, 0, agent), state.session_id)
 
 
 def _abandoned_event(abandoned: CallAbandoned | None) -> list[NewEvent]:

@@ -61,6 +61,8 @@ class StepContext:
     effects: dict[str, Effect | None] = field(default_factory=dict)
     #: Ledger results sent to Redis whose replies the engine reads before it commits.
     sent: list[Pending] = field(default_factory=list)
+    #: How many messages the run's inbox holds (the claim's count); more than ``state.inbox_taken``: new ones.
+    inbox: int = 0
 
     def watch(self) -> Watch:
         """What a call waited on by this step watches for (:func:`agents_celery.engine.calls.run_call`)."""
@@ -89,6 +91,23 @@ def new_id(prefix: str) -> str:
 
 
 # -- endings -----------------------------------------------------------------------------------------
+
+
+def user_message_events(text: str) -> list[NewEvent]:
+    """A user message sent to a live run, as the log shows it (message ids of users start with ``usr_``)."""
+    mid = new_id("usr")
+    return [
+        make_event(EventType.TEXT_MESSAGE_START, message_id=mid, role="user"),
+        make_event(EventType.TEXT_MESSAGE_CONTENT, message_id=mid, delta=text),
+        make_event(EventType.TEXT_MESSAGE_END, message_id=mid),
+    ]
+
+
+def goes_on(result: StepResult) -> StepResult:
+    """A completing result turned into one that goes on with another model turn (a user message arrived)."""
+    state = result.state.model_copy(update={"status": RunStatus.RUNNING, "next": "model"})
+    events = [e for e in result.events if e.type is not EventType.RUN_FINISHED]
+    return StepResult(state, events, "live")
 
 
 def completed(ctx: StepContext, state: RunState, events: list[NewEvent]) -> StepResult:

@@ -28,6 +28,7 @@ import redis
 
 from ..runs import RunState
 from ..storage.store import RunStore
+from .waiting import start_next
 
 log = logging.getLogger(__name__)
 
@@ -80,21 +81,24 @@ def sweep(
                 "root_task",
                 "last_task",
                 "start_at",
+                "waiting",
+                "session_id",
             )
             pipe.hmget(k.run, *fields)
             pipe.pttl(k.lease)
-            (log_status, step, agent_id, committed, attempt, queue, root, parent, start_at), lease_ms = pipe.execute()
+            row, lease_ms = pipe.execute()
+        log_status, step, agent_id, committed, attempt, queue, root, parent, start_at, waiting, session = row
         queue_name = queue.decode() if queue else s.queue
         waited_ms = now_ms - int(committed or 0)
         if log_status is None:
             store.unwatch(run_id)
-        elif start_at is not None:  # a delayed run: its first step goes now, or later
-            if log_status != b"live":  # cancelled while it waited, by a process that died before the indexes
-                _settle(store, run_id, int(step), notify)
-            elif _start_delayed(store, resend, run_id, int(start_at), now_ms, agent_id, queue_name, root):
-                requeued.append(run_id)
         elif log_status != b"live":  # paused or ended, and its worker died before saying so to the indexes
             _settle(store, run_id, int(step), notify)
+        elif start_at is not None:  # a delayed run: its first step goes now, or later
+            if _start_delayed(store, resend, run_id, int(start_at), now_ms, agent_id, queue_name, root):
+                requeued.append(run_id)
+        elif waiting is not None:  # waiting for its session: started if the session is free
+            _wake(store, resend, run_id, session.decode(), agent_id.decode(), queue_name, (root or b"").decode())
         elif lease_ms > 0:  # a step holds it: look again right after it would expire, not a full TTL later
             store.watch(run_id, lease_ms / 1000 + 0.05)
         elif waited_ms < grace_ms:  # committed just now: its next step is probably queued behind others
@@ -139,6 +143,17 @@ def _start_delayed(
     store.watch(run_id, store.settings.enqueue_grace_seconds)
     resend(run_id, 0, agent_id.decode(), queue, (root or b"").decode(), "")
     return True
+
+
+def _wake(store: RunStore, resend: Resend, run_id: str, session_id: str, agent_id: str, queue: str, root: str) -> None:
+    """A run waiting for its session: finish its start if it has the session (its starter died half-way), or
+    start the first in line if the session is free; otherwise look again later."""
+    if store.session_active(session_id) == run_id:
+        store.started_waiting(run_id)
+        resend(run_id, 0, agent_id, queue, root, "")
+    else:
+        start_next(store, lambda rid, agent, q: resend(rid, 0, agent, q, "", ""), session_id)
+    store.watch(run_id, store.settings.enqueue_grace_seconds)
 
 
 def _settle(store: RunStore, run_id: str, step: int, notify: Callable[[RunState, int], None] | None) -> None:

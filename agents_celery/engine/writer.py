@@ -88,6 +88,17 @@ class EventWriter:
             raise self._error
         return pending
 
+    def drain(self) -> list[NewEvent]:
+        """The events pending now, leaving the writer open (for a commit in the middle of the step, which writes
+        them in front of its own); waits for a flush in flight."""
+        with self._lock:
+            while self._writing:
+                self._idle.wait()
+            pending, self._pending = self._pending, []
+        if self._error is not None:
+            raise self._error
+        return pending
+
     def close(self) -> None:
         """Drop what is pending (an attempt that did not commit leaves it to the next attempt to close)."""
         with self._lock:

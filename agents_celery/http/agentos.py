@@ -146,6 +146,8 @@ class AgentOSRenderer:
                 return None  # only there so an AG-UI stream may end a paused run; AgentOS sees RunCancelled
             return {"event": "RunContinued" if meta.get("continued") else "RunStarted"}
         if ev.type is EventType.TEXT_MESSAGE_CONTENT:
+            if str(data.get("message_id", "")).startswith("usr_"):  # a user's message sent to the live run
+                return None
             return {"event": "RunContent", "content": data.get("delta", ""), "content_type": "str"}
         if ev.type is EventType.TOOL_CALL_END:
             return {"event": "ToolCallStarted", "tool": self._tool(data.get("tool_call_id", ""))}

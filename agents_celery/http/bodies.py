@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -25,10 +25,22 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
-class RunBody(_Body):
-    """``POST /agents/<agent_id>/runs``."""
+class MessageBody(_Body):
+    """``POST /runs/<run_id>/messages``: a user message for a live run (and the message of a new run)."""
 
     message: str = Field(min_length=1)
+
+    @field_validator("message")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("message must not be blank")
+        return value
+
+
+class RunBody(MessageBody):
+    """``POST /agents/<agent_id>/runs``."""
+
     stream: bool = True
     session_id: str | None = Field(default=None, min_length=1, max_length=200)
     user_id: str | None = Field(default=None, max_length=200)
@@ -38,19 +50,14 @@ class RunBody(_Body):
     start_at: datetime | None = None
     #: POST a signed summary here when the run completes, fails, is cancelled or pauses.
     webhook_url: str | None = Field(default=None, max_length=2000)
+    #: When another run of the session is live: refuse (409), wait for it, or stop it and start after it.
+    multitask_strategy: Literal["reject", "enqueue", "interrupt"] = "reject"
 
     @field_validator("start_at")
     @classmethod
     def _aware(cls, value: datetime | None) -> datetime | None:
         if value is not None and value.tzinfo is None:
             raise ValueError("start_at needs a time zone (e.g. 2026-12-01T09:00:00Z)")
-        return value
-
-    @field_validator("message")
-    @classmethod
-    def _not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("message must not be blank")
         return value
 
 

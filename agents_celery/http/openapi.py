@@ -9,7 +9,7 @@ import ag_ui.core as agui
 from .. import __version__
 from ..runs import RunStatus
 from ..storage.index import MAX_LIMIT
-from .bodies import ContinueBody, ResumeBody, RunBody, ScheduleBody
+from .bodies import ContinueBody, MessageBody, ResumeBody, RunBody, ScheduleBody
 
 _ERROR = {
     "type": "object",
@@ -195,6 +195,19 @@ def _paths() -> dict[str, Any]:
             "delete": _op("delete a session and its runs", {"204": {"description": "deleted"}}, "404", "409"),
             "parameters": _path("session_id"),
         },
+        "/runs/{run_id}/messages": {
+            "post": _op(
+                "steer a live run: a user message taken in at its next model turn",
+                {"202": {"description": "accepted", "content": _JSON_OBJECT}},
+                "400",
+                "404",
+                "409",
+                "410",
+                "422",
+                requestBody=_body("MessageBody"),
+            ),
+            "parameters": _path("run_id"),
+        },
         "/schedules": {
             "post": _op(
                 "schedule runs: cron (UTC) or every_seconds",
@@ -260,7 +273,7 @@ def _paths() -> dict[str, Any]:
 def spec(prefix: str = "") -> dict[str, Any]:
     """The OpenAPI document; ``prefix`` is where the blueprint is mounted."""
     schemas: dict[str, Any] = {"Error": _ERROR}
-    for model in (RunBody, ContinueBody, ResumeBody, ScheduleBody):
+    for model in (RunBody, ContinueBody, ResumeBody, ScheduleBody, MessageBody):
         schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
         for name, sub in schema.pop("$defs", {}).items():
             schemas[name] = sub

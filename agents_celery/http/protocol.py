@@ -47,7 +47,7 @@ from ..runtime import Runtime
 from ..storage.eventlog import LogInfo, check_offset
 from .agentos import AGNO_STATUS, tool_object
 from .aguirun import AguiEndpoint
-from .bodies import ContinueBody, Limits, ResumeBody, RunBody, ScheduleBody, int_param, parse
+from .bodies import ContinueBody, Limits, MessageBody, ResumeBody, RunBody, ScheduleBody, int_param, parse
 from .sse import LogStream
 from .streams import Streams
 
@@ -254,6 +254,7 @@ class API:
             start_after=body.start_after,
             start_at=body.start_at,
             webhook_url=body.webhook_url,
+            multitask_strategy=body.multitask_strategy,
         )
         return self._finish(req, stream.run_id, stream.session_id, -1, body, manifest)
 
@@ -397,6 +398,13 @@ class API:
         except ValidationError as exc:  # a bad query parameter
             raise BadRequestError(str(exc)) from None
         return Reply(200, page.to_dict())
+
+    def send_message(self, req: Request, run_id: str) -> Reply:
+        """``POST /runs/<run_id>/messages``: steer a live run (taken in at its next model turn)."""
+        self._run(req, run_id, "continue")
+        body = parse(req.body(), MessageBody, limits=self.limits)
+        sent = self.runtime.send_message(run_id, body.message)
+        return Reply(202, {"run_id": run_id, "messages_sent": sent})
 
     def delete_run(self, req: Request, run_id: str) -> Reply:
         self._run(req, run_id, "delete")

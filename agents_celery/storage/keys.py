@@ -20,6 +20,8 @@ Per run (``<p>:run:{<run_id>}...``):
   the conversation. Same TTL as the run record.
 - ``<p>:run:{<rid>}:events`` *stream* — the event log. Entry id ``<offset>-1`` (so the id *is* the
   offset), one field ``event`` holding the event JSON. Never trimmed; same TTL as the run record.
+- ``<p>:run:{<rid>}:inbox`` *list* — user messages sent to the live run (``Runtime.send_message``), taken in
+  at its next model turn; the state's ``inbox_taken`` counts those taken. Same TTL as the run record.
 - ``<p>:run:{<rid>}:lease`` *string* — token of the attempt that owns the run now. ``PX lease_ttl``,
   renewed by the heartbeat. Every write to the run is refused unless it carries this token.
 - ``<p>:run:{<rid>}:effects`` *hash* — effect ledger, ``tool_call_id`` -> JSON ``{status, token,
@@ -35,6 +37,9 @@ Per session (``<p>:session:{<sid>}...``):
 - ``<p>:session:{<sid>}:history`` *list* — the session's conversation (OpenAI message JSON), appended when
   a run completes. ``PX session_ttl``, refreshed on each append.
 - ``<p>:session:{<sid>}:synced`` *set* — run ids already appended to the history (makes it idempotent).
+- ``<p>:session:{<sid>}:waiting`` *list* — runs created with ``multitask_strategy`` ``enqueue`` or
+  ``interrupt`` while another run held the session, in order; the first starts when the session is free.
+  Such a run's record has ``waiting`` = 1 until it starts.
 - ``<p>:session:{<sid>}:agui`` *hash* — the AG-UI endpoint's segments: an AG-UI ``runId`` (or
   ``resume:<interrupt ids>``) -> ``<run_id> <offset>``, the run and the offset its stream starts after.
   ``PX session_ttl``, refreshed on each write.
@@ -72,6 +77,7 @@ class RunKeys:
     stop: str
     gone: str
     messages: str
+    inbox: str
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,7 @@ class SessionKeys:
     history: str
     synced: str
     agui: str
+    waiting: str
 
 
 @dataclass(frozen=True)
@@ -100,11 +107,12 @@ class Keys:
             stop=f"{base}:stop",
             gone=f"{base}:gone",
             messages=f"{base}:messages",
+            inbox=f"{base}:inbox",
         )
 
     def session(self, session_id: str) -> SessionKeys:
         base = f"{self.prefix}:session:{{{session_id}}}"
-        return SessionKeys(f"{base}:active", f"{base}:history", f"{base}:synced", f"{base}:agui")
+        return SessionKeys(f"{base}:active", f"{base}:history", f"{base}:synced", f"{base}:agui", f"{base}:waiting")
 
     @property
     def agents(self) -> str:

@@ -3,7 +3,7 @@
 Each file documents its KEYS and ARGV at the top. A line ``-- @include _name.lua`` pulls in a helper
 (``_append``, ``_guard``, ``_expire``); :func:`source` expands them once and caches the text. Key layout is in
 :mod:`agents_celery.storage.keys`. Scripts signal refusals with an error reply whose first word is a code
-(``FENCED``, ``NOTFOUND``, ``ENDED``, ``EXISTS``, ``CONFLICT``, ``BUSY``); :func:`refusal` turns it into the
+(``FENCED``, ``NOTFOUND``, ``ENDED``, ``EXISTS``, ``CONFLICT``, ``BUSY``, ``INBOX``); :func:`refusal` turns it into the
 matching exception. Each script touches the keys of one run (or one session) only: one hash tag, one slot.
 """
 
@@ -37,7 +37,15 @@ def register(client: redis.Redis, name: str) -> redis.commands.core.Script:
     return client.register_script(source(name))
 
 
+class InboxGrew(AgentsCeleryError):
+    """A completing commit was refused: a user message reached the run's inbox during its last step (the engine
+    goes on with another model turn instead of ending the run)."""
+
+    code = "inbox_grew"
+
+
 _REFUSALS: dict[str, type[AgentsCeleryError]] = {
+    "INBOX": InboxGrew,
     "FENCED": FencedError,
     "NOTFOUND": RunNotFoundError,
     "ENDED": RunFinishedError,

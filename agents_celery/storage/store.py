@@ -20,7 +20,7 @@ import redis
 from ..errors import RedisUnavailableError, RunExpiredError, RunNotFoundError, StateError
 from ..events import NewEvent
 from ..ids import random_hex
-from ..runs import RunState, load_state
+from ..runs import RunState, RunStatus, load_state
 from ..settings import Settings
 from .connections import IdleCheck, ThreadClients, reconnect_if_closed
 from .eventlog import EventLog, LogStatus
@@ -54,6 +54,8 @@ class Claim:
     #: A tool step's calls the claim started in the effect ledger: the entry an earlier attempt left, or None
     #: where this claim recorded ``started`` (the call is this attempt's to run).
     effects: dict[str, Effect | None] = field(default_factory=dict)
+    #: Messages in the run's inbox (sent with ``Runtime.send_message``); the state took in ``inbox_taken``.
+    inbox: int = 0
 
 
 @dataclass(frozen=True)
@@ -187,6 +189,7 @@ class RunStore:
         )
         self._claim = register(client, "claim")
         self._commit = register(client, "commit")
+        self._inbox_push = register(client, "inbox_push")
         self._effect_begin = register(client, "effect_begin")
         self._effect_done = register(client, "effect_done")
         self._effect_reset = register(client, "effect_reset")
@@ -266,7 +269,7 @@ class RunStore:
         k = self.keys.run(run_id)
         args: list[str | int] = [token, step, self.settings.lease_ttl_ms, started[0].json, started[1].json]
         args.append(known.state_id if known else "")
-        return [k.run, k.lease, k.stop, k.events, k.effects, k.messages], args
+        return [k.run, k.lease, k.stop, k.events, k.effects, k.messages, k.inbox], args
 
     def _claimed(self, run_id: str, reply: Any, known: CachedState | None) -> Claim:
         outcome = _text(reply[0])
@@ -291,6 +294,7 @@ class RunStore:
             state=state,
             stop_reason=stop,
             effects=effects,
+            inbox=int(reply[9]) if len(reply) > 9 else 0,
         )
 
     def commit(
@@ -343,9 +347,10 @@ class RunStore:
             str(len(new_messages)),
             ack.tag if ack else "",
             task_id,
+            str(state.inbox_taken) if log_status == "ended" and state.status == RunStatus.COMPLETED else "",
         ]
         args += [json.dumps(m) for m in new_messages] + [e.json for e in events]
-        keys = [k.run, k.events, k.lease, k.effects, k.gone, k.stop, k.messages]
+        keys = [k.run, k.events, k.lease, k.effects, k.gone, k.stop, k.messages, k.inbox]
         if task or ack:  # keys the script does not touch stand in for the missing ones: it reads ARGV first
             keys += [task[0] if task else k.run, *((ack.index_key, ack.hash_key) if ack else (k.run, k.run))]
         # Entered before it is sent: the next step's claim may go out before this reply is read.
@@ -413,6 +418,25 @@ class RunStore:
         deadline = int((time.time() + in_seconds) * 1000)
         self.redis.zadd(self.keys.live, {run_id: deadline})
 
+    def inbox_push(self, run_id: str, text: str) -> int:
+        """Add a user message to the run's inbox (RunFinishedError once it ended); the inbox's length."""
+        k = self.keys.run(run_id)
+        try:
+            return int(self._inbox_push(keys=[k.run, k.inbox], args=[json.dumps({"text": text})]))
+        except redis.ResponseError as exc:
+            raise (refusal(exc, run_id) or exc) from None
+
+    def inbox(self, run_id: str, start: int) -> list[str]:
+        """The texts of the run's inbox from position ``start`` on."""
+        return [json.loads(m)["text"] for m in self.redis.lrange(self.keys.run(run_id).inbox, start, -1)]
+
+    def started_waiting(self, run_id: str) -> None:
+        """A run that waited for its session has it now: the sweeper treats it as any live run."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hdel(self.keys.run(run_id).run, "waiting")
+            pipe.hset(self.keys.run(run_id).run, "committed_ms", int(time.time() * 1000))
+            pipe.execute()
+
     def started_delayed(self, run_id: str, now_ms: int) -> None:
         """A delayed run's first step is being sent: it is no longer waiting for its time."""
         with self.redis.pipeline(transaction=False) as pipe:
@@ -443,7 +467,7 @@ class RunStore:
         """Remove an ended run: its keys and its index entries (one round trip)."""
         k = self.keys.run(state.run_id)
         with self.redis.pipeline(transaction=False) as pipe:
-            pipe.delete(k.run, k.events, k.lease, k.effects, k.stop, k.gone, k.messages)
+            pipe.delete(k.run, k.events, k.lease, k.effects, k.stop, k.gone, k.messages, k.inbox)
             pipe.zrem(self.keys.live, state.run_id)
             self.index.forget(pipe, entry_of(state))
             pipe.execute()
@@ -487,6 +511,21 @@ class RunStore:
         ttl = str(self.settings.retention_ms if state.own_session else int(self.settings.session_ttl_seconds * 1000))
         messages = [json.dumps(m) for m in state.new_messages] if state.status == "completed" else []
         self._session_sync(keys=[sk.history, sk.synced], args=[state.run_id, ttl, *messages])
+
+    def wait_in_line(self, session_id: str, run_id: str) -> None:
+        """Put a run at the end of the session's line (it starts when the runs before it ended)."""
+        self.redis.rpush(self.keys.session(session_id).waiting, run_id)
+
+    def first_in_line(self, session_id: str) -> str | None:
+        value = self.redis.lindex(self.keys.session(session_id).waiting, 0)
+        return _text(value) if value is not None else None
+
+    def leave_line(self, session_id: str, run_id: str, front: bool = False) -> None:
+        """Take a run out of the session's line (``front``: put it back at the head instead)."""
+        key = self.keys.session(session_id).waiting
+        self.redis.lrem(key, 1, run_id)
+        if front:
+            self.redis.lpush(key, run_id)
 
     def segment(self, session_id: str, name: str) -> tuple[str, int] | None:
         """Where the AG-UI stream named ``name`` (a runId, or ``resume:<ids>``) starts: run id and offset."""

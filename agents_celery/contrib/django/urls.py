@@ -23,6 +23,7 @@ urlpatterns = [
     path("sessions", views.list_sessions, name="sessions"),
     path("sessions/<str:session_id>", views.get_session, name="session"),
     path("runs/<str:run_id>/events", views.run_events, name="run_events"),
+    path("runs/<str:run_id>/messages", views.send_message, name="send_message"),
     path("schedules", views.schedules, name="schedules"),
     path("schedules/<str:schedule_id>", views.schedule, name="schedule"),
     path("schedules/<str:schedule_id>/pause", views.pause_schedule, name="pause_schedule"),

@@ -257,6 +257,11 @@ async def run_events(request: HttpRequest, run_id: str) -> HttpResponse:
     return await call(request, "run_events", run_id)
 
 
+@route("POST")
+async def send_message(request: HttpRequest, run_id: str) -> HttpResponse:
+    return await call(request, "send_message", run_id)
+
+
 @route("GET", "POST")
 async def schedules(request: HttpRequest) -> HttpResponse:
     return await call(request, "create_schedule" if request.method == "POST" else "list_schedules")

@@ -207,6 +207,11 @@ def run_events(run_id: str) -> Response:
     return respond(api().run_events(_request(), run_id))
 
 
+@blueprint.post("/runs/<run_id>/messages")
+def send_message(run_id: str) -> Response:
+    return respond(api().send_message(_request(), run_id))
+
+
 @blueprint.route("/schedules", methods=["GET", "POST"])
 def schedules() -> Response:
     if request.method == "POST":

@@ -251,7 +251,8 @@ function runPage() {
   function render(offset, ev) {
     const type = ev.type;
     if (type === "TEXT_MESSAGE_START") {
-      state.messages[ev.message_id] = add(el("li", { class: "message", "data-message": ev.message_id }));
+      const kind = ev.role === "user" ? "message user" : "message";
+      state.messages[ev.message_id] = add(el("li", { class: kind, "data-message": ev.message_id }));
     } else if (type === "TEXT_MESSAGE_CONTENT") {
       const item = state.messages[ev.message_id] || (state.messages[ev.message_id] = add(el("li", { class: "message", "data-message": ev.message_id })));
       item.append(ev.delta);

@@ -5,10 +5,10 @@
 -- For a tool step, the claim also starts its calls in the effect ledger (what effect_begin.lua does for one
 -- call): each call in the run's ``ledger_calls`` without an entry gets ``started`` with this attempt's token;
 -- the entries found are returned, '' where this claim started the call.
--- KEYS: run, lease, stop, events, effects, messages
+-- KEYS: run, lease, stop, events, effects, messages, inbox
 -- ARGV: token, step, ttl_ms, model step-started JSON, tools step-started JSON, known state id or ''
 -- -> {'OK', attempt, first offset of this step's first attempt, next offset, state JSON or '', stop reason
---     or '', {call ids}, {their ledger entries or ''}, {the messages list when the state is sent}}
+--     or '', {call ids}, {their ledger entries or ''}, {the messages list when the state is sent}, inbox length}
 --    | {'STALE', committed step} | {'BUSY'} | {'ENDED'} | {'NOTFOUND'}
 local r = redis.call('HMGET', KEYS[1], 'log', 'step', 'state', 'next', 'next_kind', 'state_id', 'ledger_calls')
 if not r[1] then return {'NOTFOUND'} end
@@ -37,4 +37,4 @@ end
 local messages = {}
 if state ~= '' then messages = redis.call('LRANGE', KEYS[6], 0, -1) end
 return {'OK', tostring(attempt), redis.call('HGET', KEYS[1], 'step_offset') or '', r[4], state, stop, ids, entries,
-  messages}
+  messages, redis.call('LLEN', KEYS[7])}
