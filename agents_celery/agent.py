@@ -35,6 +35,10 @@ class Agent:
         hooks: :class:`~agents_celery.hooks.Hooks` run around its steps, on the worker.
         queue: The Celery queue its steps go to (default: ``AGENTS_CELERY_QUEUE``). A worker started with
             ``agents-celery worker --agents <module>`` consumes the queues of the agents it serves.
+        handoffs: Agents this one may hand the conversation to. Each is offered to the model as a tool,
+            ``transfer_to_<name>``; when the model calls it, the run's next model turn (and every one after,
+            until another handoff) uses that agent's instructions, model and tools. The run keeps its id,
+            log and session; the handoff is a CUSTOM ``handoff`` event and the state's ``active_agent``.
     """
 
     def __init__(
@@ -46,6 +50,7 @@ class Agent:
         description: str = "",
         hooks: Sequence[Hooks] = (),
         queue: str | None = None,
+        handoffs: Sequence[Agent] = (),
     ) -> None:
         if not _NAME.match(name):
             raise ConfigurationError(f"agent name {name!r} must be 1-64 letters, digits, '_', '-' or '.'")
@@ -66,6 +71,15 @@ class Agent:
             if t.name in self.tools:
                 raise ConfigurationError(f"agent {name!r} has two tools named {t.name!r}")
             self.tools[t.name] = t
+        #: Handoff tool name -> the agent it hands to.
+        self.handoffs: dict[str, Agent] = {}
+        for other in handoffs:
+            if not isinstance(other, Agent):
+                raise ConfigurationError(f"agent {name!r}: handoffs must be Agent objects, got {other!r}")
+            tool_name = handoff_tool(other.name)
+            if tool_name in self.tools or tool_name in self.handoffs:
+                raise ConfigurationError(f"agent {name!r}: a tool is already named {tool_name!r}")
+            self.handoffs[tool_name] = other
 
     def manifest(self) -> dict[str, Any]:
         """What workers publish: name, description, model, tools and which need confirmation."""
@@ -75,14 +89,33 @@ class Agent:
             "model": getattr(self.model, "name", type(self.model).__name__),
             "tools": [t.manifest() for t in self.tools.values()],
             "queue": self.queue,
+            "handoffs": [other.name for other in self.handoffs.values()],
         }
 
     def tool_schemas(self) -> list[dict[str, Any]]:
         """The tools in Chat Completions ``tools`` form."""
-        return [t.openai_schema() for t in self.tools.values()]
+        own = [t.openai_schema() for t in self.tools.values()]
+        return own + [_handoff_schema(tool_name, other) for tool_name, other in self.handoffs.items()]
 
     def __repr__(self) -> str:
         return f"Agent(name={self.name!r}, tools={list(self.tools)!r})"
+
+
+def handoff_tool(agent_name: str) -> str:
+    """The name of the tool that hands a conversation to ``agent_name``."""
+    return "transfer_to_" + re.sub(r"[^A-Za-z0-9_-]", "_", agent_name)[:52]
+
+
+def _handoff_schema(tool_name: str, other: Agent) -> dict[str, Any]:
+    about = f": {other.description}" if other.description else ""
+    return {
+        "type": "function",
+        "function": {
+            "name": tool_name,
+            "description": f"Hand the conversation to the agent {other.name!r}{about}",
+            "parameters": {"type": "object", "properties": {"reason": {"type": "string"}}},
+        },
+    }
 
 
 def agents_in(module: object) -> list[Agent]:
@@ -107,7 +140,16 @@ def load_agents(module_names: str | Sequence[str]) -> dict[str, Agent]:
         if not agents:
             raise ConfigurationError(f"agents module {name!r} defines no Agent at module level")
         for agent in agents:
-            if agent.name in registry and registry[agent.name] is not agent:
-                raise ConfigurationError(f"two agents are named {agent.name!r}")
-            registry[agent.name] = agent
+            _register(registry, agent)
     return registry
+
+
+def _register(registry: dict[str, Agent], agent: Agent) -> None:
+    """Add ``agent`` and the agents it hands off to (a worker serves the whole chain)."""
+    if agent.name in registry:
+        if registry[agent.name] is not agent:
+            raise ConfigurationError(f"two agents are named {agent.name!r}")
+        return
+    registry[agent.name] = agent
+    for other in agent.handoffs.values():
+        _register(registry, other)

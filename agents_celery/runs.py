@@ -125,6 +125,8 @@ class RunState(BaseModel):
     #: What the client passed along (AG-UI ``state``, ``context``, ``forwarded_props``); tools see it as
     #: :attr:`agents_celery.tools.ToolContext.client`, the model sees ``context`` after the instructions.
     client: dict[str, Any] = Field(default_factory=dict)
+    #: The agent the conversation was handed to (None: the run's own ``agent_id``); its next turns use it.
+    active_agent: str | None = None
     #: User messages of the run's inbox taken into ``messages`` so far (``Runtime.send_message``).
     inbox_taken: int = 0
     #: Where to POST a summary when the run completes, fails, is cancelled or pauses.
@@ -239,6 +241,8 @@ class RunView:
     queue: str | None = None
     #: The schedule that started it (None: started by a caller).
     schedule_id: str | None = None
+    #: The agent the conversation was handed to (None: no handoff).
+    active_agent: str | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunView:
@@ -258,6 +262,7 @@ class RunView:
             user_id=data.get("user_id"),
             queue=data.get("queue"),
             schedule_id=data.get("schedule_id"),
+            active_agent=data.get("active_agent"),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -276,6 +281,7 @@ class RunView:
             "user_id": self.user_id,
             "queue": self.queue,
             "schedule_id": self.schedule_id,
+            "active_agent": self.active_agent,
         }
 
 

@@ -640,6 +640,7 @@ class Runtime:
             usage=state.usage,
             created_at=state.created_at,
             schedule_id=state.schedule_id,
+            active_agent=state.active_agent,
         )
 
     # -- continuing -------------------------------------------------------------------------------------
@@ -658,7 +659,7 @@ class Runtime:
             raise PayloadTooLargeError(
                 f"{len(decisions)} decisions; at most {self.settings.max_decisions} are accepted"
             )
-        manifest = self.agent_manifest(state.agent_id)
+        manifest = self.agent_manifest(state.active_agent or state.agent_id)  # the agent the calls are of
         calls = decide(state, [as_decision(d) for d in decisions or []], manifest)
         token = self._idle_lease(run_id)
         if token is None:

@@ -203,4 +203,21 @@ offline = Agent(
     description="Scripted, no network.",
 )
 
+billing = Agent(
+    name="billing",
+    instructions="You are the billing agent.",
+    model=OpenAIChat("fake-model", base_url=os.environ.get("FAKE_OPENAI_URL", "http://127.0.0.1:9/v1"), api_key="k"),
+    tools=[add],
+    description="Answers billing questions.",
+)
+
+triage = Agent(
+    name="triage",
+    instructions="You are the triage agent.",
+    model=OpenAIChat("fake-model", base_url=os.environ.get("FAKE_OPENAI_URL", "http://127.0.0.1:9/v1"), api_key="k"),
+    tools=[get_time],
+    description="Routes a question to the agent for it.",
+    handoffs=[billing],
+)
+
 broken = Agent(name="broken", instructions="", model=BrokenModel(), description="Its model adapter has a bug.")

@@ -173,7 +173,7 @@ class Engine:
         """The step's work under the lease: the result to commit (with the events not yet appended)."""
         assert claim.state is not None
         state = claim.state
-        agent = self.agents.get(state.agent_id)
+        agent = self.agents.get(state.active_agent or state.agent_id)
         kind = state.next
         info = StepInfo(run_id, state.agent_id, state.session_id, step, kind, claim.attempt)
         hooks = [*self.hooks, *(agent.hooks if agent else [])]
@@ -224,7 +224,9 @@ class Engine:
     def _decide(self, ctx: StepContext, agent: Agent | None, hooks: list[Hooks]) -> StepResult:
         state = ctx.state
         if agent is None:
-            missing = ConfigurationError(f"no worker here serves agent {state.agent_id!r}; start one with its module")
+            missing = ConfigurationError(
+                f"no worker here serves agent {(state.active_agent or state.agent_id)!r}; start one with its module"
+            )
             return failed(ctx, state, missing)
         if ctx.attempt > self.settings.max_step_attempts:
             error = AbandonedRunError(

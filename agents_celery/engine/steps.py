@@ -413,11 +413,13 @@ def _after_turn(ctx: StepContext, turn: _TurnStream) -> StepResult:
 def _new_call(agent: Agent, raw: dict[str, str], client_tools: set[str] | None = None) -> ToolCall:
     client_tools = client_tools or set()
     call = ToolCall(id=raw["id"], name=raw["name"], arguments=raw.get("arguments") or "{}")
+    if call.name in agent.handoffs:  # no side effect of its own: the tool step records the handoff
+        return call
     tool = agent.tools.get(call.name)
     if tool is None and call.name in client_tools:  # the client runs it and answers with the result
         return call.model_copy(update={"decision": "pending", "pause_reason": "client_tool"})
     if tool is None:
-        known = sorted({*agent.tools, *client_tools})
+        known = sorted({*agent.tools, *agent.handoffs, *client_tools})
         return call.model_copy(update={"error": f"unknown tool {call.name!r}; available: {known}"})
     try:
         tool.validate(call.arguments)
@@ -453,10 +455,25 @@ def tool_step(ctx: StepContext) -> StepResult:
     ]
     messages = [{"role": "tool", "tool_call_id": c.id, "content": c.result or ""} for c in calls]
     state = state.model_copy(update={"messages": [*state.messages, *messages], "next": "model", "tool_calls": []})
-    return StepResult(state, [*results, _step_finished(ctx, "tools")], "live")
+    state, handoff = _handed_off(ctx, state, calls)
+    return StepResult(state, [*results, *handoff, _step_finished(ctx, "tools")], "live")
+
+
+def _handed_off(ctx: StepContext, state: RunState, calls: list[ToolCall]) -> tuple[RunState, list[NewEvent]]:
+    """The state after the turn's handoff, if it asked for one (the first wins): the next turns use that agent."""
+    call = next((c for c in calls if c.name in ctx.agent.handoffs and c.error is None), None)
+    if call is None:
+        return state, []
+    target = ctx.agent.handoffs[call.name].name
+    value = {"from": ctx.agent.name, "to": target, "tool_call_id": call.id, "reason": call.args.get("reason")}
+    return state.model_copy(update={"active_agent": target}), [
+        make_event(EventType.CUSTOM, name="handoff", value=value)
+    ]
 
 
 def _run_call(ctx: StepContext, call: ToolCall, ahead: bool = False) -> ToolCall:
+    if call.name in ctx.agent.handoffs and call.error is None:
+        return call.model_copy(update={"result": f"Transferred to {ctx.agent.handoffs[call.name].name}."})
     if call.decision == "rejected":
         note = f" Note from the user: {call.note}" if call.note else ""
         return call.model_copy(update={"result": f"The user rejected this tool call; it did not run.{note}"})

@@ -303,6 +303,7 @@ class RunIndex:
                     usage=state.usage,
                     created_at=state.created_at,
                     schedule_id=state.schedule_id,
+                    active_agent=state.active_agent,
                 )
             )
         return out
