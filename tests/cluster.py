@@ -10,6 +10,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from agents_celery.cli.processes import stop_process
 
@@ -82,3 +83,23 @@ class Worker:
     def stop(self) -> None:
         stop_process(self.proc)
         self._out.close()
+
+
+def own_deployment(name: str, fake_openai_url: str, extra: dict[str, str] | None = None) -> tuple[dict[str, str], Any]:
+    """A key prefix and queue of a test's own, so its workers can be killed (and its beats fire) without touching
+    the shared ones: the workers' environment (``extra`` added) and the matching Runtime settings (the
+    ``AGENTS_CELERY_*`` entries of ``extra`` included)."""
+    from agents_celery.settings import load_settings
+
+    from .conftest import TEST_BROKER_URL, TEST_REDIS_URL
+
+    prefix, queue = f"ac{name}-{uuid.uuid4().hex[:8]}", f"{name}-{uuid.uuid4().hex[:8]}"
+    env = worker_env(
+        TEST_REDIS_URL, TEST_BROKER_URL, prefix, queue, {"FAKE_OPENAI_URL": fake_openai_url, **(extra or {})}
+    )
+    variables = {**FAST, **{k: v for k, v in (extra or {}).items() if k.startswith("AGENTS_CELERY_")}}
+    overrides = {k.removeprefix("AGENTS_CELERY_").lower(): v for k, v in variables.items()}
+    settings = load_settings(
+        redis_url=TEST_REDIS_URL, broker_url=TEST_BROKER_URL, key_prefix=prefix, queue=queue, **overrides
+    )
+    return env, settings

@@ -5,29 +5,23 @@ real Redis, a real kill -9."""
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from agents_celery import RunStatus, Runtime, ValidationError, load_settings
+from agents_celery import RunStatus, Runtime, ValidationError
 from agents_celery.events import EventType
 
-from .cluster import FAST, Worker, worker_env
-from .conftest import TEST_BROKER_URL, TEST_REDIS_URL, wait_for
+from .cluster import Worker, own_deployment
+from .conftest import wait_for
 
 
 @pytest.fixture
 def own(fake_openai: Any) -> Iterator[tuple[dict[str, str], Runtime]]:
     """A key prefix and queue of their own, so these workers can die without touching the shared one."""
-    prefix, queue = f"acdelay-{uuid.uuid4().hex[:8]}", f"delay-{uuid.uuid4().hex[:8]}"
-    env = worker_env(TEST_REDIS_URL, TEST_BROKER_URL, prefix, queue, {"FAKE_OPENAI_URL": fake_openai.url})
-    overrides = {k.removeprefix("AGENTS_CELERY_").lower(): v for k, v in FAST.items()}
-    settings = load_settings(
-        redis_url=TEST_REDIS_URL, broker_url=TEST_BROKER_URL, key_prefix=prefix, queue=queue, **overrides
-    )
+    env, settings = own_deployment("delay", fake_openai.url)
     runtime = Runtime(settings=settings)
     yield env, runtime
     runtime.close()

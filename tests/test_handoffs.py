@@ -3,19 +3,18 @@ same run. Real workers (one killed with -9 right after a handoff), real Redis, t
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from agents_celery import Agent, ConfigurationError, RunStatus, Runtime, ScriptedModel, load_settings
+from agents_celery import Agent, ConfigurationError, RunStatus, Runtime, ScriptedModel
 from agents_celery.agent import handoff_tool
 from agents_celery.events import EventType
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 
-from .cluster import FAST, Worker, worker_env
-from .conftest import TEST_BROKER_URL, TEST_REDIS_URL, wait_for
+from .cluster import Worker, own_deployment
+from .conftest import wait_for
 
 pytestmark = pytest.mark.timeout(90)
 HANDOFF = ScriptedTurn("Let me pass you on.", [ScriptedToolCall("transfer_to_billing", {"reason": "a charge"})])
@@ -60,12 +59,7 @@ def test_handoff_definitions_are_checked() -> None:
 
 @pytest.fixture
 def own(fake_openai: Any) -> Iterator[tuple[dict[str, str], Runtime]]:
-    prefix, queue = f"achand-{uuid.uuid4().hex[:8]}", f"hand-{uuid.uuid4().hex[:8]}"
-    env = worker_env(TEST_REDIS_URL, TEST_BROKER_URL, prefix, queue, {"FAKE_OPENAI_URL": fake_openai.url})
-    overrides = {k.removeprefix("AGENTS_CELERY_").lower(): v for k, v in FAST.items()}
-    settings = load_settings(
-        redis_url=TEST_REDIS_URL, broker_url=TEST_BROKER_URL, key_prefix=prefix, queue=queue, **overrides
-    )
+    env, settings = own_deployment("hand", fake_openai.url)
     runtime = Runtime(settings=settings)
     yield env, runtime
     runtime.close()

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,23 +17,18 @@ from typing import Any
 import httpx
 import pytest
 
-from agents_celery import RunStatus, Runtime, ScheduleNotFoundError, ValidationError, load_settings
+from agents_celery import RunStatus, Runtime, ScheduleNotFoundError, ValidationError
 from agents_celery.cli.processes import stop_process
 
 from .api_support import ApiServer
-from .cluster import FAST, ROOT, Worker, worker_env
-from .conftest import TEST_BROKER_URL, TEST_REDIS_URL, wait_for
+from .cluster import ROOT, Worker, own_deployment
+from .conftest import wait_for
 
 
 @pytest.fixture
 def own(fake_openai: Any) -> Iterator[tuple[dict[str, str], Runtime]]:
     """A key prefix and queue of their own: these beats and workers see only this test's schedules."""
-    prefix, queue = f"acsched-{uuid.uuid4().hex[:8]}", f"sched-{uuid.uuid4().hex[:8]}"
-    env = worker_env(TEST_REDIS_URL, TEST_BROKER_URL, prefix, queue, {"FAKE_OPENAI_URL": fake_openai.url})
-    overrides = {k.removeprefix("AGENTS_CELERY_").lower(): v for k, v in FAST.items()}
-    settings = load_settings(
-        redis_url=TEST_REDIS_URL, broker_url=TEST_BROKER_URL, key_prefix=prefix, queue=queue, **overrides
-    )
+    env, settings = own_deployment("sched", fake_openai.url)
     runtime = Runtime(settings=settings, agents=[])
     yield env, runtime
     runtime.close()

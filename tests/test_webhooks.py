@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -14,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from agents_celery import Runtime, ValidationError, load_settings
+from agents_celery import Runtime, ValidationError
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.webhook import SIGNATURE, TIMESTAMP, sign, verify
 
-from .cluster import FAST, Worker, worker_env
-from .conftest import TEST_BROKER_URL, TEST_REDIS_URL, wait_for
+from .cluster import Worker, own_deployment
+from .conftest import wait_for
 
 SECRET = "webhook-test-secret"
 pytestmark = pytest.mark.timeout(90)
@@ -72,22 +71,8 @@ class Receiver:
 
 @pytest.fixture(scope="module")
 def own(fake_openai: Any) -> Iterator[tuple[Runtime, Worker]]:
-    prefix, queue = f"achook-{uuid.uuid4().hex[:8]}", f"hook-{uuid.uuid4().hex[:8]}"
-    extra = {
-        "FAKE_OPENAI_URL": fake_openai.url,
-        "AGENTS_CELERY_WEBHOOK_SECRET": SECRET,
-        "AGENTS_CELERY_WEBHOOK_BACKOFF_SECONDS": "0.2",
-    }
-    env = worker_env(TEST_REDIS_URL, TEST_BROKER_URL, prefix, queue, extra)
-    overrides = {k.removeprefix("AGENTS_CELERY_").lower(): v for k, v in FAST.items()}
-    settings = load_settings(
-        redis_url=TEST_REDIS_URL,
-        broker_url=TEST_BROKER_URL,
-        key_prefix=prefix,
-        queue=queue,
-        webhook_secret=SECRET,
-        **overrides,
-    )
+    extra = {"AGENTS_CELERY_WEBHOOK_SECRET": SECRET, "AGENTS_CELERY_WEBHOOK_BACKOFF_SECONDS": "0.2"}
+    env, settings = own_deployment("hook", fake_openai.url, extra)
     worker = Worker(env).wait_ready()
     runtime = Runtime(settings=settings)
     yield runtime, worker
