@@ -332,10 +332,12 @@ def test_soak_runs_survive_a_worker_killed_every_few_seconds(
         kills = 0
         deadline = time.monotonic() + 240
         next_kill = time.monotonic() + 1
+        declined: set[str] = set()
         while True:
             views = [runtime.get(rid) for rid in runs]
             for v in views:  # a tool interrupted mid-run is surfaced; the operator declines re-running it
                 if v.status == "paused" and v.pending:
+                    declined.update(str(p.args.get("key")) for p in v.pending)
                     runtime.continue_run(v.run_id, [{"tool_call_id": p.id, "confirmed": False} for p in v.pending])
             if all(v.status.is_final for v in views):
                 break
@@ -352,8 +354,11 @@ def test_soak_runs_survive_a_worker_killed_every_few_seconds(
             events = all_events(runtime, rid)
             assert_invariants(events)
             assert runtime.get(rid).status == "completed", rid
-            assert counter(r, key_prefix, f"soak-{tag}-job{i}-a") == 1
-            assert counter(r, key_prefix, f"soak-{tag}-job{i}-b") == 1
+            for part in ("a", "b"):
+                key = f"soak-{tag}-job{i}-{part}"
+                # Never twice; once, unless the call was declined after a kill that may have come before the
+                # tool's first line (the ledger said "started", the tool had not counted yet).
+                assert counter(r, key_prefix, key) == 1 or (key in declined and counter(r, key_prefix, key) == 0)
         assert kills >= 3
     finally:
         c.stop()
