@@ -511,7 +511,7 @@ class Runtime:
             tick = found.latest_due(due, now)
             if not found.paused:
                 self._fire(found, tick)
-            self.schedule_store.advance(schedule_id, due, found.due_after(now))
+            self.schedule_store.advance(schedule_id, found.due_after(now))
         following = self.schedule_store.next_due()
         return None if following is None else max(0.0, (following - now) / 1000)
 

@@ -63,9 +63,9 @@ class ScheduleStore:
         first = self.redis.zrange(self.due_key, 0, 0, withscores=True)
         return int(first[0][1]) if first else None
 
-    def advance(self, schedule_id: str, due: int, next_at: int) -> None:
-        """Move the schedule's next tick from ``due`` to ``next_at``, unless another beat moved it already or it
-        was deleted (XX: only an existing member; GT: only forward)."""
+    def advance(self, schedule_id: str, next_at: int) -> None:
+        """Move the schedule's next tick to ``next_at``, unless another beat moved it further already or it was
+        deleted (XX: only an existing member; GT: only forward)."""
         self.redis.zadd(self.due_key, {schedule_id: next_at}, xx=True, gt=True)
 
     @staticmethod
