@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigurationError
 from .hooks import Hooks
+from .tools import Tool
 
 if TYPE_CHECKING:
     from .models import Model
-    from .tools import Tool
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _QUEUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
@@ -30,7 +30,8 @@ class Agent:
         name: Unique name; runs address the agent by it (``/agents/<name>/runs``).
         instructions: The system prompt.
         model: An :class:`~agents_celery.models.OpenAIChat`, a ``ScriptedModel`` or any ``Model``.
-        tools: Functions decorated with :func:`~agents_celery.tools.tool`.
+        tools: Functions decorated with :func:`~agents_celery.tools.tool`, and other agents as
+            :meth:`as_tool` makes them (each call runs that agent as a child run).
         description: Shown in ``GET /agents``.
         hooks: :class:`~agents_celery.hooks.Hooks` run around its steps, on the worker.
         queue: The Celery queue its steps go to (default: ``AGENTS_CELERY_QUEUE``). A worker started with
@@ -92,6 +93,17 @@ class Agent:
             "handoffs": [other.name for other in self.handoffs.values()],
         }
 
+    def as_tool(self, name: str | None = None, description: str | None = None) -> AgentTool:
+        """This agent as a tool of another: each call runs it as a durable **child run** with the call's
+        ``input`` as its message, and the child's final answer is the call's result.
+
+        The child has its own run id (derived from the parent run and the call, so a retried step finds the
+        same child), log and leases; the parent's tool step does not hold a worker while it runs. Its default
+        ``name`` is the agent's (characters OpenAI refuses become ``_``), its default ``description`` the
+        agent's description.
+        """
+        return AgentTool(self, name, description)
+
     def tool_schemas(self) -> list[dict[str, Any]]:
         """The tools in Chat Completions ``tools`` form."""
         own = [t.openai_schema() for t in self.tools.values()]
@@ -99,6 +111,27 @@ class Agent:
 
     def __repr__(self) -> str:
         return f"Agent(name={self.name!r}, tools={list(self.tools)!r})"
+
+
+class AgentTool(Tool):
+    """A tool that runs an agent as a child run (:meth:`Agent.as_tool`). Workers never call its function: the
+    tool step starts the child run, and a later tool step collects its answer."""
+
+    def __init__(self, agent: Agent, name: str | None = None, description: str | None = None) -> None:
+        def ask(input: str) -> str:
+            """Ask the agent.
+
+            Args:
+                input: The request for the agent, with everything it needs to know (it sees nothing else).
+            """
+            raise ConfigurationError(f"agent tool {self.name!r} runs as a child run on the workers; it is not called")
+
+        about = description if description is not None else (agent.description or f"Ask the agent {agent.name!r}.")
+        super().__init__(ask, name=name or re.sub(r"[^A-Za-z0-9_-]", "_", agent.name), description=about)
+        self.agent = agent
+
+    def manifest(self) -> dict[str, Any]:
+        return {**super().manifest(), "agent": self.agent.name}
 
 
 def handoff_tool(agent_name: str) -> str:
@@ -153,3 +186,6 @@ def _register(registry: dict[str, Agent], agent: Agent) -> None:
     registry[agent.name] = agent
     for other in agent.handoffs.values():
         _register(registry, other)
+    for t in agent.tools.values():
+        if isinstance(t, AgentTool):
+            _register(registry, t.agent)

@@ -40,6 +40,9 @@ class EventType(StrEnum):
     TOOL_CALL_END = "TOOL_CALL_END"
     TOOL_CALL_RESULT = "TOOL_CALL_RESULT"
     CUSTOM = "CUSTOM"
+    SUBAGENT_STARTED = "SUBAGENT_STARTED"
+    SUBAGENT_FINISHED = "SUBAGENT_FINISHED"
+    SUBAGENT_ERROR = "SUBAGENT_ERROR"
 
 
 #: The ag-ui-protocol model of each event type (validation here, strict rendering in the API).
@@ -57,6 +60,9 @@ AGUI_MODELS: dict[EventType, type[agui.BaseEvent]] = {
     EventType.TOOL_CALL_END: agui.ToolCallEndEvent,
     EventType.TOOL_CALL_RESULT: agui.ToolCallResultEvent,
     EventType.CUSTOM: agui.CustomEvent,
+    EventType.SUBAGENT_STARTED: agui.SubagentStartedEvent,
+    EventType.SUBAGENT_FINISHED: agui.SubagentFinishedEvent,
+    EventType.SUBAGENT_ERROR: agui.SubagentErrorEvent,
 }
 
 _PLAIN = {kind: PlainShape(model) for kind, model in AGUI_MODELS.items()}

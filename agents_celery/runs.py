@@ -77,6 +77,12 @@ class ToolCall(BaseModel):
     error: str | None = None
     #: Re-run even though the ledger says an earlier attempt started it (a human approved that).
     rerun: bool = False
+    #: The agent this call runs as a child run (a tool made with ``Agent.as_tool()``), and that run's id once
+    #: started; the call is done when the child run ended.
+    agent: str | None = None
+    child_run_id: str | None = None
+    #: For a call of a child run waiting for a decision, shown in its parent's pending list: the child's run id.
+    run_id: str | None = None
 
     @property
     def args(self) -> dict[str, Any]:
@@ -127,6 +133,15 @@ class RunState(BaseModel):
     client: dict[str, Any] = Field(default_factory=dict)
     #: The agent the conversation was handed to (None: the run's own ``agent_id``); its next turns use it.
     active_agent: str | None = None
+    #: A child run (started by a call of an ``Agent.as_tool()`` tool): its parent run and that call, and how
+    #: deep it is nested (0: a run started by a caller).
+    parent_run_id: str | None = None
+    parent_tool_call_id: str | None = None
+    depth: int = 0
+    #: The child runs this run started, in order.
+    children: list[str] = Field(default_factory=list)
+    #: Calls of paused child runs waiting for a decision (each with its ``run_id``); part of :attr:`pending`.
+    child_pending: list[ToolCall] = Field(default_factory=list)
     #: User messages of the run's inbox taken into ``messages`` so far (``Runtime.send_message``).
     inbox_taken: int = 0
     #: Where to POST a summary when the run completes, fails, is cancelled or pauses.
@@ -153,8 +168,8 @@ class RunState(BaseModel):
 
     @property
     def pending(self) -> list[ToolCall]:
-        """Tool calls waiting for a human decision."""
-        return [c for c in self.tool_calls if c.decision == "pending"]
+        """Tool calls waiting for a human decision (a paused child's included, with their ``run_id``)."""
+        return [*(c for c in self.tool_calls if c.decision == "pending"), *self.child_pending]
 
     @property
     def ledger_calls(self) -> list[str]:
@@ -165,7 +180,11 @@ class RunState(BaseModel):
         return [
             c.id
             for c in self.tool_calls
-            if not c.done and c.error is None and not c.rerun and c.decision not in ("rejected", "pending")
+            if not c.done
+            and c.error is None
+            and not c.rerun
+            and c.agent is None
+            and c.decision not in ("rejected", "pending")
         ]
 
     @property
@@ -243,6 +262,10 @@ class RunView:
     schedule_id: str | None = None
     #: The agent the conversation was handed to (None: no handoff).
     active_agent: str | None = None
+    #: The run that started this one as a child (an agent called as a tool), and the child runs this one
+    #: started: ``{"run_id", "agent_id", "status"}`` each.
+    parent_run_id: str | None = None
+    children: list[dict[str, str]] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunView:
@@ -263,6 +286,8 @@ class RunView:
             queue=data.get("queue"),
             schedule_id=data.get("schedule_id"),
             active_agent=data.get("active_agent"),
+            parent_run_id=data.get("parent_run_id"),
+            children=list(data.get("children") or []),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -282,6 +307,8 @@ class RunView:
             "queue": self.queue,
             "schedule_id": self.schedule_id,
             "active_agent": self.active_agent,
+            "parent_run_id": self.parent_run_id,
+            "children": self.children,
         }
 
 

@@ -24,6 +24,7 @@ from .agent import Agent
 from .broker.fastpaths import FastPaths
 from .broker.publisher import StepPublisher, sender_app
 from .decisions import Decision, as_decision, decide, with_edited_args
+from .engine.children import wake_parent
 from .engine.waiting import start_next
 from .errors import (
     IdempotencyKeyReusedError,
@@ -588,6 +589,9 @@ class Runtime:
         state, _ = self.store.load(run_id)
         if not state.status.is_final:
             raise RunLiveError(f"run {run_id!r} is {state.status.value}; stop it before deleting it")
+        for child_id in state.children:  # kept as long as their parent, deleted with it
+            with contextlib.suppress(RunNotFoundError, RunExpiredError, RunLiveError):
+                self.delete_run(child_id)
         self.store.delete_run(state)
 
     def delete_session(self, session_id: str) -> None:
@@ -641,7 +645,17 @@ class Runtime:
             created_at=state.created_at,
             schedule_id=state.schedule_id,
             active_agent=state.active_agent,
+            parent_run_id=state.parent_run_id,
+            children=[self._child(child_id) for child_id in state.children],
         )
+
+    def _child(self, run_id: str) -> dict[str, str]:
+        """A child run as its parent's view lists it (``gone`` once it expired or was deleted)."""
+        try:
+            child, _ = self.store.load(run_id)
+        except (RunNotFoundError, RunExpiredError):
+            return {"run_id": run_id, "agent_id": "", "status": "gone"}
+        return {"run_id": run_id, "agent_id": child.agent_id, "status": child.status.value}
 
     # -- continuing -------------------------------------------------------------------------------------
 
@@ -715,6 +729,9 @@ class Runtime:
         if state.status.is_final:
             raise RunFinishedError(f"run {run_id!r} already ended ({state.status.value})")
         self.store.request_stop(run_id, reason)
+        for child_id in state.children:  # its child runs stop with it
+            with contextlib.suppress(RunFinishedError, RunNotFoundError, RunExpiredError):
+                self.stop(child_id, f"its parent run {run_id} was stopped")
         token = self._idle_lease(run_id)
         if token is not None:  # nobody is working on it: end it here and now
             try:
@@ -760,6 +777,8 @@ class Runtime:
         self.store.session_release(state.session_id, run_id)
         self.store.leave_line(state.session_id, run_id)  # if it was waiting for its session
         self._start_next(state.session_id)
+        if state.parent_run_id is not None:  # a child stopped alone: its parent collects the error result
+            wake_parent(self.store, lambda rid, step, agent: self._resend(rid, step, agent), cancelled)
 
     # -- blocking ---------------------------------------------------------------------------------------
 

@@ -77,6 +77,10 @@ class Settings(BaseSettings):
     model_backoff_seconds: float = Field(default=0.5, ge=0)
     #: Model turns one run may take before it fails (guards against tool loops).
     max_turns: int = Field(default=25, ge=1)
+    #: Agents as tools: how deep child runs may nest (a caller's run is depth 0), and how many child runs one
+    #: run may start. A call beyond either gets an error result (the model sees why); nothing is started.
+    max_agent_depth: int = Field(default=3, ge=1)
+    max_children: int = Field(default=16, ge=1)
     #: How long a session's conversation history is kept after its last run.
     session_ttl_seconds: float = Field(default=30 * 86_400.0, gt=0)
     #: Soft-shutdown window on SIGTERM: a step finishes or hands back within this time.

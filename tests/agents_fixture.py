@@ -221,3 +221,28 @@ triage = Agent(
 )
 
 broken = Agent(name="broken", instructions="", model=BrokenModel(), description="Its model adapter has a bug.")
+
+# Agents as tools: lead -> researcher -> checker, each a child run of the one before (tests/test_subagents.py).
+checker = Agent(
+    name="checker",
+    instructions="You are the checker.",
+    model=OpenAIChat("fake-model", base_url=os.environ.get("FAKE_OPENAI_URL", "http://127.0.0.1:9/v1"), api_key="k"),
+    tools=[delete_file],
+    description="Checks a finding.",
+)
+
+researcher = Agent(
+    name="researcher",
+    instructions="You are the researcher.",
+    model=OpenAIChat("fake-model", base_url=os.environ.get("FAKE_OPENAI_URL", "http://127.0.0.1:9/v1"), api_key="k"),
+    tools=[slow_count, delete_file, checker.as_tool(description="Checks a finding.")],
+    description="Looks things up.",
+)
+
+lead = Agent(
+    name="lead",
+    instructions="You are the lead agent.",
+    model=OpenAIChat("fake-model", base_url=os.environ.get("FAKE_OPENAI_URL", "http://127.0.0.1:9/v1"), api_key="k"),
+    tools=[researcher.as_tool(), slow_count],
+    description="Hands research to the researcher.",
+)

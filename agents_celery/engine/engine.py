@@ -22,6 +22,7 @@ import redis
 from ..agent import Agent
 from ..errors import (
     AbandonedRunError,
+    AgentsCeleryError,
     ConfigurationError,
     FencedError,
     RedisUnavailableError,
@@ -37,6 +38,7 @@ from ..storage.leases import LeaseKeeper, Leases, new_token
 from ..storage.pending import Pending
 from ..storage.scripts import InboxGrew
 from ..storage.store import Ack, Claim, RunStore
+from . import children
 from .calls import CallAbandoned
 from .steps import (
     Cancelled,
@@ -189,6 +191,7 @@ class Engine:
                 ctx.step_open = claim.attempt == 1  # the claim wrote this attempt's STEP_STARTED
                 ctx.effects = claim.effects
                 ctx.inbox = claim.inbox
+                ctx.send = self.enqueue
                 if claim.attempt > 1:
                     self._close_abandoned(ctx, claim)
                     if claim.attempt <= self.settings.max_step_attempts:
@@ -208,8 +211,10 @@ class Engine:
     def _commit(self, run_id: str, step: int, token: str, result: StepResult, delivery: Delivery) -> str:
         """Commit ``result`` as step ``step + 1``; the commit pushes the next step's task when the delivery can."""
         task = None
-        if result.log_status == "live":
+        if result.log_status == "live" and not result.waits:
             task = delivery.next_task(run_id, step + 1, result.state.agent_id)
+        if result.awaiting is not None:  # before the commit: a crash between the two leaves a harmless note
+            self.store.await_children(run_id, result.awaiting)
         ack = delivery.ack()
         if ack is not None:
             delivery.committing(ack)
@@ -294,7 +299,10 @@ class Engine:
         if result.log_status == "live":
             # The run stays in the sweeper's index while live; the commit's timestamp tells the sweeper
             # when this enqueue was due, so no index write is needed per step.
-            if not enqueued:
+            if result.waits:  # a child that ended before this commit could not wake the run: wake it here
+                if self.store.any_settled(result.waits):
+                    self.enqueue(state.run_id, step + 1, state.agent_id)
+            elif not enqueued:
                 self.enqueue(state.run_id, step + 1, state.agent_id)
             return
         if self.notify is not None and state.webhook_url:  # before it leaves the sweeper's index: a crash here
@@ -304,6 +312,20 @@ class Engine:
             self.store.session_sync(state)
             self.store.session_release(state.session_id, state.run_id)
             start_next(self.store, lambda rid, agent, _queue: self.enqueue(rid, 0, agent), state.session_id)
+            self._children_follow(state)
+        children.wake_parent(self.store, self.enqueue, state)
+
+    def _children_follow(self, state: RunState) -> None:
+        """A parent run ended: its ended children are kept as long as it is, its live ones are stopped."""
+        for child_id in state.children:
+            try:
+                child, _ = self.store.load(child_id)
+            except AgentsCeleryError:
+                continue
+            if child.status.is_final:
+                self.store.keep_with(child)
+            else:
+                self.store.request_stop(child_id, f"its parent run {state.run_id} ended ({state.status.value})")
 
 
 def _abandoned_event(abandoned: CallAbandoned | None) -> list[NewEvent]:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..agent import Agent
+from ..agent import Agent, AgentTool
 from ..errors import AgentsCeleryError, FencedError, ModelError, StopStep, ToolArgumentsError
 from ..events import Deltas, EventType, NewEvent, make_event, now_ms
 from ..hooks import Hooks, StepInfo, call_hooks
@@ -26,6 +27,7 @@ from ..storage.eventlog import LogStatus
 from ..storage.pending import Pending
 from ..storage.store import Effect, RunStore
 from ..tools import Tool, ToolContext
+from . import children
 from .calls import CallAbandoned, Watch, run_call
 from .writer import EventWriter
 
@@ -63,6 +65,8 @@ class StepContext:
     sent: list[Pending] = field(default_factory=list)
     #: How many messages the run's inbox holds (the claim's count); more than ``state.inbox_taken``: new ones.
     inbox: int = 0
+    #: Sends a step's task, ``send(run_id, step, agent_id)``: a child run's first step (agents as tools).
+    send: Callable[[str, int, str], None] | None = None
 
     def watch(self) -> Watch:
         """What a call waited on by this step watches for (:func:`agents_celery.engine.calls.run_call`)."""
@@ -84,6 +88,10 @@ class StepResult:
     state: RunState
     events: list[NewEvent]
     log_status: LogStatus
+    #: Child runs the step waits for: the commit sends no next step (the children's ends wake the run).
+    waits: list[str] = field(default_factory=list)
+    #: What the run's record says it waits for: set to ``waits`` (a list), or left alone (None).
+    awaiting: list[str] | None = None
 
 
 def new_id(prefix: str) -> str:
@@ -169,8 +177,13 @@ def _interrupt(agent: Agent, call: ToolCall) -> dict[str, Any]:
         "message": message,
         "tool_call_id": call.id,
         "response_schema": schema,
-        "metadata": {"tool_name": call.name, "tool_args": call.args},
+        "metadata": {"tool_name": call.name, "tool_args": call.args, **_child_of(call)},
     }
+
+
+def _child_of(call: ToolCall) -> dict[str, str]:
+    """The child run holding a call shown in its parent's pending list (nothing for the run's own calls)."""
+    return {"run_id": call.run_id} if call.run_id else {}
 
 
 # -- model turn --------------------------------------------------------------------------------------
@@ -425,6 +438,8 @@ def _new_call(agent: Agent, raw: dict[str, str], client_tools: set[str] | None =
         tool.validate(call.arguments)
     except ToolArgumentsError as exc:
         return call.model_copy(update={"error": str(exc)})
+    if isinstance(tool, AgentTool):  # runs as a child run: the tool step starts it
+        return call.model_copy(update={"agent": tool.agent.name})
     if tool.requires_confirmation:
         return call.model_copy(
             update={"requires_confirmation": True, "decision": "pending", "pause_reason": "confirmation_required"}
@@ -438,16 +453,20 @@ def _new_call(agent: Agent, raw: dict[str, str], client_tools: set[str] | None =
 def tool_step(ctx: StepContext) -> StepResult:
     """Run the tool calls of the last turn (concurrently), through the effect ledger."""
     ctx.check()
-    todo = [c for c in ctx.state.tool_calls if not c.done]
+    todo = [c for c in ctx.state.tool_calls if not c.done and c.agent is None]
+    finished, notes, state = _agent_calls(ctx, [c for c in ctx.state.tool_calls if not c.done and c.agent])
     if len(todo) == 1:  # no pool for the common case
-        finished = {todo[0].id: _run_call(ctx, todo[0], ahead=True)}
-    else:
-        with ThreadPoolExecutor(max_workers=max(1, len(todo)), thread_name_prefix="tool") as pool:
-            finished = dict(zip([c.id for c in todo], pool.map(lambda c: _run_call(ctx, c), todo), strict=True))
-    calls = [finished.get(c.id, c) for c in ctx.state.tool_calls]
-    state = ctx.state.model_copy(update={"tool_calls": calls})
-    if state.pending:  # a call may have run in a crashed attempt: a human decides
-        return paused(ctx, state, [_step_finished(ctx, "tools")])
+        finished[todo[0].id] = _run_call(ctx, todo[0], ahead=True)
+    elif todo:
+        with ThreadPoolExecutor(max_workers=len(todo), thread_name_prefix="tool") as pool:
+            finished.update(zip([c.id for c in todo], pool.map(lambda c: _run_call(ctx, c), todo), strict=True))
+    calls = [finished.get(c.id, c) for c in state.tool_calls]
+    state = state.model_copy(update={"tool_calls": calls})
+    if state.pending:  # a call may have run in a crashed attempt, or a child run waits: a human decides
+        return paused(ctx, state, [*notes, _step_finished(ctx, "tools")])
+    waits = [c.child_run_id for c in calls if c.child_run_id and not c.done]
+    if waits:  # child runs are working: the step ends here, their ends wake the run
+        return StepResult(state, [*notes, _step_finished(ctx, "tools")], "live", waits, awaiting=waits)
     ctx.check()
     results = [
         make_event(EventType.TOOL_CALL_RESULT, message_id=new_id("tool"), tool_call_id=c.id, content=c.result or "")
@@ -456,7 +475,38 @@ def tool_step(ctx: StepContext) -> StepResult:
     messages = [{"role": "tool", "tool_call_id": c.id, "content": c.result or ""} for c in calls]
     state = state.model_copy(update={"messages": [*state.messages, *messages], "next": "model", "tool_calls": []})
     state, handoff = _handed_off(ctx, state, calls)
-    return StepResult(state, [*results, *handoff, _step_finished(ctx, "tools")], "live")
+    awaited: list[str] | None = [] if any(c.child_run_id for c in calls) else None  # the record stops saying it waits
+    return StepResult(state, [*notes, *results, *handoff, _step_finished(ctx, "tools")], "live", awaiting=awaited)
+
+
+def _agent_calls(ctx: StepContext, calls: list[ToolCall]) -> tuple[dict[str, ToolCall], list[NewEvent], RunState]:
+    """The turn's calls of agents as tools: start the child runs not started yet (within the limits), collect
+    what became of the others. The calls as they stand, the SUBAGENT events to commit, and the state with
+    the new children and the paused children's waiting calls."""
+    finished: dict[str, ToolCall] = {}
+    notes: list[NewEvent] = []
+    started: list[str] = []
+    waiting: list[ToolCall] = []
+    s, state = ctx.settings, ctx.state
+    for call in calls:
+        tool = ctx.agent.tools.get(call.name)
+        if call.child_run_id is not None:
+            finished[call.id], events, pending = children.look(ctx.store, call)
+            notes += events
+            waiting += pending
+        elif not isinstance(tool, AgentTool) or ctx.send is None:
+            why = f"agent tool {call.name!r} is not served here"
+            finished[call.id] = call.model_copy(update={"result": f"Error: {why}", "error": why})
+        elif refused := children.refusal(state, len(started), s.max_agent_depth, s.max_children):
+            finished[call.id] = call.model_copy(update={"result": f"Error: {refused}", "error": refused})
+        else:
+            ctx.check()
+            notes.append(children.start(ctx.store, ctx.send, state, call, tool))
+            child_id = children.child_run_id(state.run_id, call.id)
+            started.append(child_id)
+            finished[call.id] = call.model_copy(update={"child_run_id": child_id})
+    state = state.model_copy(update={"children": [*state.children, *started], "child_pending": waiting})
+    return finished, notes, state
 
 
 def _handed_off(ctx: StepContext, state: RunState, calls: list[ToolCall]) -> tuple[RunState, list[NewEvent]]:

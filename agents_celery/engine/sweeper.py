@@ -9,8 +9,10 @@ is held the step is still working (look again when the lease would expire); if t
 leaves the index; if its last commit is younger than the enqueue grace its next step is probably waiting
 in the queue (look again when the grace is over); otherwise the lease expired (the worker died or hung) or
 the next step was never enqueued (the worker died between commit and enqueue), and the sweeper enqueues
-the run's current step again. Duplicate deliveries are harmless: the claim script lets one attempt in and the commit
-compares the step number.
+the run's current step again. A run whose tool step waits for child runs (``awaiting`` in its record) is
+sent again only once one of them paused or ended (the child's end wakes it; this covers a child's worker
+dying between its last commit and that wake). Duplicate deliveries are harmless: the claim script lets one
+attempt in and the commit compares the step number.
 
 It runs in a thread of every worker (started when the worker is ready). A lock lets one sweep run per
 interval across all workers, so several workers do not do the work twice.
@@ -83,11 +85,12 @@ def sweep(
                 "start_at",
                 "waiting",
                 "session_id",
+                "awaiting",
             )
             pipe.hmget(k.run, *fields)
             pipe.pttl(k.lease)
             row, lease_ms = pipe.execute()
-        log_status, step, agent_id, committed, attempt, queue, root, parent, start_at, waiting, session = row
+        log_status, step, agent_id, committed, attempt, queue, root, parent, start_at, waiting, session, awaiting = row
         queue_name = queue.decode() if queue else s.queue
         waited_ms = now_ms - int(committed or 0)
         if log_status is None:
@@ -103,6 +106,8 @@ def sweep(
             store.watch(run_id, lease_ms / 1000 + 0.05)
         elif waited_ms < grace_ms:  # committed just now: its next step is probably queued behind others
             store.watch(run_id, (grace_ms - waited_ms) / 1000 + 0.05)
+        elif awaiting is not None and int(attempt or 0) == 0 and not store.any_settled(awaiting.decode().split(",")):
+            store.watch(run_id, s.enqueue_grace_seconds)  # its children are working: they wake it when they end
         elif int(attempt or 0) == 0 and backed_up(queue_name):  # never picked up, and its queue is not empty
             store.watch(run_id, s.enqueue_grace_seconds)
         else:

@@ -418,6 +418,42 @@ class RunStore:
         deadline = int((time.time() + in_seconds) * 1000)
         self.redis.zadd(self.keys.live, {run_id: deadline})
 
+    # -- child runs (agents as tools) ------------------------------------------------------------------
+
+    def await_children(self, run_id: str, child_ids: Sequence[str]) -> None:
+        """Note in the run's record the child runs its tool step waits for (none: it waits for none now). The
+        sweeper wakes such a run only once one of them paused or ended."""
+        key = self.keys.run(run_id).run
+        if child_ids:
+            self.redis.hset(key, "awaiting", ",".join(child_ids))
+        else:
+            self.redis.hdel(key, "awaiting")
+
+    def any_settled(self, child_ids: Sequence[str]) -> bool:
+        """Whether one of these runs paused, ended or is gone (its parent has something to collect)."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            for child_id in child_ids:
+                pipe.hget(self.keys.run(child_id).run, "log")
+            return any(status != b"live" for status in pipe.execute())
+
+    def live_step(self, run_id: str) -> tuple[int, str, str] | None:
+        """A live run's current step, agent and queue (None: the run paused, ended or is gone)."""
+        step, status, agent_id, queue = self.run_fields(run_id, "step", "log", "agent_id", "queue")
+        if status != "live" or agent_id is None:
+            return None
+        return int(step or 0), agent_id, queue or self.settings.queue
+
+    def keep_with(self, state: RunState) -> None:
+        """An ended child run is kept as long as its parent, which ended now: its retention starts over."""
+        k = self.keys.run(state.run_id)
+        retention, tombstone = self.settings.retention_ms, self.settings.tombstone_ms
+        with self.redis.pipeline(transaction=False) as pipe:
+            for key in (k.run, k.events, k.effects, k.stop, k.messages, k.inbox):
+                pipe.pexpire(key, retention)
+            pipe.set(k.gone, "1", px=retention + tombstone)
+            self.index.moved(pipe, entry_of(state), state.status)
+            pipe.execute()
+
     def inbox_push(self, run_id: str, text: str) -> int:
         """Add a user message to the run's inbox (RunFinishedError once it ended); the inbox's length."""
         k = self.keys.run(run_id)

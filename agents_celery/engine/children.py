@@ -1,0 +1,131 @@
+"""Agents as tools: a call of an ``Agent.as_tool()`` tool runs that agent as a durable child run.
+
+A tool step that meets such a call starts the child (:func:`start`): a run of its own whose id derives from
+the parent run and the call, so a retried step finds the child the crashed attempt started instead of
+starting another. The step then ends *waiting*: it commits (the step number moves on) without sending the
+next step, and notes in the run's record which children it waits for. No worker holds the parent meanwhile.
+
+When a child pauses or ends, its last commit wakes the parent (:func:`wake_parent` sends the parent's
+current step); the sweeper does the same for a parent whose children settled while nobody woke it. The
+woken step looks at each child (:func:`look`): an answer becomes the call's result, a failure or a stop an
+error result, a pause pauses the parent with the child's calls in its pending list.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+import uuid
+from collections.abc import Callable
+
+from ..agent import AgentTool
+from ..errors import RunExpiredError, RunNotFoundError, StateError
+from ..events import EventType, NewEvent, make_event
+from ..runs import RunState, RunStatus, ToolCall
+from ..storage.store import RunStore
+
+log = logging.getLogger(__name__)
+
+#: Sends the task for ``(run_id, step, agent_id)`` (the engine's enqueue).
+Send = Callable[[str, int, str], None]
+
+
+def child_run_id(parent_run_id: str, tool_call_id: str) -> str:
+    """The id of the child run a call starts: the same for every attempt of the step."""
+    return hashlib.sha256(f"{parent_run_id}:{tool_call_id}".encode()).hexdigest()[:32]
+
+
+def refusal(state: RunState, starting: int, max_depth: int, max_children: int) -> str | None:
+    """Why a new child may not start (None: it may); ``starting``: children this step started before it."""
+    if state.depth + 1 > max_depth:
+        return f"agent runs nest at most {max_depth} deep (AGENTS_CELERY_MAX_AGENT_DEPTH); this run is at {state.depth}"
+    if len(state.children) + starting >= max_children:
+        return f"a run starts at most {max_children} child runs (AGENTS_CELERY_MAX_CHILDREN)"
+    return None
+
+
+def start(store: RunStore, send: Send, parent: RunState, call: ToolCall, tool: AgentTool) -> NewEvent:
+    """Start the child run of ``call`` (once: a second start finds the first child), and the SUBAGENT_STARTED
+    that the parent's waiting commit records."""
+    agent, child_id = tool.agent, child_run_id(parent.run_id, call.id)
+    now = int(time.time() * 1000)
+    state = RunState(
+        run_id=child_id,
+        agent_id=agent.name,
+        session_id=child_id,
+        user_id=parent.user_id,
+        own_session=True,
+        messages=[{"role": "user", "content": str(call.args.get("input", ""))}],
+        parent_run_id=parent.run_id,
+        parent_tool_call_id=call.id,
+        depth=parent.depth + 1,
+        created_at=now,
+        updated_at=now,
+    )
+    queue = agent.queue or store.settings.queue
+    fields = {"queue": queue, "root_task": uuid.uuid4().hex, "parent_run_id": parent.run_id}
+    if parent.user_id:
+        fields["user_id"] = parent.user_id
+    started = make_event(EventType.RUN_STARTED, thread_id=child_id, run_id=child_id, parent_run_id=parent.run_id)
+    try:
+        store.create(state, [started], fields)
+    except StateError:  # an earlier attempt of this step started it: make sure it is moving, once more
+        log.info("run=%s: child run %s exists already (an earlier attempt started it)", parent.run_id, child_id)
+    store.created(state, store.settings.enqueue_grace_seconds)
+    send(child_id, 0, agent.name)
+    return make_event(
+        EventType.SUBAGENT_STARTED,
+        subagent_run_id=child_id,
+        name=agent.name,
+        description=tool.description,
+        parent_tool_call_id=call.id,
+    )
+
+
+def look(store: RunStore, call: ToolCall) -> tuple[ToolCall, list[NewEvent], list[ToolCall]]:
+    """What became of a call's child run: the call (with its result once the child ended), the SUBAGENT event
+    that says so, and the child's calls waiting for a decision when it paused."""
+    assert call.child_run_id is not None
+    child_id, name = call.child_run_id, call.agent or call.name
+    try:
+        child, _ = store.load(child_id)
+    except (RunNotFoundError, RunExpiredError) as exc:
+        return (
+            _ended(call, f"Error: the run of agent {name!r} is gone ({exc})", None),
+            [make_event(EventType.SUBAGENT_ERROR, subagent_run_id=child_id, message=str(exc), code="gone")],
+            [],
+        )
+    if child.status == RunStatus.COMPLETED:
+        output = child.output or ""
+        finished = make_event(
+            EventType.SUBAGENT_FINISHED, subagent_run_id=child_id, result=output, outcome={"type": "success"}
+        )
+        return _ended(call, output, None), [finished], []
+    if child.status == RunStatus.FAILED:
+        why = child.error.message if child.error else "failed"
+        code = child.error.type if child.error else "failed"
+        error = make_event(EventType.SUBAGENT_ERROR, subagent_run_id=child_id, message=why, code=code)
+        return _ended(call, f"Error: agent {name!r} failed: {why}", why), [error], []
+    if child.status == RunStatus.CANCELLED:
+        why = f"agent {name!r} was stopped before it finished"
+        error = make_event(EventType.SUBAGENT_ERROR, subagent_run_id=child_id, message=why, code="cancelled")
+        return _ended(call, f"Error: {why}", why), [error], []
+    if child.status == RunStatus.PAUSED:
+        waiting = [c.model_copy(update={"run_id": c.run_id or child_id}) for c in child.pending]
+        return call, [], waiting
+    return call, [], []  # still queued or running
+
+
+def _ended(call: ToolCall, result: str, error: str | None) -> ToolCall:
+    return call.model_copy(update={"result": result, "error": error})
+
+
+def wake_parent(store: RunStore, send: Send, child: RunState) -> None:
+    """A child run paused or ended: send its parent's current step, which collects what the child became."""
+    if child.parent_run_id is None:
+        return
+    found = store.live_step(child.parent_run_id)
+    if found is not None:
+        step, agent_id, _queue = found
+        send(child.parent_run_id, step, agent_id)
