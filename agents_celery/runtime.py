@@ -24,9 +24,10 @@ from .agent import Agent
 from .broker.fastpaths import FastPaths
 from .broker.publisher import StepPublisher, sender_app
 from .decisions import Decision, as_decision, decide, with_edited_args
-from .engine.children import wake_parent
+from .engine.children import subagent_started, unfinished, wake_parent
 from .engine.waiting import start_next
 from .errors import (
+    DecisionError,
     IdempotencyKeyReusedError,
     PayloadTooLargeError,
     RedisUnavailableError,
@@ -674,6 +675,8 @@ class Runtime:
                 f"{len(decisions)} decisions; at most {self.settings.max_decisions} are accepted"
             )
         manifest = self.agent_manifest(state.active_agent or state.agent_id)  # the agent the calls are of
+        if state.child_pending:
+            return self._continue_tree(state, step, [as_decision(d) for d in decisions or []], manifest)
         calls = decide(state, [as_decision(d) for d in decisions or []], manifest)
         token = self._idle_lease(run_id)
         if token is None:
@@ -700,6 +703,60 @@ class Runtime:
             self._resend(run_id, step, state.agent_id)
         finally:
             self.leases.release(run_id, token)
+        return RunStream(self, run_id, state.session_id, state.agent_id)
+
+    def _continue_tree(
+        self, state: RunState, step: int, decisions: list[Decision], manifest: dict[str, Any]
+    ) -> RunStream:
+        """Answer a run paused for calls of its child runs (and maybe its own): each decision goes to the child
+        holding the call (which passes it further down), checked there before anything is written; the run
+        goes on waiting for its children, and its own decided calls run in its next tool step."""
+        run_id = state.run_id
+        own = {c.id for c in state.tool_calls if c.decision == "pending"}
+        holders: dict[str, str] = {}  # call id -> the child run holding it (a grandchild's: through that child)
+        for child_id in state.children:
+            child, _ = self.store.load(child_id)
+            if child.status == RunStatus.PAUSED:
+                holders.update({c.id: child_id for c in child.pending})
+        given = {d.tool_call_id for d in decisions}
+        pending = own | set(holders)
+        if unknown := sorted(given - pending):
+            raise DecisionError(f"tool calls {unknown} are not pending in run {run_id!r}; pending: {sorted(pending)}")
+        if decisions and given != own | set(holders):
+            raise DecisionError(
+                f"decide every pending tool call or none (none approves all); missing: {sorted(pending - given)}"
+            )
+        forwarded = {cid: [d for d in decisions if holders.get(d.tool_call_id) == cid] for cid in set(holders.values())}
+        children = {cid: self.store.load(cid)[0] for cid in forwarded}
+        for child_id, child in children.items():  # refused here, before anything is written
+            decide(child, forwarded[child_id], self.agent_manifest(child.active_agent or child.agent_id))
+        calls = state.tool_calls
+        if own:
+            mine = [d for d in decisions if d.tool_call_id in own]
+            calls = decide(state.model_copy(update={"child_pending": []}), mine, manifest)
+        token = self._idle_lease(run_id)
+        if token is None:
+            raise RunBusyError(f"run {run_id!r} is being continued or stopped by another caller right now")
+        try:
+            now, step2 = self.store.load(run_id)
+            if now.status != RunStatus.PAUSED or step2 != step:
+                raise RunNotPausedError(f"run {run_id!r} is {now.status.value}, not paused; nothing to continue")
+            new = now.model_copy(update={"tool_calls": calls, "child_pending": []}).moved_to(RunStatus.RUNNING)
+            meta = {
+                "continued": True,
+                "decisions": [{"tool_call_id": d.tool_call_id, "confirmed": d.confirmed} for d in decisions],
+            }
+            events = [make_event(EventType.RUN_STARTED, thread_id=state.session_id, run_id=run_id, metadata=meta)]
+            events += [subagent_started(child) for child in children.values()]  # their invocations go on
+            self.store.await_children(run_id, list(children))
+            self.store.commit(new, token, step, step, events, "live")
+            self.store.status_changed(new, watch_in=self.settings.enqueue_grace_seconds)
+        finally:
+            self.leases.release(run_id, token)
+        for child_id, ds in forwarded.items():  # their ends wake this run
+            self.continue_run(child_id, ds)
+        if own:  # after the children run again, or its tool step would find them paused still
+            self._resend(run_id, step, state.agent_id)
         return RunStream(self, run_id, state.session_id, state.agent_id)
 
     # -- steering ---------------------------------------------------------------------------------------
@@ -761,6 +818,7 @@ class Runtime:
         closers = []
         if row[0] and int(row[0]) > 0 and row[1] is not None:  # a crashed attempt may have left things open
             closers = close_open(self.store.log.read(run_id, after=int(row[1]) - 1))
+        closers += unfinished(state)  # the children it waited for (stopped before it) end with it
         done = make_event(
             EventType.RUN_FINISHED, thread_id=state.session_id, run_id=run_id, outcome={"type": "cancelled"}
         )

@@ -3,16 +3,19 @@ Redis, the real openai SDK path (the fake server answers each agent by its syste
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from agents_celery import RunStatus, Runtime
+from agents_celery import ConfigurationError, DecisionError, RunNotFoundError, RunStatus, Runtime
 from agents_celery.engine.children import child_run_id
 from agents_celery.events import Event, EventType
 from agents_celery.models import ScriptedToolCall
 from agents_celery.testing.openai_server import FakeReply
+
+from .conftest import wait_for
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -58,7 +61,7 @@ def researcher_counts(seconds: float = 0.0, token_delay: float = 0.0) -> Turns:
 
 
 def log_of(runtime: Runtime, run_id: str) -> list[Event]:
-    return list(runtime.get_stream(run_id).events(until_pause=False))
+    return list(runtime.store.log.read(run_id, after=-1))
 
 
 def count(runtime: Runtime, name: str) -> int:
@@ -100,3 +103,101 @@ def test_a_parent_runs_two_children_concurrently_and_gets_their_answers(runtime:
     (a0, a1), (b0, b1) = spans
     assert a0 < b1 and b0 < a1, "the two children's tool steps (1 s each) overlapped in time"
     assert count(runtime, "sub:alpha") == 1 and count(runtime, "sub:beta") == 1
+
+
+def researcher_deletes(turn: int, message: str) -> FakeReply:
+    """The researcher asks to delete a file named by its message (needs a human), then reports."""
+    if turn == 0:
+        return FakeReply(text="Deleting.", tool_calls=[ScriptedToolCall("delete_file", {"path": message}, "call_del")])
+    return FakeReply(text=f"Deleted {message}")
+
+
+def test_a_child_waiting_for_approval_pauses_the_parent_and_continue_reaches_it(
+    runtime: Runtime, fake_openai: Any
+) -> None:
+    path = f"f-{uuid.uuid4().hex[:6]}"
+    fake_openai.responder = by_agent(lead=lead_asks(path, then="All clean."), researcher=researcher_deletes)
+    view = runtime.run("lead", "clean up", timeout=30)
+    assert view.status is RunStatus.PAUSED
+    (child,) = view.children
+    assert child["status"] == "paused"
+    (pending,) = view.pending
+    assert pending.id == "call_del" and pending.name == "delete_file" and pending.run_id == child["run_id"]
+    log = log_of(runtime, view.run_id)
+    suspended = [e.data for e in log if e.type is EventType.SUBAGENT_FINISHED]
+    assert suspended == [
+        {"subagent_run_id": child["run_id"], "outcome": {"type": "suspended", "interrupt_ids": ["call_del"]}}
+    ]
+    interrupts = log[-1].data["outcome"]["interrupts"]
+    assert [(i["id"], i["metadata"]["run_id"]) for i in interrupts] == [("call_del", child["run_id"])]
+    assert count(runtime, f"delete_file:{path}") == 0
+    with pytest.raises(DecisionError, match="not pending"):
+        runtime.continue_run(view.run_id, [{"tool_call_id": "call_nope"}])
+    assert runtime.get(view.run_id).status is RunStatus.PAUSED  # a refused continue changed nothing
+    runtime.continue_run(view.run_id, [{"tool_call_id": "call_del", "confirmed": True}])
+    done = wait_for(lambda: (v := runtime.get(view.run_id)).status.is_final and v, timeout=30, what="the end")
+    assert done.status is RunStatus.COMPLETED and done.output == "All clean."
+    assert count(runtime, f"delete_file:{path}") == 1
+    assert runtime.get(child["run_id"]).output == f"Deleted {path}"
+    log = log_of(runtime, view.run_id)
+    assert_contiguous(log)
+    results = {e.data["tool_call_id"]: e.data["content"] for e in log if e.type is EventType.TOOL_CALL_RESULT}
+    assert results == {"call_r0": f"Deleted {path}"}
+
+
+def test_stopping_the_parent_stops_its_children(runtime: Runtime, fake_openai: Any) -> None:
+    fake_openai.responder = by_agent(lead=lead_asks("one", "two"), researcher=researcher_counts(seconds=30.0))
+    stream = runtime.stream("lead", "research slowly")
+    wait_for(lambda: len(runtime.get(stream.id).children) == 2, what="both children to start")
+    kids = [c["run_id"] for c in runtime.get(stream.id).children]
+    wait_for(lambda: all(runtime.get(k).status is RunStatus.RUNNING for k in kids), what="the children to run")
+    runtime.stop(stream.id)
+    view = wait_for(lambda: (v := runtime.get(stream.id)).status.is_final and v, timeout=20, what="the parent's end")
+    assert view.status is RunStatus.CANCELLED
+    for kid in kids:
+        assert wait_for(lambda k=kid: runtime.get(k).status.is_final, timeout=20, what="a child's end")
+        assert runtime.get(kid).status is RunStatus.CANCELLED
+    log = log_of(runtime, stream.id)
+    assert_contiguous(log)
+    closed = {
+        e.data["subagent_run_id"] for e in log if e.type in (EventType.SUBAGENT_ERROR, EventType.SUBAGENT_FINISHED)
+    }
+    assert closed == set(kids)  # every child the stream opened is closed before the run's end
+    assert log[-1].type is EventType.RUN_FINISHED and log[-1].data["outcome"]["type"] == "cancelled"
+
+
+def test_a_child_stopped_alone_gives_its_parent_an_error_result(runtime: Runtime, fake_openai: Any) -> None:
+    fake_openai.responder = by_agent(lead=lead_asks("slow"), researcher=researcher_counts(seconds=30.0))
+    stream = runtime.stream("lead", "research slowly")
+    wait_for(lambda: len(runtime.get(stream.id).children) == 1, what="the child to start")
+    kid = runtime.get(stream.id).children[0]["run_id"]
+    wait_for(lambda: runtime.get(kid).status is RunStatus.RUNNING, what="the child to run")
+    runtime.stop(kid)
+    view = wait_for(lambda: (v := runtime.get(stream.id)).status.is_final and v, timeout=20, what="the parent's end")
+    assert view.status is RunStatus.COMPLETED and view.output == "Summary written."
+    log = log_of(runtime, stream.id)
+    (result,) = [e.data["content"] for e in log if e.type is EventType.TOOL_CALL_RESULT]
+    assert result == "Error: agent 'researcher' was stopped before it finished"
+    (error,) = [e.data for e in log if e.type is EventType.SUBAGENT_ERROR]
+    assert error["subagent_run_id"] == kid and error["code"] == "cancelled"
+
+
+def test_deleting_the_parent_deletes_its_children(runtime: Runtime, fake_openai: Any) -> None:
+    fake_openai.responder = by_agent(lead=lead_asks("x"), researcher=researcher_counts())
+    view = runtime.run("lead", "research", timeout=30)
+    (kid,) = [c["run_id"] for c in view.children]
+    assert runtime.get(kid).status is RunStatus.COMPLETED
+    runtime.delete_run(view.run_id)
+    with pytest.raises(RunNotFoundError):
+        runtime.get(kid)
+
+
+def test_agent_tools_are_offered_as_functions_of_one_input() -> None:
+    from .agents_fixture import researcher
+
+    tool = researcher.as_tool(name="ask_researcher", description="Ask.")
+    assert tool.name == "ask_researcher" and tool.description == "Ask."
+    assert tool.parameters["required"] == ["input"] and tool.manifest()["agent"] == "researcher"
+    assert researcher.as_tool().description == "Looks things up."
+    with pytest.raises(ConfigurationError, match="child run"):
+        tool.fn(input="x")

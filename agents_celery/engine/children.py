@@ -18,6 +18,8 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..agent import AgentTool
 from ..errors import RunExpiredError, RunNotFoundError, StateError
@@ -25,10 +27,77 @@ from ..events import EventType, NewEvent, make_event
 from ..runs import RunState, RunStatus, ToolCall
 from ..storage.store import RunStore
 
+if TYPE_CHECKING:
+    from .steps import StepContext
+
 log = logging.getLogger(__name__)
 
 #: Sends the task for ``(run_id, step, agent_id)`` (the engine's enqueue).
 Send = Callable[[str, int, str], None]
+
+
+@dataclass
+class Collected:
+    """What a tool step found of its agent calls: the calls as they stand (by id), the SUBAGENT events to
+    commit, and the calls of the paused children waiting for decisions (by child run id)."""
+
+    calls: dict[str, ToolCall] = field(default_factory=dict)
+    events: list[NewEvent] = field(default_factory=list)
+    paused: dict[str, list[ToolCall]] = field(default_factory=dict)
+
+
+def collect(ctx: StepContext, calls: list[ToolCall]) -> Collected:
+    """Start the child runs of ``calls`` not started yet (within the limits) and look at the others.
+
+    ``ctx.state`` lists a child as soon as it is started, so a step that ends early (a stop) still knows it.
+    """
+    got, s = Collected(), ctx.settings
+    for call in calls:
+        tool = ctx.agent.tools.get(call.name)
+        if call.child_run_id is not None:
+            got.calls[call.id], events, pending = look(ctx.store, call)
+            got.events += events
+            if pending:
+                got.paused[call.child_run_id] = pending
+        elif not isinstance(tool, AgentTool) or ctx.send is None:
+            why = f"agent tool {call.name!r} is not served here"
+            got.calls[call.id] = _ended(call, f"Error: {why}", why)
+        elif refused := refusal(ctx.state, s.max_agent_depth, s.max_children):
+            got.calls[call.id] = _ended(call, f"Error: {refused}", refused)
+        else:
+            ctx.check()
+            got.events.append(start(ctx.store, ctx.send, ctx.state, call, tool))
+            child_id = child_run_id(ctx.state.run_id, call.id)
+            ctx.state = ctx.state.model_copy(update={"children": [*ctx.state.children, child_id]})
+            got.calls[call.id] = call.model_copy(update={"child_run_id": child_id})
+    return got
+
+
+def suspended(paused: dict[str, list[ToolCall]]) -> list[NewEvent]:
+    """The SUBAGENT_FINISHED (suspended, with the calls they wait on) of paused children, before the parent's
+    own pause ends its stream."""
+    return [
+        make_event(
+            EventType.SUBAGENT_FINISHED,
+            subagent_run_id=child_id,
+            outcome={"type": "suspended", "interrupt_ids": [c.id for c in held]},
+        )
+        for child_id, held in paused.items()
+    ]
+
+
+def unfinished(state: RunState) -> list[NewEvent]:
+    """A SUBAGENT_ERROR for each child a running parent still waits for, as the parent ends without it."""
+    return [
+        make_event(
+            EventType.SUBAGENT_ERROR,
+            subagent_run_id=c.child_run_id,
+            message=f"run {state.run_id} ended before agent {c.agent or c.name!r} answered",
+            code="parent_ended",
+        )
+        for c in state.tool_calls
+        if c.child_run_id and not c.done and state.status == RunStatus.RUNNING
+    ]
 
 
 def child_run_id(parent_run_id: str, tool_call_id: str) -> str:
@@ -36,11 +105,11 @@ def child_run_id(parent_run_id: str, tool_call_id: str) -> str:
     return hashlib.sha256(f"{parent_run_id}:{tool_call_id}".encode()).hexdigest()[:32]
 
 
-def refusal(state: RunState, starting: int, max_depth: int, max_children: int) -> str | None:
-    """Why a new child may not start (None: it may); ``starting``: children this step started before it."""
+def refusal(state: RunState, max_depth: int, max_children: int) -> str | None:
+    """Why a new child may not start (None: it may)."""
     if state.depth + 1 > max_depth:
         return f"agent runs nest at most {max_depth} deep (AGENTS_CELERY_MAX_AGENT_DEPTH); this run is at {state.depth}"
-    if len(state.children) + starting >= max_children:
+    if len(state.children) >= max_children:
         return f"a run starts at most {max_children} child runs (AGENTS_CELERY_MAX_CHILDREN)"
     return None
 
@@ -74,12 +143,18 @@ def start(store: RunStore, send: Send, parent: RunState, call: ToolCall, tool: A
         log.info("run=%s: child run %s exists already (an earlier attempt started it)", parent.run_id, child_id)
     store.created(state, store.settings.enqueue_grace_seconds)
     send(child_id, 0, agent.name)
+    return subagent_started(state, tool.description)
+
+
+def subagent_started(child: RunState, description: str | None = None) -> NewEvent:
+    """The SUBAGENT_STARTED of a child run, in its parent's log (again when a continue resumes it)."""
+    fields = {"description": description} if description else {}
     return make_event(
         EventType.SUBAGENT_STARTED,
-        subagent_run_id=child_id,
-        name=agent.name,
-        description=tool.description,
-        parent_tool_call_id=call.id,
+        subagent_run_id=child.run_id,
+        name=child.agent_id,
+        parent_tool_call_id=child.parent_tool_call_id,
+        **fields,
     )
 
 

@@ -139,6 +139,7 @@ def failed(ctx: StepContext, state: RunState, error: BaseException, events: list
 
 
 def cancelled(ctx: StepContext, state: RunState, events: list[NewEvent] = ()) -> StepResult:  # type: ignore[assignment]
+    events = [*events, *children.unfinished(state)]  # the children it waited for are stopped with it
     state = state.moved_to(RunStatus.CANCELLED)
     done = make_event(
         EventType.RUN_FINISHED, thread_id=state.session_id, run_id=state.run_id, outcome={"type": "cancelled"}
@@ -454,19 +455,23 @@ def tool_step(ctx: StepContext) -> StepResult:
     """Run the tool calls of the last turn (concurrently), through the effect ledger."""
     ctx.check()
     todo = [c for c in ctx.state.tool_calls if not c.done and c.agent is None]
-    finished, notes, state = _agent_calls(ctx, [c for c in ctx.state.tool_calls if not c.done and c.agent])
+    got = children.collect(ctx, [c for c in ctx.state.tool_calls if not c.done and c.agent])
+    finished, notes = got.calls, got.events
     if len(todo) == 1:  # no pool for the common case
         finished[todo[0].id] = _run_call(ctx, todo[0], ahead=True)
     elif todo:
         with ThreadPoolExecutor(max_workers=len(todo), thread_name_prefix="tool") as pool:
             finished.update(zip([c.id for c in todo], pool.map(lambda c: _run_call(ctx, c), todo), strict=True))
-    calls = [finished.get(c.id, c) for c in state.tool_calls]
-    state = state.model_copy(update={"tool_calls": calls})
+    calls = [finished.get(c.id, c) for c in ctx.state.tool_calls]
+    state = ctx.state.model_copy(update={"tool_calls": calls, "child_pending": []})
+    waits = [c.child_run_id for c in calls if c.child_run_id and not c.done and c.child_run_id not in got.paused]
+    if waits:  # child runs are working: the step ends here, their ends (or pauses) wake the run
+        return StepResult(state, [*notes, _step_finished(ctx, "tools")], "live", waits, awaiting=waits)
+    if got.paused:  # every child settled, some wait for decisions: so does this run, with their calls
+        state = state.model_copy(update={"child_pending": [c for held in got.paused.values() for c in held]})
+        notes += children.suspended(got.paused)
     if state.pending:  # a call may have run in a crashed attempt, or a child run waits: a human decides
         return paused(ctx, state, [*notes, _step_finished(ctx, "tools")])
-    waits = [c.child_run_id for c in calls if c.child_run_id and not c.done]
-    if waits:  # child runs are working: the step ends here, their ends wake the run
-        return StepResult(state, [*notes, _step_finished(ctx, "tools")], "live", waits, awaiting=waits)
     ctx.check()
     results = [
         make_event(EventType.TOOL_CALL_RESULT, message_id=new_id("tool"), tool_call_id=c.id, content=c.result or "")
@@ -477,36 +482,6 @@ def tool_step(ctx: StepContext) -> StepResult:
     state, handoff = _handed_off(ctx, state, calls)
     awaited: list[str] | None = [] if any(c.child_run_id for c in calls) else None  # the record stops saying it waits
     return StepResult(state, [*notes, *results, *handoff, _step_finished(ctx, "tools")], "live", awaiting=awaited)
-
-
-def _agent_calls(ctx: StepContext, calls: list[ToolCall]) -> tuple[dict[str, ToolCall], list[NewEvent], RunState]:
-    """The turn's calls of agents as tools: start the child runs not started yet (within the limits), collect
-    what became of the others. The calls as they stand, the SUBAGENT events to commit, and the state with
-    the new children and the paused children's waiting calls."""
-    finished: dict[str, ToolCall] = {}
-    notes: list[NewEvent] = []
-    started: list[str] = []
-    waiting: list[ToolCall] = []
-    s, state = ctx.settings, ctx.state
-    for call in calls:
-        tool = ctx.agent.tools.get(call.name)
-        if call.child_run_id is not None:
-            finished[call.id], events, pending = children.look(ctx.store, call)
-            notes += events
-            waiting += pending
-        elif not isinstance(tool, AgentTool) or ctx.send is None:
-            why = f"agent tool {call.name!r} is not served here"
-            finished[call.id] = call.model_copy(update={"result": f"Error: {why}", "error": why})
-        elif refused := children.refusal(state, len(started), s.max_agent_depth, s.max_children):
-            finished[call.id] = call.model_copy(update={"result": f"Error: {refused}", "error": refused})
-        else:
-            ctx.check()
-            notes.append(children.start(ctx.store, ctx.send, state, call, tool))
-            child_id = children.child_run_id(state.run_id, call.id)
-            started.append(child_id)
-            finished[call.id] = call.model_copy(update={"child_run_id": child_id})
-    state = state.model_copy(update={"children": [*state.children, *started], "child_pending": waiting})
-    return finished, notes, state
 
 
 def _handed_off(ctx: StepContext, state: RunState, calls: list[ToolCall]) -> tuple[RunState, list[NewEvent]]:
