@@ -243,6 +243,6 @@ lead = Agent(
     name="lead",
     instructions="You are the lead agent.",
     model=OpenAIChat("fake-model", base_url=os.environ.get("FAKE_OPENAI_URL", "http://127.0.0.1:9/v1"), api_key="k"),
-    tools=[researcher.as_tool(), slow_count],
+    tools=[researcher.as_tool(), slow_count, idempotent_count],
     description="Hands research to the researcher.",
 )

@@ -4,7 +4,7 @@ Redis, the real openai SDK path (the fake server answers each agent by its syste
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -15,6 +15,7 @@ from agents_celery.events import Event, EventType
 from agents_celery.models import ScriptedToolCall
 from agents_celery.testing.openai_server import FakeReply
 
+from .cluster import Worker, own_deployment
 from .conftest import wait_for
 
 pytestmark = pytest.mark.timeout(90)
@@ -201,3 +202,185 @@ def test_agent_tools_are_offered_as_functions_of_one_input() -> None:
     assert researcher.as_tool().description == "Looks things up."
     with pytest.raises(ConfigurationError, match="child run"):
         tool.fn(input="x")
+
+
+def assert_agui(log: list[Event]) -> None:
+    """Contiguous offsets, and an AG-UI 1.0 sequence as the official client's verifier wants it: each event
+    valid for its type; nothing after a run's end but a new RUN_STARTED; steps, messages, tool calls and
+    subagents closed before RUN_FINISHED; a subagent finished only while active, and started only once
+    per segment."""
+    from agents_celery.http.agui import render
+
+    assert_contiguous(log)
+    assert log[0].type is EventType.RUN_STARTED
+    ended = False
+    opened: dict[str, set[str]] = {"step": set(), "text": set(), "call": set(), "sub": set()}
+    done: set[str] = set()
+    keys = {
+        EventType.STEP_STARTED: ("step", "step_name", True),
+        EventType.STEP_FINISHED: ("step", "step_name", False),
+        EventType.TEXT_MESSAGE_START: ("text", "message_id", True),
+        EventType.TEXT_MESSAGE_END: ("text", "message_id", False),
+        EventType.TOOL_CALL_START: ("call", "tool_call_id", True),
+        EventType.TOOL_CALL_END: ("call", "tool_call_id", False),
+    }
+    for e in log:
+        render(e)  # strict AG-UI for its type
+        assert not ended or e.type is EventType.RUN_STARTED, f"{e.type} after the run's end, at {e.offset}"
+        if e.type is EventType.RUN_STARTED:
+            ended, done = False, set()
+        elif e.type in keys:
+            kind, key, opening = keys[e.type]
+            if opening:
+                opened[kind].add(e.data[key])
+            else:
+                assert e.data[key] in opened[kind], f"{e.type} of nothing open at {e.offset}"
+                opened[kind].discard(e.data[key])
+        elif e.type is EventType.SUBAGENT_STARTED:
+            sub = e.data["subagent_run_id"]
+            assert sub not in opened["sub"] and sub not in done, f"subagent started twice at {e.offset}"
+            opened["sub"].add(sub)
+        elif e.type in (EventType.SUBAGENT_FINISHED, EventType.SUBAGENT_ERROR):
+            sub = e.data["subagent_run_id"]
+            assert sub in opened["sub"], f"{e.type} of a subagent not active, at {e.offset}"
+            opened["sub"].discard(sub)
+            done.add(sub)
+        elif e.type is EventType.RUN_FINISHED:
+            assert not any(opened.values()), f"the run finished at {e.offset} with {opened} open"
+            ended = True
+        elif e.type is EventType.RUN_ERROR:
+            ended = True
+
+
+@pytest.fixture
+def own(fake_openai: Any) -> Iterator[tuple[dict[str, str], Runtime]]:
+    env, settings = own_deployment("sub", fake_openai.url)
+    runtime = Runtime(settings=settings)
+    yield env, runtime
+    runtime.close()
+
+
+def test_depth_and_children_limits_refuse_with_an_error_result(
+    own: tuple[dict[str, str], Runtime], fake_openai: Any
+) -> None:
+    env, runtime = own
+
+    def researcher_checks(turn: int, message: str) -> FakeReply:
+        if turn == 0:
+            call = ScriptedToolCall("checker", {"input": message}, "call_check")
+            return FakeReply(text="Checking.", tool_calls=[call])
+        return FakeReply(text="Checked what I could.")
+
+    fake_openai.responder = by_agent(
+        lead=lead_asks("a", "b"), researcher=researcher_checks, checker=lambda _t, m: FakeReply(text=f"ok {m}")
+    )
+    limits = {"AGENTS_CELERY_MAX_AGENT_DEPTH": "1", "AGENTS_CELERY_MAX_CHILDREN": "1"}
+    worker = Worker({**env, **limits}).wait_ready()
+    try:
+        wait_for(lambda: runtime.store.manifest("lead") is not None, what="the agents to be published")
+        view = runtime.run("lead", "research a and b", timeout=30)
+        assert view.status is RunStatus.COMPLETED
+        (kid,) = view.children  # one child per run at most: the second call was refused
+        log = log_of(runtime, view.run_id)
+        results = {e.data["tool_call_id"]: e.data["content"] for e in log if e.type is EventType.TOOL_CALL_RESULT}
+        assert results["call_r0"] == "Checked what I could."
+        assert results["call_r1"].startswith("Error: a run starts at most 1 child runs")
+        child_log = log_of(runtime, kid["run_id"])
+        (nested,) = [e.data["content"] for e in child_log if e.type is EventType.TOOL_CALL_RESULT]
+        assert nested.startswith("Error: agent runs nest at most 1 deep")  # the researcher may not call the checker
+        assert runtime.get(kid["run_id"]).children == []
+        assert_agui(log)
+        assert_agui(child_log)
+    finally:
+        worker.stop()
+
+
+def lead_asks_and_counts(key: str, seconds: float) -> Turns:
+    """The lead calls the researcher twice and an idempotent slow tool in one turn, then answers."""
+
+    def turns(turn: int, _message: str) -> FakeReply:
+        if turn == 0:
+            calls = [
+                ScriptedToolCall("researcher", {"input": "alpha"}, "call_r0"),
+                ScriptedToolCall("researcher", {"input": "beta"}, "call_r1"),
+                ScriptedToolCall("idempotent_count", {"key": key, "seconds": seconds}, "call_count"),
+            ]
+            return FakeReply(text="Asking twice.", tool_calls=calls)
+        return FakeReply(text="Summary written.")
+
+    return turns
+
+
+def researcher_talks(turn: int, message: str) -> FakeReply:
+    return FakeReply(text=f"Found: {message} " + " ".join(f"w{i}" for i in range(40)), token_delay=0.05)
+
+
+@pytest.mark.slow
+def test_kill_after_the_parent_started_its_children(own: tuple[dict[str, str], Runtime], fake_openai: Any) -> None:
+    """The worker running the parent's tool step dies after that step started both children (while its
+    third call runs), with the children streaming on it too: a second worker finishes everything, each
+    child started exactly once."""
+    env, runtime = own
+    key = f"lead-{uuid.uuid4().hex[:6]}"
+    fake_openai.responder = by_agent(lead=lead_asks_and_counts(key, seconds=2.0), researcher=researcher_talks)
+    first = Worker(env).wait_ready()
+    try:
+        wait_for(lambda: runtime.store.manifest("lead") is not None, what="the agents to be published")
+        stream = runtime.stream("lead", "research")
+        wait_for(lambda: count(runtime, key) == 1, what="the parent's tool step to start its third call")
+        kids = [child_run_id(stream.id, "call_r0"), child_run_id(stream.id, "call_r1")]
+        assert all(runtime.store.run_fields(k, "log")[0] is not None for k in kids)  # both started before it
+        first.kill()
+    finally:
+        first.stop()
+    second = Worker(env).wait_ready()
+    try:
+        view = wait_for(lambda: (v := runtime.get(stream.id)).status.is_final and v, timeout=60, what="the end")
+        assert view.status is RunStatus.COMPLETED and view.output == "Summary written."
+        assert [c["run_id"] for c in view.children] == kids
+        log = log_of(runtime, stream.id)
+        assert_agui(log)
+        assert sorted(e.data["subagent_run_id"] for e in log if e.type is EventType.SUBAGENT_STARTED) == sorted(kids)
+        assert any(e.type is EventType.CUSTOM and e.data.get("name") == "attempt_abandoned" for e in log)
+        results = {e.data["tool_call_id"]: e.data["content"] for e in log if e.type is EventType.TOOL_CALL_RESULT}
+        assert results["call_r0"].startswith("Found: alpha") and results["call_r1"].startswith("Found: beta")
+        for kid in kids:
+            child_log = log_of(runtime, kid)
+            assert_agui(child_log)
+            assert [e.type for e in child_log].count(EventType.RUN_STARTED) == 1  # created once
+            assert runtime.get(kid).status is RunStatus.COMPLETED
+    finally:
+        second.stop()
+
+
+@pytest.mark.slow
+def test_kill_of_the_worker_streaming_a_child(own: tuple[dict[str, str], Runtime], fake_openai: Any) -> None:
+    """The worker streaming a child's answer dies mid-stream: the child's turn is retried on another worker,
+    and its end wakes the parent, which completes with the child's answer."""
+    env, runtime = own
+    fake_openai.responder = by_agent(lead=lead_asks("gamma"), researcher=researcher_talks)
+    first = Worker(env).wait_ready()
+    try:
+        wait_for(lambda: runtime.store.manifest("lead") is not None, what="the agents to be published")
+        stream = runtime.stream("lead", "research")
+        kid = child_run_id(stream.id, "call_r0")
+        wait_for(lambda: runtime.store.run_fields(kid, "log")[0] is not None, what="the child to start")
+        for event in runtime.get_stream(kid).events():
+            if event.type is EventType.TEXT_MESSAGE_CONTENT:
+                break  # the child's answer is streaming on the only worker
+        first.kill()
+    finally:
+        first.stop()
+    second = Worker(env).wait_ready()
+    try:
+        view = wait_for(lambda: (v := runtime.get(stream.id)).status.is_final and v, timeout=60, what="the end")
+        assert view.status is RunStatus.COMPLETED and view.output == "Summary written."
+        child_log = log_of(runtime, kid)
+        assert_agui(child_log)
+        assert any(e.type is EventType.CUSTOM and e.data.get("name") == "attempt_abandoned" for e in child_log)
+        log = log_of(runtime, stream.id)
+        assert_agui(log)
+        (result,) = [e.data["content"] for e in log if e.type is EventType.TOOL_CALL_RESULT]
+        assert result.startswith("Found: gamma") and result == runtime.get(kid).output
+    finally:
+        second.stop()
