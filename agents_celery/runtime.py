@@ -15,6 +15,7 @@ import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -717,7 +718,7 @@ class Runtime:
         for child_id in state.children:
             child, _ = self.store.load(child_id)
             if child.status == RunStatus.PAUSED:
-                holders.update({c.id: child_id for c in child.pending})
+                holders.update({f"{child_id}:{c.id}": child_id for c in child.pending})
         given = {d.tool_call_id for d in decisions}
         pending = own | set(holders)
         if unknown := sorted(given - pending):
@@ -726,7 +727,14 @@ class Runtime:
             raise DecisionError(
                 f"decide every pending tool call or none (none approves all); missing: {sorted(pending - given)}"
             )
-        forwarded = {cid: [d for d in decisions if holders.get(d.tool_call_id) == cid] for cid in set(holders.values())}
+        forwarded = {  # the child's own name of each call: without the prefix its parent shows it with
+            cid: [
+                replace(d, tool_call_id=d.tool_call_id[len(cid) + 1 :])
+                for d in decisions
+                if holders.get(d.tool_call_id) == cid
+            ]
+            for cid in set(holders.values())
+        }
         children = {cid: self.store.load(cid)[0] for cid in forwarded}
         for child_id, child in children.items():  # refused here, before anything is written
             decide(child, forwarded[child_id], self.agent_manifest(child.active_agent or child.agent_id))

@@ -42,10 +42,10 @@ def rdb() -> Iterator[redis.Redis]:
     client.close()
 
 
-def node(api: ApiServer, scenario: str, thread: str, **args: Any) -> dict[str, Any]:
+def node(api: ApiServer, scenario: str, thread: str, agent: str = "fake", **args: Any) -> dict[str, Any]:
     """Run one scenario of the JS client; what it printed."""
     done = subprocess.run(
-        ["node", "scenarios.mjs", scenario, f"{api.url}/agui/fake", thread, json.dumps(args)],
+        ["node", "scenarios.mjs", scenario, f"{api.url}/agui/{agent}", thread, json.dumps(args)],
         cwd=CLIENT,
         capture_output=True,
         text=True,
@@ -125,3 +125,43 @@ def test_connect_reattaches_to_a_live_run(api: ApiServer, script: Any) -> None:
     got = node(api, "connect", thread, runId=run)
     assert got["types"][0] == "RUN_STARTED" and got["types"][-1] == "RUN_FINISHED"
     assert got["messages"][-1]["content"].split() == words  # the whole answer, from the final snapshot
+
+
+def test_one_stream_tells_a_run_tree(api: ApiServer, fake_openai: Any) -> None:
+    """A parent with two child runs: the parent's stream carries each child's work attributed to it, between
+    SUBAGENT_STARTED and SUBAGENT_FINISHED, and the official client's verifier accepts all of it."""
+    from .test_subagents import by_agent, lead_asks, researcher_counts
+
+    fake_openai.responder = by_agent(lead=lead_asks("alpha", "beta"), researcher=researcher_counts())
+    got = node(api, "subagents", uuid.uuid4().hex, agent="lead")
+    events = got["first"]
+    assert events[0][0] == "RUN_STARTED" and events[-1][0] == "RUN_FINISHED" and got["second"] is None
+    started = [sub for kind, sub, _ in events if kind == "SUBAGENT_STARTED"]
+    assert len(started) == 2 and len(set(started)) == 2
+    for sub in started:
+        kinds = [kind for kind, who, _ in events if who == sub]
+        assert kinds[0] == "SUBAGENT_STARTED" and kinds[-1] == "SUBAGENT_FINISHED"
+        assert {"TEXT_MESSAGE_CONTENT", "TOOL_CALL_START", "TOOL_CALL_RESULT", "STEP_STARTED"} <= set(kinds)
+    texts = [m["content"] for m in got["messages"] if m["role"] == "tool"]
+    assert sorted(texts)[-2:] == ["Found: alpha", "Found: beta"]  # the parent's tool results are the answers
+    assert got["messages"][-1]["content"] == "Summary written."
+
+
+def test_a_nested_approval_resumed_through_the_parent_stream(
+    api: ApiServer, fake_openai: Any, rdb: redis.Redis, key_prefix: str
+) -> None:
+    """A child asks for a confirmation: the parent's stream ends with that interrupt; the client's resume on
+    the parent reaches the child, whose tool runs once."""
+    from .test_subagents import by_agent, lead_asks, researcher_deletes
+
+    path = f"/tmp/{uuid.uuid4().hex}"
+    fake_openai.responder = by_agent(lead=lead_asks(path, then="All clean."), researcher=researcher_deletes)
+    got = node(api, "subagents", uuid.uuid4().hex, agent="lead")
+    (interrupt,) = got["interrupts"]
+    child = interrupt["metadata"]["run_id"]
+    assert interrupt["toolCallId"] == f"{child}:call_del"  # as the child's TOOL_CALL_START in the stream names it
+    assert ["TOOL_CALL_START", child, None] in got["first"] and ["SUBAGENT_FINISHED", child, None] in got["first"]
+    second = got["second"]
+    assert ["SUBAGENT_STARTED", child, None] in second and ["TOOL_CALL_RESULT", child, None] in second
+    assert second[-1][0] == "RUN_FINISHED" and got["messages"][-1]["content"] == "All clean."
+    assert count(rdb, key_prefix, f"delete_file:{path}") == 1

@@ -123,19 +123,22 @@ def test_a_child_waiting_for_approval_pauses_the_parent_and_continue_reaches_it(
     (child,) = view.children
     assert child["status"] == "paused"
     (pending,) = view.pending
-    assert pending.id == "call_del" and pending.name == "delete_file" and pending.run_id == child["run_id"]
+    named = f"{child['run_id']}:call_del"  # the child's call, as its parent names it
+    assert pending.id == named and pending.name == "delete_file" and pending.run_id == child["run_id"]
+    assert [c.id for c in runtime.get(child["run_id"]).pending] == ["call_del"]
     log = log_of(runtime, view.run_id)
     suspended = [e.data for e in log if e.type is EventType.SUBAGENT_FINISHED]
     assert suspended == [
-        {"subagent_run_id": child["run_id"], "outcome": {"type": "suspended", "interrupt_ids": ["call_del"]}}
+        {"subagent_run_id": child["run_id"], "outcome": {"type": "suspended", "interrupt_ids": [named]}}
     ]
     interrupts = log[-1].data["outcome"]["interrupts"]
-    assert [(i["id"], i["metadata"]["run_id"]) for i in interrupts] == [("call_del", child["run_id"])]
+    assert [(i["id"], i["metadata"]["run_id"]) for i in interrupts] == [(named, child["run_id"])]
     assert count(runtime, f"delete_file:{path}") == 0
-    with pytest.raises(DecisionError, match="not pending"):
-        runtime.continue_run(view.run_id, [{"tool_call_id": "call_nope"}])
+    for wrong in ("call_del", f"{child['run_id']}:call_nope"):
+        with pytest.raises(DecisionError, match="not pending"):
+            runtime.continue_run(view.run_id, [{"tool_call_id": wrong}])
     assert runtime.get(view.run_id).status is RunStatus.PAUSED  # a refused continue changed nothing
-    runtime.continue_run(view.run_id, [{"tool_call_id": "call_del", "confirmed": True}])
+    runtime.continue_run(view.run_id, [{"tool_call_id": named, "confirmed": True}])
     done = wait_for(lambda: (v := runtime.get(view.run_id)).status.is_final and v, timeout=30, what="the end")
     assert done.status is RunStatus.COMPLETED and done.output == "All clean."
     assert count(runtime, f"delete_file:{path}") == 1

@@ -8,7 +8,9 @@ next step, and notes in the run's record which children it waits for. No worker 
 When a child pauses or ends, its last commit wakes the parent (:func:`wake_parent` sends the parent's
 current step); the sweeper does the same for a parent whose children settled while nobody woke it. The
 woken step looks at each child (:func:`look`): an answer becomes the call's result, a failure or a stop an
-error result, a pause pauses the parent with the child's calls in its pending list.
+error result, a pause pauses the parent with the child's calls in its pending list. There a child's call is
+named ``<child run id>:<its id>`` (ids of different runs may be equal); a continue of the parent passes each
+decision to the child named, without the prefix.
 """
 
 from __future__ import annotations
@@ -187,7 +189,9 @@ def look(store: RunStore, call: ToolCall) -> tuple[ToolCall, list[NewEvent], lis
         error = make_event(EventType.SUBAGENT_ERROR, subagent_run_id=child_id, message=why, code="cancelled")
         return _ended(call, f"Error: {why}", why), [error], []
     if child.status == RunStatus.PAUSED:
-        waiting = [c.model_copy(update={"run_id": c.run_id or child_id}) for c in child.pending]
+        waiting = [
+            c.model_copy(update={"id": f"{child_id}:{c.id}", "run_id": c.run_id or child_id}) for c in child.pending
+        ]
         return call, [], waiting
     return call, [], []  # still queued or running
 

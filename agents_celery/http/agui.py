@@ -66,6 +66,7 @@ class AguiRenderer:
         opened = _Open()
         for ev in segment:
             opened.see(ev)
+        out += [to_agui(EventType.SUBAGENT_STARTED, ts, data) for data in opened.subagents.values()]
         out += [to_agui(EventType.STEP_STARTED, ts, data) for data in opened.steps.values()]
         out += [to_agui(EventType.TEXT_MESSAGE_START, ts, data) for data in opened.messages.values()]
         for cid, data in opened.calls.items():
@@ -83,6 +84,7 @@ class _Open:
         self.messages: dict[str, dict[str, Any]] = {}
         self.calls: dict[str, dict[str, Any]] = {}
         self.args: dict[str, str] = {}
+        self.subagents: dict[str, dict[str, Any]] = {}
 
     def see(self, ev: Event) -> None:
         step, mid, cid = (ev.data.get(k, "") for k in ("step_name", "message_id", "tool_call_id"))
@@ -100,6 +102,43 @@ class _Open:
             self.args[cid] = self.args.get(cid, "") + ev.data.get("delta", "")
         elif ev.type is EventType.TOOL_CALL_END:
             self.calls.pop(cid, None)
+        elif ev.type is EventType.SUBAGENT_STARTED:
+            self.subagents[ev.data["subagent_run_id"]] = ev.data
+        elif ev.type in SUBAGENT_ENDS:
+            self.subagents.pop(ev.data.get("subagent_run_id", ""), None)
+
+
+# -- child runs (agents as tools) ----------------------------------------------------------------------------
+
+#: The events that close a subagent in its parent's log.
+SUBAGENT_ENDS = (EventType.SUBAGENT_FINISHED, EventType.SUBAGENT_ERROR)
+_LIFECYCLE = (EventType.RUN_STARTED, EventType.RUN_FINISHED, EventType.RUN_ERROR)
+
+
+def attributed(child_log: list[Event], child_id: str, segment: int) -> list[dict[str, Any]]:
+    """The child's work in its ``segment``-th segment (0: up to its first pause or its end), as AG-UI events
+    attributed to it (``subagentRunId``), for its parent's stream: sent just before the parent's SUBAGENT_FINISHED
+    or SUBAGENT_ERROR of that invocation. The child's own RUN_* events are left out; a grandchild's SUBAGENT_*
+    events keep their own id and name the child as their parent. Tool call ids become ``<child run id>:<id>``
+    (unique in the stream, and as the parent's interrupts name the child's calls)."""
+    segments: list[list[Event]] = []
+    for ev in child_log:
+        if ev.type is EventType.RUN_STARTED or not segments:
+            segments.append([])
+        segments[-1].append(ev)
+    out = []
+    for ev in segments[segment] if segment < len(segments) else []:
+        if ev.type in _LIFECYCLE:
+            continue
+        event = render(ev)
+        if "toolCallId" in event:  # named as the parent's pending list names the child's calls
+            event["toolCallId"] = f"{child_id}:{event['toolCallId']}"
+        if ev.type is EventType.SUBAGENT_STARTED:
+            event["parentSubagentRunId"] = child_id
+        elif ev.type not in SUBAGENT_ENDS:
+            event["subagentRunId"] = child_id
+        out.append(event)
+    return out
 
 
 # -- the AG-UI endpoint's streams (POST /agui/<agent_id>) ---------------------------------------------------

@@ -264,6 +264,7 @@ class AguiEndpoint:
 
         segment = Segment(inp.thread_id, inp.run_id, snapshots)
         stream = LogStream(run_id, after, "agui", True, self.api.keepalive_seconds, segment=segment)
+        stream.child_log = self.api.child_log
         return Reply(200, stream=stream)
 
     def _refuse(self, inp: agui.RunAgentInput, message: str, code: str) -> Reply:

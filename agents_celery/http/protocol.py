@@ -41,7 +41,7 @@ from ..errors import (
     StateError,
     ValidationError,
 )
-from ..events import parse_position
+from ..events import Event, parse_position
 from ..runs import RunView, SessionView, ToolCall
 from ..runtime import Runtime
 from ..storage.eventlog import LogInfo, check_offset
@@ -466,7 +466,16 @@ class API:
         if after >= info.last_offset and (info.status == "ended" or (until == "pause" and info.status == "paused")):
             return Reply(204)  # nothing more will come: tells an EventSource to stop reconnecting
         stream = LogStream(run_id, after, fmt, until == "pause", self.keepalive_seconds, info=info)  # type: ignore[arg-type]
+        if fmt == "agui":
+            stream.child_log = self.child_log
         return Reply(200, stream=stream)
+
+    def child_log(self, run_id: str) -> list[Event]:
+        """A child run's whole log, for its parent's AG-UI stream (nothing once it expired or was deleted)."""
+        try:
+            return self.runtime.store.log.read(run_id, -1)
+        except (RunNotFoundError, RunExpiredError):
+            return []
 
     # -- answers ---------------------------------------------------------------------------------------
 

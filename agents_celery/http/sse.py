@@ -101,6 +101,8 @@ class Renderer:
         self.mark = stream.subscribed
         #: The segment's terminal event went out (AG-UI endpoint streams end there).
         self.finished = False
+        #: Invocations of each child this stream closed so far (AG-UI: which segment of its log comes next).
+        self.closed: dict[str, int] = {}
 
     def head(self) -> str:
         """The meta frames that open the stream."""
@@ -140,7 +142,7 @@ class Renderer:
 
     def _agui(self, ev: Event) -> list[str]:
         rendered = self._present(agui_mod.render(ev))
-        out = []
+        out = self._subagent(ev) if ev.type in agui_mod.SUBAGENT_ENDS else []
         segment = self.stream.segment
         if segment is not None and rendered["type"] in TERMINAL:
             self.finished = True
@@ -148,6 +150,19 @@ class Renderer:
                 out += [frame(e, e["type"]) for e in segment.snapshots(ev.timestamp)]
         out.append(frame(rendered, rendered["type"], ev.position))
         return out
+
+    def _subagent(self, ev: Event) -> list[str]:
+        """Before the parent's end of a subagent invocation: the child's work in it, attributed to the child."""
+        read = self.stream.child_log
+        child_id = ev.data.get("subagent_run_id", "")
+        if read is None or not child_id:
+            return []
+        before = sum(
+            1 for e in self.history if e.type in agui_mod.SUBAGENT_ENDS and e.data.get("subagent_run_id") == child_id
+        )
+        segment = before + self.closed.get(child_id, 0)
+        self.closed[child_id] = self.closed.get(child_id, 0) + 1
+        return [frame(e, e["type"]) for e in agui_mod.attributed(read(child_id), child_id, segment)]
 
     def _canonical(self, entry: Entry) -> str:
         kind, data = self.wire(*entry)
@@ -177,6 +192,9 @@ class LogStream:
     info: LogInfo | None = None
     #: The AG-UI endpoint's presentation (dialect ``agui``): client ids, snapshots, one segment only.
     segment: Segment | None = None
+    #: Reads a child run's log (sync), so an AG-UI stream shows a child's work attributed to it before its
+    #: parent's SUBAGENT_FINISHED / SUBAGENT_ERROR (None: it does not).
+    child_log: Callable[[str], list[Event]] | None = None
 
     @property
     def block_ms(self) -> int:
@@ -184,6 +202,12 @@ class LogStream:
 
     def _needs_history(self) -> bool:
         return self.after >= 0 and self.dialect != "canonical"
+
+    def _reads_in_page(self, page: list[Entry]) -> bool:
+        """Whether rendering ``page`` reads Redis (sync): AG-UI snapshots, or a child's log."""
+        if self.segment is not None and self.segment.snapshots is not None:
+            return True
+        return self.child_log is not None and any('"SUBAGENT_' in entry[1] for entry in page)
 
     def frames(self, log: EventLog) -> Iterator[str]:
         """The SSE text, read through ``log`` (sync: one kept connection of its client)."""
@@ -235,8 +259,8 @@ class LogStream:
             async for page in pages:
                 if isinstance(page, Idle):
                     text = KEEP_ALIVE
-                elif self.segment is not None and self.segment.snapshots is not None:
-                    text = await asyncio.to_thread(renderer.page, page)  # its snapshots read the run's state
+                elif self._reads_in_page(page):
+                    text = await asyncio.to_thread(renderer.page, page)  # snapshots or child logs read Redis
                 else:
                     text = renderer.page(page)
                 if text:

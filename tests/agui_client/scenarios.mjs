@@ -38,7 +38,31 @@ async function failure(promise) {
   }
 }
 
+// Every event as (type, subagentRunId, parentSubagentRunId): who did what in one stream of a run tree.
+function tree() {
+  const events = [];
+  const onEvent = ({ event }) => {
+    events.push([event.type, event.subagentRunId ?? null, event.parentSubagentRunId ?? null]);
+  };
+  return { events, subscriber: { onEvent } };
+}
+
 const scenarios = {
+  async subagents() {
+    const a = agent();
+    say(a, args.message ?? "research");
+    const first = tree();
+    await a.runAgent({}, first.subscriber);
+    const interrupts = a.pendingInterrupts.map((i) => ({ ...i }));
+    let second = null;
+    if (interrupts.length) {
+      const resume = interrupts.map((i) => ({ interruptId: i.id, status: "resolved", payload: { approved: true } }));
+      second = tree();
+      await a.runAgent({ resume }, second.subscriber);
+    }
+    return { first: first.events, interrupts, second: second && second.events, messages: brief(a.messages) };
+  },
+
   async text() {
     const a = agent();
     const { types, subscriber } = recorder();
