@@ -763,8 +763,8 @@ class Runtime:
             self.leases.release(run_id, token)
         for child_id, ds in forwarded.items():  # their ends wake this run
             self.continue_run(child_id, ds)
-        if own:  # after the children run again, or its tool step would find them paused still
-            self._resend(run_id, step, state.agent_id)
+        if own or not forwarded:  # after the children run again, or its tool step would find them paused still
+            self._resend(run_id, step, state.agent_id)  # (none to forward: a child ended meanwhile, collect it)
         return RunStream(self, run_id, state.session_id, state.agent_id)
 
     # -- steering ---------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import traceback
 
 from .common import Row, log, print_table, stop_all
 
-BENCHES = ["eventlog", "steps", "latency", "sse", "recovery", "pool", "listing", "schedules"]
+BENCHES = ["eventlog", "steps", "latency", "sse", "recovery", "pool", "listing", "schedules", "subagents"]
 
 
 def machine() -> str:

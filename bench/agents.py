@@ -106,3 +106,23 @@ waiter = Agent(
     model=ScriptedModel([" ".join(f"word{i}" for i in range(20))], token_delay=0.05),
     description="A turn that mostly waits on its model.",
 )
+
+#: ``helper``: one text turn; ``delegate`` calls it as a tool (a child run per call); ``plain`` calls ``noop``
+#: instead, with the same script otherwise (bench/subagents.py).
+helper = Agent(name="helper", instructions="", model=ScriptedModel(["helped"]), description="Answers at once.")
+
+delegate = Agent(
+    name="delegate",
+    instructions="",
+    model=ScriptedModel([ScriptedTurn("", [ScriptedToolCall("helper", {"input": "x"}, id="call_h")]), "done"]),
+    tools=[helper.as_tool()],
+    description="Calls helper as a tool: one child run.",
+)
+
+plain = Agent(
+    name="plain",
+    instructions="",
+    model=ScriptedModel([ScriptedTurn("", [ScriptedToolCall("noop", {"i": 0}, id="call_n")]), "done"]),
+    tools=[noop],
+    description="Calls a plain tool once.",
+)

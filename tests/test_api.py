@@ -641,3 +641,33 @@ def test_a_delayed_run_over_http(client: httpx.Client) -> None:
     assert ftp.status_code == 422 and "http:// or https://" in ftp.json()["detail"]
     unsigned = client.post("/agents/offline/runs", json={"message": "x", "webhook_url": "https://example.com/h"})
     assert unsigned.status_code == 422 and "WEBHOOK_SECRET" in unsigned.json()["detail"]  # this API has none
+
+
+def test_a_run_tree_over_http(client: httpx.Client, fake_openai: Any, rdb: redis.Redis, key_prefix: str) -> None:
+    """Agents as tools through the API: the AgentOS dialect pauses on a child's call and its continue reaches
+    the child; GET /runs shows the tree; ?format=agui attributes the child's work to it."""
+    from .test_subagents import by_agent, lead_asks, researcher_deletes
+
+    path = f"/tmp/{uuid.uuid4().hex}"
+    fake_openai.responder = by_agent(lead=lead_asks(path, then="All clean."), researcher=researcher_deletes)
+    with client.stream("POST", "/agents/lead/runs", data={"message": "clean", "stream": "true"}) as resp:
+        got = list(frames(resp))
+    assert got[-1].event == "RunPaused" and not any("SUBAGENT" in str(f.event) for f in got)  # skipped
+    run_id = got[0].data["run_id"]
+    (tool,) = got[-1].data["tools"]
+    parent = client.get(f"/runs/{run_id}").json()
+    (child,) = parent["children"]
+    assert tool["tool_call_id"] == f"{child['run_id']}:call_del" and child["status"] == "paused"
+    assert client.get(f"/runs/{child['run_id']}").json()["parent_run_id"] == run_id
+    tools = [{**tool, "confirmed": True}]
+    resp = client.post(f"/agents/lead/runs/{run_id}/continue", data={"tools": json.dumps(tools), "stream": "false"})
+    assert resp.status_code == 200, resp.text
+    assert wait_status(client, run_id, "completed")["output"] == "All clean."
+    assert deletions(rdb, key_prefix, path) == 1
+    with client.stream("GET", f"/runs/{run_id}/events", params={"format": "agui", "until": "end"}) as resp:
+        events = [f.data for f in frames(resp)]
+    for event in events:
+        AGUI_EVENT.validate_python(event)
+    kinds = [(e["type"], e.get("subagentRunId")) for e in events]
+    assert ("SUBAGENT_STARTED", child["run_id"]) in kinds and ("TOOL_CALL_RESULT", child["run_id"]) in kinds
+    assert kinds.index(("TOOL_CALL_START", child["run_id"])) < kinds.index(("SUBAGENT_FINISHED", child["run_id"]))

@@ -75,7 +75,8 @@ def assert_contiguous(log: list[Event]) -> None:
 
 
 def test_a_parent_runs_two_children_concurrently_and_gets_their_answers(runtime: Runtime, fake_openai: Any) -> None:
-    fake_openai.responder = by_agent(lead=lead_asks("alpha", "beta"), researcher=researcher_counts(seconds=1.0))
+    alpha, beta = (f"{name}-{uuid.uuid4().hex[:6]}" for name in ("alpha", "beta"))  # counted by name
+    fake_openai.responder = by_agent(lead=lead_asks(alpha, beta), researcher=researcher_counts(seconds=1.0))
     manifest = runtime.agent_manifest("lead")
     assert {t["name"]: t.get("agent") for t in manifest["tools"]}["researcher"] == "researcher"
     view = runtime.run("lead", "research alpha and beta", timeout=60)
@@ -86,12 +87,12 @@ def test_a_parent_runs_two_children_concurrently_and_gets_their_answers(runtime:
     log = log_of(runtime, view.run_id)
     assert_contiguous(log)
     results = {e.data["tool_call_id"]: e.data["content"] for e in log if e.type is EventType.TOOL_CALL_RESULT}
-    assert results == {"call_r0": "Found: alpha", "call_r1": "Found: beta"}
+    assert results == {"call_r0": f"Found: {alpha}", "call_r1": f"Found: {beta}"}
     started = [e.data for e in log if e.type is EventType.SUBAGENT_STARTED]
     assert sorted(s["parent_tool_call_id"] for s in started) == ["call_r0", "call_r1"]
     assert {s["subagent_run_id"] for s in started} == kids and all(s["name"] == "researcher" for s in started)
     finished = [e.data for e in log if e.type is EventType.SUBAGENT_FINISHED]
-    assert sorted(f["result"] for f in finished) == ["Found: alpha", "Found: beta"]
+    assert sorted(f["result"] for f in finished) == [f"Found: {alpha}", f"Found: {beta}"]
     spans = []
     for kid in kids:
         child = runtime.get(kid)
@@ -103,7 +104,7 @@ def test_a_parent_runs_two_children_concurrently_and_gets_their_answers(runtime:
         spans.append((tools[0].timestamp, tools[-1].timestamp))
     (a0, a1), (b0, b1) = spans
     assert a0 < b1 and b0 < a1, "the two children's tool steps (1 s each) overlapped in time"
-    assert count(runtime, "sub:alpha") == 1 and count(runtime, "sub:beta") == 1
+    assert count(runtime, f"sub:{alpha}") == 1 and count(runtime, f"sub:{beta}") == 1
 
 
 def researcher_deletes(turn: int, message: str) -> FakeReply:
@@ -387,3 +388,28 @@ def test_kill_of_the_worker_streaming_a_child(own: tuple[dict[str, str], Runtime
         assert result.startswith("Found: gamma") and result == runtime.get(kid).output
     finally:
         second.stop()
+
+
+def test_an_ended_child_is_kept_as_long_as_its_parent(runtime: Runtime, fake_openai: Any) -> None:
+    """The child answers at once; the parent ends two seconds later (a slow tool of the same turn): the
+    child's retention starts over with the parent's end, so both expire together."""
+    key = f"keep-{uuid.uuid4().hex[:6]}"
+
+    def lead(turn: int, _message: str) -> FakeReply:
+        if turn == 0:
+            calls = [
+                ScriptedToolCall("researcher", {"input": "quick"}, "call_r0"),
+                ScriptedToolCall("idempotent_count", {"key": key, "seconds": 2.0}, "call_slow"),
+            ]
+            return FakeReply(text="Both.", tool_calls=calls)
+        return FakeReply(text="Done.")
+
+    fake_openai.responder = by_agent(lead=lead, researcher=lambda _t, m: FakeReply(text=f"Found: {m}"))
+    view = runtime.run("lead", "keep", timeout=30)
+    assert view.status is RunStatus.COMPLETED
+    (kid,) = [c["run_id"] for c in view.children]
+    retention_ms = runtime.settings.retention_ms
+    parent_ttl = runtime.redis.pttl(runtime.store.keys.run(view.run_id).run)
+    child_ttl = runtime.redis.pttl(runtime.store.keys.run(kid).run)
+    assert retention_ms - 1500 < parent_ttl <= retention_ms
+    assert abs(child_ttl - parent_ttl) < 1000, (child_ttl, parent_ttl)  # not the 2 s shorter it ended with
