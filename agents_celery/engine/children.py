@@ -48,6 +48,10 @@ class Collected:
     paused: dict[str, list[ToolCall]] = field(default_factory=dict)
 
 
+#: What a tool step without agent calls found: nothing (shared, read only).
+NONE = Collected()
+
+
 def collect(ctx: StepContext, calls: list[ToolCall]) -> Collected:
     """Start the child runs of ``calls`` not started yet (within the limits) and look at the others.
 

@@ -454,16 +454,19 @@ def _new_call(agent: Agent, raw: dict[str, str], client_tools: set[str] | None =
 def tool_step(ctx: StepContext) -> StepResult:
     """Run the tool calls of the last turn (concurrently), through the effect ledger."""
     ctx.check()
-    todo = [c for c in ctx.state.tool_calls if not c.done and c.agent is None]
-    got = children.collect(ctx, [c for c in ctx.state.tool_calls if not c.done and c.agent])
-    finished, notes = got.calls, got.events
+    todo = [c for c in ctx.state.tool_calls if not c.done]
+    agents = [c for c in todo if c.agent]
+    got, finished, notes = children.NONE, {}, []
+    if agents:  # started or looked at first: the children work while the plain calls run
+        got = children.collect(ctx, agents)
+        finished, notes, todo = got.calls, got.events, [c for c in todo if not c.agent]
     if len(todo) == 1:  # no pool for the common case
         finished[todo[0].id] = _run_call(ctx, todo[0], ahead=True)
     elif todo:
         with ThreadPoolExecutor(max_workers=len(todo), thread_name_prefix="tool") as pool:
             finished.update(zip([c.id for c in todo], pool.map(lambda c: _run_call(ctx, c), todo), strict=True))
     calls = [finished.get(c.id, c) for c in ctx.state.tool_calls]
-    state = ctx.state.model_copy(update={"tool_calls": calls, "child_pending": []})
+    state = ctx.state.model_copy(update={"tool_calls": calls, "child_pending": []} if agents else {"tool_calls": calls})
     waits = [c.child_run_id for c in calls if c.child_run_id and not c.done and c.child_run_id not in got.paused]
     if waits:  # child runs are working: the step ends here, their ends (or pauses) wake the run
         return StepResult(state, [*notes, _step_finished(ctx, "tools")], "live", waits, awaiting=waits)
