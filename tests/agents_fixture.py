@@ -237,6 +237,7 @@ researcher = Agent(
     model=OpenAIChat("fake-model", base_url=os.environ.get("FAKE_OPENAI_URL", "http://127.0.0.1:9/v1"), api_key="k"),
     tools=[slow_count, delete_file, checker.as_tool(description="Checks a finding.")],
     description="Looks things up.",
+    hooks=[CrashHooks()],
 )
 
 lead = Agent(

@@ -413,3 +413,33 @@ def test_an_ended_child_is_kept_as_long_as_its_parent(runtime: Runtime, fake_ope
     child_ttl = runtime.redis.pttl(runtime.store.keys.run(kid).run)
     assert retention_ms - 1500 < parent_ttl <= retention_ms
     assert abs(child_ttl - parent_ttl) < 1000, (child_ttl, parent_ttl)  # not the 2 s shorter it ended with
+
+
+@pytest.mark.slow
+def test_the_sweeper_wakes_a_parent_whose_child_died_before_waking_it(
+    own: tuple[dict[str, str], Runtime], fake_openai: Any
+) -> None:
+    """The worker of a child is killed right after the child's final commit, before it could wake the parent:
+    the surviving worker's sweeper sees that a child the parent waits for ended, and sends the parent's step."""
+    env, runtime = own
+    fake_openai.responder = by_agent(lead=lead_asks("delta"), researcher=lambda _t, m: FakeReply(text=f"Found: {m}"))
+    workers = [Worker(env).wait_ready(), Worker(env).wait_ready()]
+    try:
+        wait_for(lambda: runtime.store.manifest("lead") is not None, what="the agents to be published")
+        stream = runtime.stream("lead", "research")
+        kid = child_run_id(stream.id, "call_r0")  # armed long before the child's one (final) commit:
+        crash = f"{runtime.settings.key_prefix}:test:crash:after_commit:{kid}"  # CrashHooks kill its worker then
+        runtime.redis.set(crash, 1, ex=600)
+        wait_for(lambda: any(w.proc.poll() is not None for w in workers), timeout=30, what="a worker to die")
+        view = wait_for(lambda: (v := runtime.get(stream.id)).status.is_final and v, timeout=30, what="the end")
+        assert view.status is RunStatus.COMPLETED and view.output == "Summary written."
+        assert runtime.get(kid).status is RunStatus.COMPLETED and not runtime.redis.exists(crash)
+        child_log = log_of(runtime, kid)
+        assert [e.type for e in child_log].count(EventType.RUN_FINISHED) == 1
+        log = log_of(runtime, stream.id)
+        assert_agui(log)
+        (result,) = [e.data["content"] for e in log if e.type is EventType.TOOL_CALL_RESULT]
+        assert result == "Found: delta"
+    finally:
+        for w in workers:
+            w.stop()
