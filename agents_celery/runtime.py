@@ -25,7 +25,7 @@ from .agent import Agent
 from .broker.fastpaths import FastPaths
 from .broker.publisher import StepPublisher, sender_app
 from .decisions import Decision, as_decision, decide, with_edited_args
-from .engine.children import subagent_started, unfinished, wake_parent
+from .engine.children import reopened, unfinished, wake_parent
 from .engine.waiting import start_next
 from .errors import (
     DecisionError,
@@ -755,7 +755,7 @@ class Runtime:
                 "decisions": [{"tool_call_id": d.tool_call_id, "confirmed": d.confirmed} for d in decisions],
             }
             events = [make_event(EventType.RUN_STARTED, thread_id=state.session_id, run_id=run_id, metadata=meta)]
-            events += [subagent_started(child) for child in children.values()]  # their invocations go on
+            events += reopened(new)  # the invocations it still waits for go on in this segment
             self.store.await_children(run_id, list(children))
             self.store.commit(new, token, step, step, events, "live")
             self.store.status_changed(new, watch_in=self.settings.enqueue_grace_seconds)
@@ -844,7 +844,21 @@ class Runtime:
         self.store.leave_line(state.session_id, run_id)  # if it was waiting for its session
         self._start_next(state.session_id)
         if state.parent_run_id is not None:  # a child stopped alone: its parent collects the error result
-            wake_parent(self.store, lambda rid, step, agent: self._resend(rid, step, agent), cancelled)
+            self._child_stopped(cancelled, state.parent_run_id)
+
+    def _child_stopped(self, child: RunState, parent_id: str) -> None:
+        """Wake the parent of a child stopped alone; a parent paused for that child's calls only goes on."""
+        wake_parent(self.store, lambda rid, step, agent: self._resend(rid, step, agent), child)
+        try:
+            parent, _ = self.store.load(parent_id)
+        except (RunNotFoundError, RunExpiredError):
+            return
+        mine = f"{child.run_id}:"
+        only_its = parent.child_pending and all(c.id.startswith(mine) for c in parent.child_pending)
+        own = any(c.decision == "pending" for c in parent.tool_calls)
+        if parent.status == RunStatus.PAUSED and only_its and not own and not self.store.stop_requested(parent_id):
+            with contextlib.suppress(RunBusyError, RunNotPausedError):
+                self.continue_run(parent_id)  # nothing to forward: its tool step collects the child's end
 
     # -- blocking ---------------------------------------------------------------------------------------
 

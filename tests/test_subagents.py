@@ -443,3 +443,19 @@ def test_the_sweeper_wakes_a_parent_whose_child_died_before_waking_it(
     finally:
         for w in workers:
             w.stop()
+
+
+def test_stopping_a_paused_child_lets_its_paused_parent_go_on(runtime: Runtime, fake_openai: Any) -> None:
+    path = f"f-{uuid.uuid4().hex[:6]}"
+    fake_openai.responder = by_agent(lead=lead_asks(path, then="Gave up."), researcher=researcher_deletes)
+    view = runtime.run("lead", "clean up", timeout=30)
+    assert view.status is RunStatus.PAUSED
+    (child,) = view.children
+    runtime.stop(child["run_id"])  # the child alone, paused for its delete_file
+    done = wait_for(lambda: (v := runtime.get(view.run_id)).status.is_final and v, timeout=30, what="the end")
+    assert done.status is RunStatus.COMPLETED and done.output == "Gave up." and done.pending == []
+    log = log_of(runtime, view.run_id)
+    assert_agui(log)
+    (result,) = [e.data["content"] for e in log if e.type is EventType.TOOL_CALL_RESULT]
+    assert result == "Error: agent 'researcher' was stopped before it finished"
+    assert count(runtime, f"delete_file:{path}") == 0

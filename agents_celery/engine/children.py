@@ -142,26 +142,32 @@ def start(store: RunStore, send: Send, parent: RunState, call: ToolCall, tool: A
     fields = {"queue": queue, "root_task": uuid.uuid4().hex, "parent_run_id": parent.run_id}
     if parent.user_id:
         fields["user_id"] = parent.user_id
-    started = make_event(EventType.RUN_STARTED, thread_id=child_id, run_id=child_id, parent_run_id=parent.run_id)
+    first = make_event(EventType.RUN_STARTED, thread_id=child_id, run_id=child_id, parent_run_id=parent.run_id)
     try:
-        store.create(state, [started], fields)
+        store.create(state, [first], fields)
     except StateError:  # an earlier attempt of this step started it: make sure it is moving, once more
         log.info("run=%s: child run %s exists already (an earlier attempt started it)", parent.run_id, child_id)
     store.created(state, store.settings.enqueue_grace_seconds)
     send(child_id, 0, agent.name)
-    return subagent_started(state, tool.description)
+    return subagent_started(call.model_copy(update={"child_run_id": child_id, "agent": agent.name}), tool.description)
 
 
-def subagent_started(child: RunState, description: str | None = None) -> NewEvent:
-    """The SUBAGENT_STARTED of a child run, in its parent's log (again when a continue resumes it)."""
+def subagent_started(call: ToolCall, description: str | None = None) -> NewEvent:
+    """The SUBAGENT_STARTED of a call's child run, in its parent's log (again when a continue resumes it)."""
+    assert call.child_run_id is not None
     fields = {"description": description} if description else {}
     return make_event(
         EventType.SUBAGENT_STARTED,
-        subagent_run_id=child.run_id,
-        name=child.agent_id,
-        parent_tool_call_id=child.parent_tool_call_id,
+        subagent_run_id=call.child_run_id,
+        name=call.agent or call.name,
+        parent_tool_call_id=call.id,
         **fields,
     )
+
+
+def reopened(state: RunState) -> list[NewEvent]:
+    """The SUBAGENT_STARTED of each child a paused run still waits for, as a continue opens its next segment."""
+    return [subagent_started(c) for c in state.tool_calls if c.child_run_id and not c.done]
 
 
 def look(store: RunStore, call: ToolCall) -> tuple[ToolCall, list[NewEvent], list[ToolCall]]:
