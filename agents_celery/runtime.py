@@ -679,13 +679,7 @@ class Runtime:
         if state.child_pending:
             return self._continue_tree(state, step, [as_decision(d) for d in decisions or []], manifest)
         calls = decide(state, [as_decision(d) for d in decisions or []], manifest)
-        token = self._idle_lease(run_id)
-        if token is None:
-            raise RunBusyError(f"run {run_id!r} is being continued or stopped by another caller right now")
-        try:
-            state, step2 = self.store.load(run_id)
-            if state.status != RunStatus.PAUSED or step2 != step:
-                raise RunNotPausedError(f"run {run_id!r} is {state.status.value}, not paused; nothing to continue")
+        with self._still_paused(run_id, step) as (state, token):
             messages = with_edited_args(state.messages, calls)
             new = state.model_copy(update={"tool_calls": calls, "messages": messages}).moved_to(RunStatus.RUNNING)
             decided = [
@@ -702,9 +696,25 @@ class Runtime:
             self.store.commit(new, token, step, step, [resumed], "live")
             self.store.status_changed(new, watch_in=self.settings.enqueue_grace_seconds)
             self._resend(run_id, step, state.agent_id)
+        return RunStream(self, run_id, state.session_id, state.agent_id)
+
+    @contextlib.contextmanager
+    def _still_paused(self, run_id: str, step: int) -> Iterator[tuple[RunState, str]]:
+        """The run's state and lease, the run still paused at ``step``; the lease is released after.
+
+        Raises:
+            RunBusyError: another continue or a stop holds it. RunNotPausedError: it moved on meanwhile.
+        """
+        token = self._idle_lease(run_id)
+        if token is None:
+            raise RunBusyError(f"run {run_id!r} is being continued or stopped by another caller right now")
+        try:
+            state, now = self.store.load(run_id)
+            if state.status != RunStatus.PAUSED or now != step:
+                raise RunNotPausedError(f"run {run_id!r} is {state.status.value}, not paused; nothing to continue")
+            yield state, token
         finally:
             self.leases.release(run_id, token)
-        return RunStream(self, run_id, state.session_id, state.agent_id)
 
     def _continue_tree(
         self, state: RunState, step: int, decisions: list[Decision], manifest: dict[str, Any]
@@ -742,13 +752,7 @@ class Runtime:
         if own:
             mine = [d for d in decisions if d.tool_call_id in own]
             calls = decide(state.model_copy(update={"child_pending": []}), mine, manifest)
-        token = self._idle_lease(run_id)
-        if token is None:
-            raise RunBusyError(f"run {run_id!r} is being continued or stopped by another caller right now")
-        try:
-            now, step2 = self.store.load(run_id)
-            if now.status != RunStatus.PAUSED or step2 != step:
-                raise RunNotPausedError(f"run {run_id!r} is {now.status.value}, not paused; nothing to continue")
+        with self._still_paused(run_id, step) as (now, token):
             new = now.model_copy(update={"tool_calls": calls, "child_pending": []}).moved_to(RunStatus.RUNNING)
             meta = {
                 "continued": True,
@@ -759,8 +763,6 @@ class Runtime:
             self.store.await_children(run_id, list(children))
             self.store.commit(new, token, step, step, events, "live")
             self.store.status_changed(new, watch_in=self.settings.enqueue_grace_seconds)
-        finally:
-            self.leases.release(run_id, token)
         for child_id, ds in forwarded.items():  # their ends wake this run
             self.continue_run(child_id, ds)
         if own or not forwarded:  # after the children run again, or its tool step would find them paused still

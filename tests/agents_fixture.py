@@ -171,10 +171,16 @@ TOOLS = [
     slow_lookup, client_props,
 ]  # fmt: skip
 
+
+def fake_model() -> OpenAIChat:
+    """The official openai SDK pointed at the tests' fake OpenAI server."""
+    return OpenAIChat("fake-model", base_url=os.environ.get("FAKE_OPENAI_URL", "http://127.0.0.1:9/v1"), api_key="k")
+
+
 fake = Agent(
     name="fake",
     instructions="You are a test agent.",
-    model=OpenAIChat("fake-model", base_url=os.environ.get("FAKE_OPENAI_URL", "http://127.0.0.1:9/v1"), api_key="k"),
+    model=fake_model(),
     tools=TOOLS,
     description="Talks to the local fake OpenAI server.",
     hooks=[CrashHooks(), GuardHooks()],
@@ -206,7 +212,7 @@ offline = Agent(
 billing = Agent(
     name="billing",
     instructions="You are the billing agent.",
-    model=OpenAIChat("fake-model", base_url=os.environ.get("FAKE_OPENAI_URL", "http://127.0.0.1:9/v1"), api_key="k"),
+    model=fake_model(),
     tools=[add],
     description="Answers billing questions.",
 )
@@ -214,7 +220,7 @@ billing = Agent(
 triage = Agent(
     name="triage",
     instructions="You are the triage agent.",
-    model=OpenAIChat("fake-model", base_url=os.environ.get("FAKE_OPENAI_URL", "http://127.0.0.1:9/v1"), api_key="k"),
+    model=fake_model(),
     tools=[get_time],
     description="Routes a question to the agent for it.",
     handoffs=[billing],
@@ -226,7 +232,7 @@ broken = Agent(name="broken", instructions="", model=BrokenModel(), description=
 checker = Agent(
     name="checker",
     instructions="You are the checker.",
-    model=OpenAIChat("fake-model", base_url=os.environ.get("FAKE_OPENAI_URL", "http://127.0.0.1:9/v1"), api_key="k"),
+    model=fake_model(),
     tools=[delete_file],
     description="Checks a finding.",
 )
@@ -234,7 +240,7 @@ checker = Agent(
 researcher = Agent(
     name="researcher",
     instructions="You are the researcher.",
-    model=OpenAIChat("fake-model", base_url=os.environ.get("FAKE_OPENAI_URL", "http://127.0.0.1:9/v1"), api_key="k"),
+    model=fake_model(),
     tools=[slow_count, delete_file, checker.as_tool(description="Checks a finding.")],
     description="Looks things up.",
     hooks=[CrashHooks()],
@@ -243,7 +249,7 @@ researcher = Agent(
 lead = Agent(
     name="lead",
     instructions="You are the lead agent.",
-    model=OpenAIChat("fake-model", base_url=os.environ.get("FAKE_OPENAI_URL", "http://127.0.0.1:9/v1"), api_key="k"),
+    model=fake_model(),
     tools=[researcher.as_tool(), slow_count, idempotent_count],
     description="Hands research to the researcher.",
 )

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agents_celery import ConfigurationError, DecisionError, RunNotFoundError, RunStatus, Runtime
+from agents_celery import ConfigurationError, DecisionError, RunNotFoundError, RunStatus, Runtime, RunView
 from agents_celery.engine.children import child_run_id
 from agents_celery.events import Event, EventType
 from agents_celery.models import ScriptedToolCall
@@ -68,6 +68,12 @@ def log_of(runtime: Runtime, run_id: str) -> list[Event]:
 def count(runtime: Runtime, name: str) -> int:
     """How many times the workers' tools counted ``name`` (tests/agents_fixture.py)."""
     return int(runtime.redis.get(f"{runtime.settings.key_prefix}:test:count:{name}") or 0)
+
+
+def ended(runtime: Runtime, run_id: str, timeout: float = 30) -> RunView:
+    """The run once it ended (waits up to ``timeout`` seconds)."""
+    view: RunView = wait_for(lambda: (v := runtime.get(run_id)).status.is_final and v, timeout=timeout, what="the end")
+    return view
 
 
 def assert_contiguous(log: list[Event]) -> None:
@@ -140,7 +146,7 @@ def test_a_child_waiting_for_approval_pauses_the_parent_and_continue_reaches_it(
             runtime.continue_run(view.run_id, [{"tool_call_id": wrong}])
     assert runtime.get(view.run_id).status is RunStatus.PAUSED  # a refused continue changed nothing
     runtime.continue_run(view.run_id, [{"tool_call_id": named, "confirmed": True}])
-    done = wait_for(lambda: (v := runtime.get(view.run_id)).status.is_final and v, timeout=30, what="the end")
+    done = ended(runtime, view.run_id)
     assert done.status is RunStatus.COMPLETED and done.output == "All clean."
     assert count(runtime, f"delete_file:{path}") == 1
     assert runtime.get(child["run_id"]).output == f"Deleted {path}"
@@ -157,7 +163,7 @@ def test_stopping_the_parent_stops_its_children(runtime: Runtime, fake_openai: A
     kids = [c["run_id"] for c in runtime.get(stream.id).children]
     wait_for(lambda: all(runtime.get(k).status is RunStatus.RUNNING for k in kids), what="the children to run")
     runtime.stop(stream.id)
-    view = wait_for(lambda: (v := runtime.get(stream.id)).status.is_final and v, timeout=20, what="the parent's end")
+    view = ended(runtime, stream.id, timeout=20)
     assert view.status is RunStatus.CANCELLED
     for kid in kids:
         assert wait_for(lambda k=kid: runtime.get(k).status.is_final, timeout=20, what="a child's end")
@@ -178,7 +184,7 @@ def test_a_child_stopped_alone_gives_its_parent_an_error_result(runtime: Runtime
     kid = runtime.get(stream.id).children[0]["run_id"]
     wait_for(lambda: runtime.get(kid).status is RunStatus.RUNNING, what="the child to run")
     runtime.stop(kid)
-    view = wait_for(lambda: (v := runtime.get(stream.id)).status.is_final and v, timeout=20, what="the parent's end")
+    view = ended(runtime, stream.id, timeout=20)
     assert view.status is RunStatus.COMPLETED and view.output == "Summary written."
     log = log_of(runtime, stream.id)
     (result,) = [e.data["content"] for e in log if e.type is EventType.TOOL_CALL_RESULT]
@@ -339,7 +345,7 @@ def test_kill_after_the_parent_started_its_children(own: tuple[dict[str, str], R
         first.stop()
     second = Worker(env).wait_ready()
     try:
-        view = wait_for(lambda: (v := runtime.get(stream.id)).status.is_final and v, timeout=60, what="the end")
+        view = ended(runtime, stream.id, timeout=60)
         assert view.status is RunStatus.COMPLETED and view.output == "Summary written."
         assert [c["run_id"] for c in view.children] == kids
         log = log_of(runtime, stream.id)
@@ -377,7 +383,7 @@ def test_kill_of_the_worker_streaming_a_child(own: tuple[dict[str, str], Runtime
         first.stop()
     second = Worker(env).wait_ready()
     try:
-        view = wait_for(lambda: (v := runtime.get(stream.id)).status.is_final and v, timeout=60, what="the end")
+        view = ended(runtime, stream.id, timeout=60)
         assert view.status is RunStatus.COMPLETED and view.output == "Summary written."
         child_log = log_of(runtime, kid)
         assert_agui(child_log)
@@ -431,7 +437,7 @@ def test_the_sweeper_wakes_a_parent_whose_child_died_before_waking_it(
         crash = f"{runtime.settings.key_prefix}:test:crash:after_commit:{kid}"  # CrashHooks kill its worker then
         runtime.redis.set(crash, 1, ex=600)
         wait_for(lambda: any(w.proc.poll() is not None for w in workers), timeout=30, what="a worker to die")
-        view = wait_for(lambda: (v := runtime.get(stream.id)).status.is_final and v, timeout=30, what="the end")
+        view = ended(runtime, stream.id)
         assert view.status is RunStatus.COMPLETED and view.output == "Summary written."
         assert runtime.get(kid).status is RunStatus.COMPLETED and not runtime.redis.exists(crash)
         child_log = log_of(runtime, kid)
@@ -452,7 +458,7 @@ def test_stopping_a_paused_child_lets_its_paused_parent_go_on(runtime: Runtime, 
     assert view.status is RunStatus.PAUSED
     (child,) = view.children
     runtime.stop(child["run_id"])  # the child alone, paused for its delete_file
-    done = wait_for(lambda: (v := runtime.get(view.run_id)).status.is_final and v, timeout=30, what="the end")
+    done = ended(runtime, view.run_id)
     assert done.status is RunStatus.COMPLETED and done.output == "Gave up." and done.pending == []
     log = log_of(runtime, view.run_id)
     assert_agui(log)
