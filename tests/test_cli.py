@@ -357,3 +357,15 @@ def test_runs_and_sessions_list_through_redis_and_over_http(
     finally:
         api.stop()
         runtime.stop(paused.run_id)
+
+
+def test_show_a_run_tree(worker: Any, worker_env: dict[str, str], fake_openai: Any, runtime: Runtime) -> None:
+    from .test_subagents import by_agent, lead_asks, researcher_counts
+
+    fake_openai.responder = by_agent(lead=lead_asks("cli"), researcher=researcher_counts())
+    view = runtime.run("lead", "research", timeout=30)
+    (child,) = view.children
+    shown = cli(worker_env, "show", view.run_id)
+    assert shown.returncode == 0, shown.stderr
+    assert f"child:    {child['run_id']} researcher completed" in shown.stdout
+    assert f"parent:   {view.run_id}" in cli(worker_env, "show", child["run_id"]).stdout

@@ -492,6 +492,8 @@ def _show(args: argparse.Namespace, rest: list[str]) -> int:
         rows += [("output", view.output)] if view.output else []
         rows += [("error", f"{view.error.get('type')}: {view.error.get('message')}")] if view.error else []
         rows += [("pending", f"{c.id} {c.name}({c.arguments}) [{c.pause_reason}]") for c in view.pending]
+        rows += [("parent", view.parent_run_id)] if view.parent_run_id else []
+        rows += [("child", f"{c['run_id']} {c['agent_id']} {c['status']}") for c in view.children]
         for key, value in rows:
             out.line(f"{key + ':':<9} {value}")
         if view.pending and view.status.value == "paused":
