@@ -465,3 +465,47 @@ def test_stopping_a_paused_child_lets_its_paused_parent_go_on(runtime: Runtime, 
     (result,) = [e.data["content"] for e in log if e.type is EventType.TOOL_CALL_RESULT]
     assert result == "Error: agent 'researcher' was stopped before it finished"
     assert count(runtime, f"delete_file:{path}") == 0
+
+
+def stored(offset: int, event: Any) -> Event:
+    """A stored event, as a log read gives it back."""
+    return Event.from_stored(offset, event.json, "parent", "thread", "lead")
+
+
+def test_a_stream_joining_mid_invocation_reopens_the_subagent_and_attributes_its_work() -> None:
+    from agents_celery.events import make_event
+    from agents_celery.http.agui import AguiRenderer, attributed
+
+    started = make_event(EventType.SUBAGENT_STARTED, subagent_run_id="kid", name="researcher", parent_tool_call_id="c1")
+    history = [stored(0, make_event(EventType.RUN_STARTED, thread_id="thread", run_id="parent")), stored(1, started)]
+    first = stored(2, make_event(EventType.SUBAGENT_FINISHED, subagent_run_id="kid", outcome={"type": "success"}))
+    prelude = AguiRenderer("parent", "thread").prelude(history, first)
+    assert [e["type"] for e in prelude] == ["RUN_STARTED", "SUBAGENT_STARTED"]
+    assert prelude[1]["subagentRunId"] == "kid" and prelude[1]["parentToolCallId"] == "c1"
+    child = [
+        make_event(EventType.RUN_STARTED, thread_id="kid", run_id="kid"),
+        make_event(EventType.TOOL_CALL_START, tool_call_id="call_x", tool_call_name="delete_file"),
+        make_event(EventType.TOOL_CALL_END, tool_call_id="call_x"),
+        make_event(EventType.RUN_FINISHED, thread_id="kid", run_id="kid", outcome={"type": "success"}),
+        make_event(EventType.RUN_STARTED, thread_id="kid", run_id="kid"),
+        make_event(EventType.TOOL_CALL_RESULT, message_id="m1", tool_call_id="call_x", content="deleted"),
+        make_event(EventType.RUN_FINISHED, thread_id="kid", run_id="kid", outcome={"type": "success"}),
+    ]
+    log = [stored(i, e) for i, e in enumerate(child)]
+    first_part, second_part = attributed(log, "kid", 0), attributed(log, "kid", 1)
+    assert [(e["type"], e["toolCallId"], e["subagentRunId"]) for e in first_part] == [
+        ("TOOL_CALL_START", "kid:call_x", "kid"),
+        ("TOOL_CALL_END", "kid:call_x", "kid"),
+    ]
+    assert [(e["type"], e["content"]) for e in second_part] == [("TOOL_CALL_RESULT", "deleted")]
+    assert attributed(log, "kid", 2) == []
+
+
+def test_workers_serve_the_agents_their_agents_call_as_tools() -> None:
+    from agents_celery.agent import _register
+
+    from .agents_fixture import lead
+
+    registry: dict[str, Any] = {}
+    _register(registry, lead)
+    assert list(registry) == ["lead", "researcher", "checker"]
