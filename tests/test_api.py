@@ -671,3 +671,29 @@ def test_a_run_tree_over_http(client: httpx.Client, fake_openai: Any, rdb: redis
     kinds = [(e["type"], e.get("subagentRunId")) for e in events]
     assert ("SUBAGENT_STARTED", child["run_id"]) in kinds and ("TOOL_CALL_RESULT", child["run_id"]) in kinds
     assert kinds.index(("TOOL_CALL_START", child["run_id"])) < kinds.index(("SUBAGENT_FINISHED", child["run_id"]))
+
+
+def test_a_parent_agui_stream_shows_its_child_working_live(client: httpx.Client, fake_openai: Any) -> None:
+    """While a child streams its answer, the parent's AG-UI stream already carries the child's deltas
+    (attributed to it); each once, before the parent's SUBAGENT_FINISHED."""
+    from .test_subagents import by_agent, lead_asks, researcher_talks
+
+    fake_openai.responder = by_agent(lead=lead_asks("live"), researcher=researcher_talks)
+    run_id = start_background(client, "research", agent="lead")
+    seen: list[dict[str, Any]] = []
+    live = None
+    with client.stream("GET", f"/runs/{run_id}/events", params={"format": "agui", "until": "end"}) as resp:
+        for f in frames(resp):
+            AGUI_EVENT.validate_python(f.data)
+            seen.append(f.data)
+            child = f.data.get("subagentRunId")
+            if live is None and f.data["type"] == "TEXT_MESSAGE_CONTENT" and child:
+                live = client.get(f"/runs/{child}").json()["status"]
+    assert live == "running"  # the child's first delta reached the parent's stream before the child ended
+    (child,) = {e["subagentRunId"] for e in seen if e["type"] == "SUBAGENT_STARTED"}
+    words = [e["delta"] for e in seen if e["type"] == "TEXT_MESSAGE_CONTENT" and e.get("subagentRunId") == child]
+    child_log = stored(client, child)
+    assert len(words) == sum(1 for f in child_log if f.event == "TEXT_MESSAGE_CONTENT")  # each once
+    kinds = [(e["type"], e.get("subagentRunId")) for e in seen]
+    assert kinds.index(("TEXT_MESSAGE_END", child)) < kinds.index(("SUBAGENT_FINISHED", child))
+    assert seen[-1]["type"] == "RUN_FINISHED"

@@ -115,30 +115,39 @@ SUBAGENT_ENDS = (EventType.SUBAGENT_FINISHED, EventType.SUBAGENT_ERROR)
 _LIFECYCLE = (EventType.RUN_STARTED, EventType.RUN_FINISHED, EventType.RUN_ERROR)
 
 
-def attributed(child_log: list[Event], child_id: str, segment: int) -> list[dict[str, Any]]:
-    """The child's work in its ``segment``-th segment (0: up to its first pause or its end), as AG-UI events
-    attributed to it (``subagentRunId``), for its parent's stream: sent just before the parent's SUBAGENT_FINISHED
-    or SUBAGENT_ERROR of that invocation. The child's own RUN_* events are left out; a grandchild's SUBAGENT_*
-    events keep their own id and name the child as their parent. Tool call ids become ``<child run id>:<id>``
-    (unique in the stream, and as the parent's interrupts name the child's calls)."""
-    segments: list[list[Event]] = []
+def segments(child_log: list[Event]) -> list[list[Event]]:
+    """A run's log cut at each RUN_STARTED: its first stretch (up to its first pause or its end), then one per
+    continue."""
+    out: list[list[Event]] = []
     for ev in child_log:
-        if ev.type is EventType.RUN_STARTED or not segments:
-            segments.append([])
-        segments[-1].append(ev)
-    out = []
-    for ev in segments[segment] if segment < len(segments) else []:
-        if ev.type in _LIFECYCLE:
-            continue
-        event = render(ev)
-        if "toolCallId" in event:  # named as the parent's pending list names the child's calls
-            event["toolCallId"] = f"{child_id}:{event['toolCallId']}"
-        if ev.type is EventType.SUBAGENT_STARTED:
-            event["parentSubagentRunId"] = child_id
-        elif ev.type not in SUBAGENT_ENDS:
-            event["subagentRunId"] = child_id
-        out.append(event)
+        if ev.type is EventType.RUN_STARTED or not out:
+            out.append([])
+        out[-1].append(ev)
     return out
+
+
+def attribute(ev: Event, child_id: str) -> dict[str, Any] | None:
+    """A child's event as its parent's stream shows it: ``subagentRunId`` set, tool call ids
+    ``<child run id>:<id>`` (unique in the stream, and as the parent's interrupts name the child's calls), a
+    grandchild's SUBAGENT_STARTED naming the child as its parent; None for the child's own RUN_* events."""
+    if ev.type in _LIFECYCLE:
+        return None
+    event = render(ev)
+    if "toolCallId" in event:
+        event["toolCallId"] = f"{child_id}:{event['toolCallId']}"
+    if ev.type is EventType.SUBAGENT_STARTED:
+        event["parentSubagentRunId"] = child_id
+    elif ev.type not in SUBAGENT_ENDS:
+        event["subagentRunId"] = child_id
+    return event
+
+
+def attributed(child_log: list[Event], child_id: str, segment: int, after: int = -1) -> list[dict[str, Any]]:
+    """The child's work in its ``segment``-th stretch (0: up to its first pause or its end), after offset
+    ``after``, as its parent's AG-UI stream shows it (:func:`attribute`)."""
+    cut = segments(child_log)
+    found = [attribute(ev, child_id) for ev in (cut[segment] if segment < len(cut) else []) if ev.offset > after]
+    return [e for e in found if e is not None]
 
 
 # -- the AG-UI endpoint's streams (POST /agui/<agent_id>) ---------------------------------------------------

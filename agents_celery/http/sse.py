@@ -24,8 +24,9 @@ from typing import Any, Literal
 import redis
 
 from ..errors import AgentsCeleryError
-from ..events import Event, WireJSON, tag_of
-from ..storage.eventlog import AsyncEventLog, Entry, EventLog, Idle, LogInfo
+from ..events import Event, EventType, WireJSON, tag_of
+from ..storage.eventlog import AsyncEventLog, ChildPage, Entry, EventLog, Idle, LogInfo, Watching
+from ..storage.keys import Keys
 from . import agui as agui_mod
 from .agentos import AgentOSRenderer
 
@@ -93,7 +94,9 @@ def error_frame(exc: BaseException) -> str:
 class Renderer:
     """Turns one stream's pages of entries into SSE text, in one dialect (see :class:`LogStream`)."""
 
-    def __init__(self, stream: LogStream, info: LogInfo, history: Sequence[Event]) -> None:
+    def __init__(
+        self, stream: LogStream, info: LogInfo, history: Sequence[Event], watching: Watching | None = None
+    ) -> None:
         self.stream, self.info, self.history = stream, info, list(history)
         self.wire = WireJSON(info.run_id, info.session_id, info.agent_id)
         self.agentos = AgentOSRenderer(lambda: self.history, stream.confirm_tools)
@@ -103,6 +106,10 @@ class Renderer:
         self.finished = False
         #: Invocations of each child this stream closed so far (AG-UI: which segment of its log comes next).
         self.closed: dict[str, int] = {}
+        #: Children whose current invocation is open in this stream: the last offset of their log shown.
+        self.shown: dict[str, int] = {}
+        #: The children the tail reads along (live: their work shows as it happens); None: not followed live.
+        self.watching = watching
 
     def head(self) -> str:
         """The meta frames that open the stream."""
@@ -112,7 +119,9 @@ class Renderer:
             self.mark = None
         return "".join(out)
 
-    def page(self, page: list[Entry]) -> str:
+    def page(self, page: list[Entry] | ChildPage) -> str:
+        if isinstance(page, ChildPage):
+            return "".join(self._child_page(page))
         dialect = self.stream.dialect
         if dialect == "canonical":
             return "".join(self._canonical(entry) for entry in page)
@@ -123,7 +132,11 @@ class Renderer:
                 if not self.agui_started:
                     self.agui_started = True
                     renderer = agui_mod.AguiRenderer(self.info.run_id, ev.session_id)
-                    out += [frame(self._present(e), e["type"]) for e in renderer.prelude(self.history, ev)]
+                    opening = renderer.prelude(self.history, ev)
+                    out += [frame(self._present(e), e["type"]) for e in opening]
+                    for e in opening:  # joined inside a child's invocation: its work so far, then live
+                        if e["type"] == "SUBAGENT_STARTED":
+                            out += self._open_child(e["subagentRunId"])
                 out += self._agui(ev)
                 if self.finished:
                     break
@@ -142,27 +155,75 @@ class Renderer:
 
     def _agui(self, ev: Event) -> list[str]:
         rendered = self._present(agui_mod.render(ev))
-        out = self._subagent(ev) if ev.type in agui_mod.SUBAGENT_ENDS else []
+        out = self._close_child(ev) if ev.type in agui_mod.SUBAGENT_ENDS else []
         segment = self.stream.segment
         if segment is not None and rendered["type"] in TERMINAL:
             self.finished = True
             if rendered["type"] == "RUN_FINISHED" and segment.snapshots is not None:
                 out += [frame(e, e["type"]) for e in segment.snapshots(ev.timestamp)]
         out.append(frame(rendered, rendered["type"], ev.position))
+        if ev.type is EventType.SUBAGENT_STARTED:
+            out += self._open_child(ev.data.get("subagent_run_id", ""))
         return out
 
-    def _subagent(self, ev: Event) -> list[str]:
-        """Before the parent's end of a subagent invocation: the child's work in it, attributed to the child."""
+    # -- a child's work in its parent's AG-UI stream ------------------------------------------------------
+
+    def _segment(self, child_id: str) -> int:
+        """Which stretch of the child's log its current invocation is (one per invocation closed before)."""
+        ends = agui_mod.SUBAGENT_ENDS
+        before = sum(1 for e in self.history if e.type in ends and e.data.get("subagent_run_id") == child_id)
+        return before + self.closed.get(child_id, 0)
+
+    def _open_child(self, child_id: str) -> list[str]:
+        """A child's invocation opens in the stream: its work so far, then (live) what it adds as it comes."""
+        read = self.stream.child_log
+        if read is None:
+            return []
+        log = read(child_id)
+        cut = agui_mod.segments(log)
+        segment = self._segment(child_id)
+        stretch = cut[segment] if segment < len(cut) else []
+        events = [e for ev in stretch if (e := agui_mod.attribute(ev, child_id)) is not None]
+        self.shown[child_id] = stretch[-1].offset if stretch else (log[-1].offset if log else -1)
+        ended = any(ev.type in (EventType.RUN_FINISHED, EventType.RUN_ERROR) for ev in stretch)
+        if self.watching is not None and not ended:
+            self.watching.last[child_id] = self.shown[child_id]
+        return [frame(e, e["type"]) for e in events]
+
+    def _child_page(self, page: ChildPage) -> list[str]:
+        """New entries of a watched child's log: its work, until the end of its current stretch."""
+        child_id, out = page.run_id, list[str]()
+        if child_id not in self.shown:
+            return out
+        for offset, stored in page.entries:
+            ev = Event.from_stored(offset, stored, child_id, child_id, "")
+            if ev.type in (EventType.RUN_FINISHED, EventType.RUN_ERROR):  # paused or ended: the parent says so
+                if self.watching is not None:
+                    self.watching.last.pop(child_id, None)
+                break
+            self.shown[child_id] = offset
+            if (event := agui_mod.attribute(ev, child_id)) is not None:
+                out.append(frame(event, event["type"]))
+        return out
+
+    def _close_child(self, ev: Event) -> list[str]:
+        """Before the parent's end of a child's invocation: what the stream has not shown of its work yet."""
         read = self.stream.child_log
         child_id = ev.data.get("subagent_run_id", "")
         if read is None or not child_id:
             return []
-        before = sum(
-            1 for e in self.history if e.type in agui_mod.SUBAGENT_ENDS and e.data.get("subagent_run_id") == child_id
-        )
-        segment = before + self.closed.get(child_id, 0)
+        if self.watching is not None:
+            self.watching.last.pop(child_id, None)
+        after = self.shown.pop(child_id, -1)
+        segment = self._segment(child_id)
         self.closed[child_id] = self.closed.get(child_id, 0) + 1
-        return [frame(e, e["type"]) for e in agui_mod.attributed(read(child_id), child_id, segment)]
+        return [frame(e, e["type"]) for e in agui_mod.attributed(read(child_id), child_id, segment, after)]
+
+    def needs_thread(self, page: list[Entry] | ChildPage) -> bool:
+        """Whether rendering ``page`` reads Redis (sync: under asyncio it goes to a thread)."""
+        if isinstance(page, ChildPage) or self.stream.child_log is None:
+            return False
+        return not self.agui_started or any('"SUBAGENT_' in entry[1] for entry in page)
 
     def _canonical(self, entry: Entry) -> str:
         kind, data = self.wire(*entry)
@@ -203,11 +264,9 @@ class LogStream:
     def _needs_history(self) -> bool:
         return self.after >= 0 and self.dialect != "canonical"
 
-    def _reads_in_page(self, page: list[Entry]) -> bool:
-        """Whether rendering ``page`` reads Redis (sync): AG-UI snapshots, or a child's log."""
-        if self.segment is not None and self.segment.snapshots is not None:
-            return True
-        return self.child_log is not None and any('"SUBAGENT_' in entry[1] for entry in page)
+    def _watching(self, keys: Keys) -> Watching | None:
+        """What the tail reads along for an AG-UI stream that shows child runs live (None: nothing)."""
+        return Watching(keys) if self.child_log is not None and self.dialect == "agui" else None
 
     def frames(self, log: EventLog) -> Iterator[str]:
         """The SSE text, read through ``log`` (sync: one kept connection of its client)."""
@@ -217,7 +276,8 @@ class LogStream:
         try:
             info = self.info or log.info(self.run_id)
             history = log.read(self.run_id, -1, limit=self.after + 1) if self._needs_history() else []
-            renderer = Renderer(self, info, history)
+            watching = self._watching(log.keys)
+            renderer = Renderer(self, info, history, watching)
             if head := renderer.head():
                 yield head
             pages = log.tail(
@@ -227,6 +287,7 @@ class LogStream:
                 block_ms=self.block_ms,
                 info=info,
                 idle_seconds=self.keepalive_seconds,
+                watching=watching,
             )
             for page in pages:
                 text = KEEP_ALIVE if isinstance(page, Idle) else renderer.page(page)
@@ -245,7 +306,8 @@ class LogStream:
         try:
             info = self.info or await log.info(self.run_id)
             history = await log.read(self.run_id, -1, limit=self.after + 1) if self._needs_history() else []
-            renderer = Renderer(self, info, history)
+            watching = self._watching(log.keys)
+            renderer = Renderer(self, info, history, watching)
             if head := renderer.head():
                 yield head
             pages = log.tail(
@@ -255,11 +317,14 @@ class LogStream:
                 block_ms=self.block_ms,
                 info=info,
                 idle_seconds=self.keepalive_seconds,
+                watching=watching,
             )
             async for page in pages:
                 if isinstance(page, Idle):
                     text = KEEP_ALIVE
-                elif self._reads_in_page(page):
+                elif renderer.needs_thread(page) or (
+                    self.segment is not None and self.segment.snapshots is not None and not isinstance(page, ChildPage)
+                ):
                     text = await asyncio.to_thread(renderer.page, page)  # snapshots or child logs read Redis
                 else:
                     text = renderer.page(page)

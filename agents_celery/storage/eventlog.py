@@ -123,6 +123,42 @@ class Idle:
     """Out: nothing arrived for the keep-alive interval (an HTTP stream writes a comment)."""
 
 
+@dataclass(frozen=True)
+class ChildPage:
+    """Out: new entries of a child run's log a :class:`Watching` asked for (read along with the run's own)."""
+
+    run_id: str
+    entries: list[Entry]
+
+
+class Watching:
+    """Child runs' logs a tail reads along with its run's, in the same blocking XREAD: ``last`` maps a child run
+    id to the last offset seen (whoever renders the pages adds and drops children as they come and go)."""
+
+    def __init__(self, keys: Keys) -> None:
+        self.keys = keys
+        self.last: dict[str, int] = {}
+
+    def streams(self) -> dict[str, str]:
+        """The XREAD streams of the watched children: their event keys and where to read after."""
+        return {self.keys.run(child).events: stream_id(last) for child, last in self.last.items()}
+
+    def split(self, reply: Any, key: str) -> tuple[Any, list[ChildPage]]:
+        """An XREAD reply as the run's own part (for the plan) and the children's pages."""
+        if not reply or not self.last:
+            return reply, []
+        owners = {self.keys.run(child).events: child for child in self.last}
+        own, pages = [], []
+        for stream, batch in reply.items() if isinstance(reply, dict) else reply:
+            name = _text(stream)
+            if name == key:
+                own.append((stream, batch))
+            elif name in owners and (found := entries(batch)):
+                pages.append(ChildPage(owners[name], found))
+                self.last[owners[name]] = found[-1][0]
+        return own, pages
+
+
 #: What :func:`follow_plan` yields: a read to make (answered with its reply), a page out, or an idle tick.
 Step = XRange | XRead | Status | Idle | list[Entry]
 
@@ -198,10 +234,16 @@ def _done(last: int, until_pause: bool) -> Generator[Step, Any, bool]:
 
 
 def follow_sync(
-    plan: Generator[Step, Any, None], client: redis.Redis, key: str, status: Any, idle_check: IdleCheck | None = None
-) -> Iterator[list[Entry] | Idle]:
+    plan: Generator[Step, Any, None],
+    client: redis.Redis,
+    key: str,
+    status: Any,
+    idle_check: IdleCheck | None = None,
+    watching: Watching | None = None,
+) -> Iterator[list[Entry] | Idle | ChildPage]:
     """Make ``plan``'s reads on ``client`` (``status()`` reads the LogInfo); yield its pages and idle ticks.
-    ``idle_check`` runs before each read: the caller may take its time between pages."""
+    ``idle_check`` runs before each read: the caller may take its time between pages. With ``watching``, the
+    blocking reads also read those children's logs, whose new entries come out as :class:`ChildPage`."""
     reply: Any = None
     while True:
         try:
@@ -217,14 +259,18 @@ def follow_sync(
         if isinstance(step, XRange):
             reply = client.xrange(key, min=step.start, count=PAGE)
         elif isinstance(step, XRead):
-            reply = client.xread({key: step.last}, count=PAGE, block=step.block_ms)
+            streams: dict[Any, Any] = {key: step.last, **(watching.streams() if watching is not None else {})}
+            reply = client.xread(streams, count=PAGE, block=step.block_ms)
+            if len(streams) > 1 and watching is not None:
+                reply, pages = watching.split(reply, key)
+                yield from pages
         else:
             reply = status()
 
 
 async def follow_async(
-    plan: Generator[Step, Any, None], client: aredis.Redis, key: str, status: Any
-) -> AsyncIterator[list[Entry] | Idle]:
+    plan: Generator[Step, Any, None], client: aredis.Redis, key: str, status: Any, watching: Watching | None = None
+) -> AsyncIterator[list[Entry] | Idle | ChildPage]:
     """:func:`follow_sync` for asyncio code (``status`` is a coroutine function)."""
     reply: Any = None
     while True:
@@ -239,7 +285,12 @@ async def follow_async(
         if isinstance(step, XRange):
             reply = await client.xrange(key, min=step.start, count=PAGE)
         elif isinstance(step, XRead):
-            reply = await client.xread({key: step.last}, count=PAGE, block=step.block_ms)
+            streams: dict[Any, Any] = {key: step.last, **(watching.streams() if watching is not None else {})}
+            reply = await client.xread(streams, count=PAGE, block=step.block_ms)
+            if len(streams) > 1 and watching is not None:
+                reply, pages = watching.split(reply, key)
+                for page in pages:
+                    yield page
         else:
             reply = await status()
 
@@ -268,6 +319,11 @@ class EventLog:
         self._create = register(client, "create")
         self._append = register(client, "append")
         self._set_status = register(client, "set_status")
+
+    @property
+    def keys(self) -> Keys:
+        """The key names of the logs it reads and writes."""
+        return self._keys
 
     # -- writing ---------------------------------------------------------------------------------
 
@@ -357,9 +413,11 @@ class EventLog:
         block_ms: int = 1000,
         info: LogInfo | None = None,
         idle_seconds: float | None = None,
-    ) -> Iterator[list[Entry] | Idle]:
+        watching: Watching | None = None,
+    ) -> Iterator[list[Entry] | Idle | ChildPage]:
         """Pages of the entries after ``after``, then live ones, until the run ends (or pauses, if asked); an
-        :class:`Idle` tick when nothing arrived for ``idle_seconds``. See :func:`follow_plan`.
+        :class:`Idle` tick when nothing arrived for ``idle_seconds``; with ``watching``, child runs' new entries
+        as :class:`ChildPage`. See :func:`follow_plan`.
 
         The tail keeps one connection of the pool for all its reads (:func:`~.connections.keeping_one`) and
         looks at it before each (``idle_check``), as its reader may sit idle between pages.
@@ -370,7 +428,12 @@ class EventLog:
         plan = follow_plan(after, until_pause=until_pause, block_ms=block_ms, idle_seconds=idle_seconds)
         try:
             yield from follow_sync(
-                plan, client, self._keys.run(run_id).events, lambda: self.info(run_id, client), self._idle_check
+                plan,
+                client,
+                self._keys.run(run_id).events,
+                lambda: self.info(run_id, client),
+                self._idle_check,
+                watching,
             )
         finally:
             let_go(client)  # closed, not left idle in the pool
@@ -388,6 +451,11 @@ class EventLog:
 
 class AsyncEventLog:
     """Read run event logs from asyncio code (``redis.asyncio``). Writing happens on workers (sync)."""
+
+    @property
+    def keys(self) -> Keys:
+        """The key names of the logs it reads."""
+        return self._keys
 
     def __init__(self, client: aredis.Redis, keys: Keys) -> None:
         self._redis = client
@@ -428,11 +496,12 @@ class AsyncEventLog:
         block_ms: int = 1000,
         info: LogInfo | None = None,
         idle_seconds: float | None = None,
-    ) -> AsyncIterator[list[Entry] | Idle]:
+        watching: Watching | None = None,
+    ) -> AsyncIterator[list[Entry] | Idle | ChildPage]:
         """See :meth:`EventLog.tail`."""
         check_offset(after)
         plan = follow_plan(after, until_pause=until_pause, block_ms=block_ms, idle_seconds=idle_seconds)
-        pages = follow_async(plan, self._redis, self._keys.run(run_id).events, lambda: self.info(run_id))
+        pages = follow_async(plan, self._redis, self._keys.run(run_id).events, lambda: self.info(run_id), watching)
         async for page in pages:
             yield page
 
