@@ -724,16 +724,15 @@ class Runtime:
         goes on waiting for its children, and its own decided calls run in its next tool step."""
         run_id = state.run_id
         own = {c.id for c in state.tool_calls if c.decision == "pending"}
-        holders: dict[str, str] = {}  # call id -> the child run holding it (a grandchild's: through that child)
-        for child_id in state.children:
-            child, _ = self.store.load(child_id)
-            if child.status == RunStatus.PAUSED:
-                holders.update({f"{child_id}:{c.id}": child_id for c in child.pending})
+        waited = [c.child_run_id for c in state.tool_calls if c.child_run_id and not c.done]
+        paused = {cid: child for cid in waited if (child := self.store.load(cid)[0]).status == RunStatus.PAUSED}
+        # call id -> the child run holding it (a grandchild's: through that child)
+        holders = {f"{cid}:{c.id}": cid for cid, child in paused.items() for c in child.pending}
         given = {d.tool_call_id for d in decisions}
         pending = own | set(holders)
         if unknown := sorted(given - pending):
             raise DecisionError(f"tool calls {unknown} are not pending in run {run_id!r}; pending: {sorted(pending)}")
-        if decisions and given != own | set(holders):
+        if decisions and given != pending:
             raise DecisionError(
                 f"decide every pending tool call or none (none approves all); missing: {sorted(pending - given)}"
             )
@@ -745,7 +744,7 @@ class Runtime:
             ]
             for cid in set(holders.values())
         }
-        children = {cid: self.store.load(cid)[0] for cid in forwarded}
+        children = {cid: paused[cid] for cid in forwarded}
         for child_id, child in children.items():  # refused here, before anything is written
             decide(child, forwarded[child_id], self.agent_manifest(child.active_agent or child.agent_id))
         calls = state.tool_calls

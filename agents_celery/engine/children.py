@@ -94,6 +94,8 @@ def suspended(paused: dict[str, list[ToolCall]]) -> list[NewEvent]:
 
 def unfinished(state: RunState) -> list[NewEvent]:
     """A SUBAGENT_ERROR for each child a running parent still waits for, as the parent ends without it."""
+    if state.status != RunStatus.RUNNING:  # a paused run's stream already closed its children
+        return []
     return [
         make_event(
             EventType.SUBAGENT_ERROR,
@@ -102,7 +104,7 @@ def unfinished(state: RunState) -> list[NewEvent]:
             code="parent_ended",
         )
         for c in state.tool_calls
-        if c.child_run_id and not c.done and state.status == RunStatus.RUNNING
+        if c.child_run_id and not c.done
     ]
 
 
@@ -216,5 +218,4 @@ def wake_parent(store: RunStore, send: Send, child: RunState) -> None:
         return
     found = store.live_step(child.parent_run_id)
     if found is not None:
-        step, agent_id, _queue = found
-        send(child.parent_run_id, step, agent_id)
+        send(child.parent_run_id, *found)

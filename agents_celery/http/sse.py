@@ -220,8 +220,14 @@ class Renderer:
         return [frame(e, e["type"]) for e in agui_mod.attributed(read(child_id), child_id, segment, after)]
 
     def needs_thread(self, page: list[Entry] | ChildPage) -> bool:
-        """Whether rendering ``page`` reads Redis (sync: under asyncio it goes to a thread)."""
-        if isinstance(page, ChildPage) or self.stream.child_log is None:
+        """Whether rendering ``page`` reads Redis (sync: under asyncio it goes to a thread): the AG-UI endpoint's
+        snapshots, or a child's log (the first page may re-open children; a SUBAGENT_* event opens or closes one)."""
+        if isinstance(page, ChildPage):
+            return False
+        segment = self.stream.segment
+        if segment is not None and segment.snapshots is not None:
+            return True
+        if self.stream.child_log is None:
             return False
         return not self.agui_started or any('"SUBAGENT_' in entry[1] for entry in page)
 
@@ -322,9 +328,7 @@ class LogStream:
             async for page in pages:
                 if isinstance(page, Idle):
                     text = KEEP_ALIVE
-                elif renderer.needs_thread(page) or (
-                    self.segment is not None and self.segment.snapshots is not None and not isinstance(page, ChildPage)
-                ):
+                elif renderer.needs_thread(page):
                     text = await asyncio.to_thread(renderer.page, page)  # snapshots or child logs read Redis
                 else:
                     text = renderer.page(page)

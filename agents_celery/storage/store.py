@@ -436,12 +436,12 @@ class RunStore:
                 pipe.hget(self.keys.run(child_id).run, "log")
             return any(status != b"live" for status in pipe.execute())
 
-    def live_step(self, run_id: str) -> tuple[int, str, str] | None:
-        """A live run's current step, agent and queue (None: the run paused, ended or is gone)."""
-        step, status, agent_id, queue = self.run_fields(run_id, "step", "log", "agent_id", "queue")
+    def live_step(self, run_id: str) -> tuple[int, str] | None:
+        """A live run's current step and agent (None: the run paused, ended or is gone)."""
+        step, status, agent_id = self.run_fields(run_id, "step", "log", "agent_id")
         if status != "live" or agent_id is None:
             return None
-        return int(step or 0), agent_id, queue or self.settings.queue
+        return int(step or 0), agent_id
 
     def keep_with(self, state: RunState) -> None:
         """An ended child run is kept as long as its parent, which ended now: its retention starts over."""
