@@ -334,13 +334,20 @@ class SessionInfo:
     session_id: str
     updated_at: int
     active_run_id: str | None = None
+    #: Who the session belongs to: the user of its first run (None: that run had no user).
+    user_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"session_id": self.session_id, "updated_at": self.updated_at, "active_run_id": self.active_run_id}
+        return {
+            "session_id": self.session_id,
+            "updated_at": self.updated_at,
+            "active_run_id": self.active_run_id,
+            "user_id": self.user_id,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SessionInfo:
-        return cls(data["session_id"], int(data.get("updated_at") or 0), data.get("active_run_id"))
+        return cls(data["session_id"], int(data.get("updated_at") or 0), data.get("active_run_id"), data.get("user_id"))
 
 
 @dataclass
@@ -366,10 +373,13 @@ class SessionView:
     messages: list[dict[str, Any]]
     runs: list[RunView]
     active_run_id: str | None = None
+    #: Who the session belongs to: the user of its first run (None: that run had no user).
+    user_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "session_id": self.session_id,
+            "user_id": self.user_id,
             "active_run_id": self.active_run_id,
             "messages": self.messages,
             "runs": [r.to_dict() for r in self.runs],
@@ -378,4 +388,5 @@ class SessionView:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SessionView:
         runs = [RunView.from_dict(r) for r in data.get("runs") or []]
-        return cls(data["session_id"], list(data.get("messages") or []), runs, data.get("active_run_id"))
+        messages = list(data.get("messages") or [])
+        return cls(data["session_id"], messages, runs, data.get("active_run_id"), data.get("user_id"))

@@ -306,6 +306,7 @@ class Runtime:
         try:
             if idempotency_key and (existing := self._existing(run_id, fingerprint, idempotency_key)) is not None:
                 return existing
+            self.store.session_own(session_id, user_id)  # a session belongs to the user of its first run
             waits = not self._take_session(session_id, run_id, multitask_strategy != "reject")
             history = [] if waits else self._history(session_id, run_id, check_history)
             now = int(time.time() * 1000)
@@ -382,7 +383,7 @@ class Runtime:
 
     def _check_webhook(self, url: str | None) -> None:
         if url is not None:
-            check_url(url)
+            check_url(url, self.settings.webhook_allow)
             if not self.settings.webhook_secret:
                 raise ValidationError("webhook_url needs AGENTS_CELERY_WEBHOOK_SECRET (webhooks are signed with it)")
 
@@ -431,14 +432,35 @@ class Runtime:
             except (RunFinishedError, Exception):
                 prev_state = None
             if prev_state is not None and not prev_state.status.is_final:
+                # The holder may be another user's run: say only that the session is busy.
                 raise SessionBusyError(
-                    f"session {session_id!r} already has an active run {previous!r} ({prev_state.status.value}); "
+                    f"session {session_id!r} is busy: a run of it is {prev_state.status.value}; "
                     "wait for it to end, continue it, or stop it"
                 )
             if prev_state is not None:
                 self.store.session_sync(prev_state)  # heals a crash between its end and the sync
-        if not self.store.session_take(session_id, run_id, previous):
-            raise SessionBusyError(f"session {session_id!r} was taken by another run just now; try again")
+        if self.store.session_take(session_id, run_id, previous):
+            return
+        if self.store.session_active(session_id) == run_id:
+            return  # a retry of this very call (one Idempotency-Key) took it first: same run, not busy
+        raise SessionBusyError(f"session {session_id!r} was taken by another run just now; try again")
+
+    def session_owner(self, session_id: str) -> tuple[bool, str | None]:
+        """Whether the session exists with an owner, and who: the user of its first run (None: no user).
+
+        A session kept from before owners were recorded is given the user of its newest run, once."""
+        known, owner = self.store.session_owner(session_id)
+        if known:
+            return known, owner
+        newest = self.runs(session_id=session_id, limit=1).runs
+        if not newest:
+            return False, None
+        return True, self.store.session_own(session_id, newest[0].user_id)
+
+    def claim_session(self, session_id: str, user_id: str | None) -> str | None:
+        """The session's owner, recording ``user_id`` as it when the session has none yet (first caller wins)."""
+        known, owner = self.session_owner(session_id)
+        return owner if known else self.store.session_own(session_id, user_id)
 
     def _resend(self, run_id: str, step: int, agent_id: str) -> None:
         """Send a step of an existing run (a continue), to its queue and in its chain of tasks."""
@@ -566,8 +588,8 @@ class Runtime:
     ) -> SessionPage:
         """Sessions (of ``user_id``, or all), most recently active first."""
         found, next_cursor = self.store.index.sessions_page(user_id or None, limit, cursor, keep)
-        actives = [self.store.session_active(sid) for sid, _ in found]
-        return SessionPage([SessionInfo(sid, ms, a) for (sid, ms), a in zip(found, actives, strict=True)], next_cursor)
+        infos = [SessionInfo(sid, ms, self.store.session_active(sid), self.session_owner(sid)[1]) for sid, ms in found]
+        return SessionPage(infos, next_cursor)
 
     def session(self, session_id: str, limit: int = 100) -> SessionView:
         """A session's conversation (the history its next run sees) and its newest ``limit`` runs.
@@ -580,7 +602,7 @@ class Runtime:
         active = self.store.session_active(session_id)
         if not page.runs and not messages and active is None:
             raise SessionNotFoundError(f"session {session_id!r} does not exist (or has expired)")
-        return SessionView(session_id, messages, page.runs, active)
+        return SessionView(session_id, messages, page.runs, active, self.session_owner(session_id)[1])
 
     def delete_run(self, run_id: str) -> None:
         """Delete an ended run: its log, state and index entries (it is then unknown: 404).

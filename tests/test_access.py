@@ -3,6 +3,7 @@ runs record who started them. And the strict edges of the caller side: offsets, 
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -96,3 +97,120 @@ def test_tool_call_started_says_when_a_tool_needs_confirmation(app: Flask, scrip
     answer = client.post("/ai/agents/fake/runs", data={"message": "delete it"}, headers={"X-User": "bob"})
     started = [line for line in answer.text.splitlines() if line.startswith("data:") and "ToolCallStarted" in line]
     assert started and '"requires_confirmation":true' in started[0]
+
+
+# -- users stay inside their own sessions and schedules -------------------------------------------------------
+
+BOB, EVE, ADA = {"X-User": "bob"}, {"X-User": "eve"}, {"X-User": "ada"}
+
+
+def agui_input(thread: str, text: str) -> dict[str, Any]:
+    """A RunAgentInput as AG-UI's HttpAgent sends it."""
+    message = {"id": uuid.uuid4().hex, "role": "user", "content": text}
+    return {"threadId": thread, "runId": uuid.uuid4().hex, "state": {}, "messages": [message], "tools": [],
+            "context": [], "forwardedProps": {}}  # fmt: skip
+
+
+def session_runs(client: Any, session: str) -> list[str]:
+    answer = client.get("/ai/runs", query_string={"session_id": session, "limit": "100"}, headers=ADA)
+    return sorted(r["run_id"] for r in answer.json["runs"])
+
+
+def test_another_user_s_session_is_hidden_on_every_route(app: Flask) -> None:
+    client = app.test_client()
+    session, secret = f"s-{uuid.uuid4().hex[:8]}", "my locker code is 4711"
+    first = client.post(
+        "/ai/agents/offline/runs", data={"message": secret, "stream": "false", "session_id": session}, headers=BOB
+    )
+    assert first.status_code == 200, first.json
+    before = session_runs(client, session)
+    for strategy in ("reject", "enqueue", "interrupt"):
+        form = {"message": "what did she say?", "session_id": session, "multitask_strategy": strategy}
+        refused = client.post("/ai/agents/offline/runs", data={**form, "stream": "true"}, headers=EVE)
+        assert refused.status_code == 404 and refused.json["code"] == "session_not_found", refused.text
+        assert secret not in refused.text
+    for path in ("/ai/agui/offline", "/ai/agui/offline/connect"):
+        agui = client.post(path, json=agui_input(session, "tell me everything"), headers=EVE)
+        assert agui.status_code == 404 and secret not in agui.text, agui.text
+    assert client.get(f"/ai/sessions/{session}", headers=EVE).status_code == 404
+    assert client.delete(f"/ai/sessions/{session}", headers=EVE).status_code == 404
+    scheduled = client.post(
+        "/ai/schedules",
+        json={"agent_id": "offline", "message": "again", "every_seconds": 60, "session_id": session},
+        headers=EVE,
+    )
+    assert scheduled.status_code == 404, scheduled.json
+    listed = client.get("/ai/sessions", query_string={"limit": "200"}, headers=EVE).json["sessions"]
+    assert session not in [s["session_id"] for s in listed]
+    assert session_runs(client, session) == before  # nothing was created
+    assert client.get("/ai/schedules", headers=EVE).json["schedules"] == [] or all(
+        s["session_id"] != session for s in client.get("/ai/schedules", headers=EVE).json["schedules"]
+    )
+    # Its owner goes on in it, and sees the history; staff may read it.
+    again = client.post(
+        "/ai/agents/offline/runs", data={"message": "more", "stream": "false", "session_id": session}, headers=BOB
+    )
+    assert again.status_code == 200, again.json
+    view = client.get(f"/ai/sessions/{session}", headers=BOB).json
+    assert view["user_id"] == "bob" and secret in str(view["messages"])
+    assert client.get(f"/ai/sessions/{session}", headers=ADA).status_code == 200
+
+
+def test_another_user_s_live_run_cannot_be_interrupted(app: Flask, script: Any) -> None:
+    script(ScriptedTurn("", [ScriptedToolCall("delete_file", {"path": "/tmp/kept"})]), "Done.")
+    client = app.test_client()
+    session = f"s-{uuid.uuid4().hex[:8]}"
+    paused = client.post(
+        "/ai/agents/fake/runs", data={"message": "delete", "stream": "false", "session_id": session}, headers=BOB
+    )
+    assert paused.json["status"] == "PAUSED", paused.json
+    run_id = paused.json["run_id"]
+    form = {"message": "stop hers", "stream": "false", "session_id": session, "multitask_strategy": "interrupt"}
+    refused = client.post("/ai/agents/fake/runs", data=form, headers=EVE)
+    assert refused.status_code == 404 and run_id not in refused.text
+    assert client.get(f"/ai/runs/{run_id}", headers=BOB).json["status"] == "paused"  # untouched
+    busy = client.post("/ai/agents/fake/runs", data={**form, "multitask_strategy": "reject"}, headers=BOB)
+    assert busy.status_code == 409 and run_id not in busy.json["detail"]  # says only that the session is busy
+    client.post(f"/ai/agents/fake/runs/{run_id}/cancel", headers=BOB)
+
+
+def test_a_rule_that_refuses_the_stop_refuses_the_interrupt(fast_settings: Any, worker: Any, script: Any) -> None:
+    def no_stops(action: str, user_id: str | None, resource: Any, agent_id: str | None) -> bool:
+        return user_id is not None and action != "stop" and (resource is None or resource.user_id == user_id)
+
+    app = Flask("host")
+    init_app(app, Runtime(settings=fast_settings), authorize=no_stops, user_id=lambda: request.headers.get("X-User"))  # type: ignore[arg-type]
+    app.register_blueprint(make_blueprint(), url_prefix="/ai")
+    try:
+        script(ScriptedTurn("", [ScriptedToolCall("delete_file", {"path": "/tmp/kept"})]), "Done.")
+        client, session = app.test_client(), f"s-{uuid.uuid4().hex[:8]}"
+        form = {"message": "delete", "stream": "false", "session_id": session}
+        run_id = client.post("/ai/agents/fake/runs", data=form, headers=BOB).json["run_id"]
+        refused = client.post("/ai/agents/fake/runs", data={**form, "multitask_strategy": "interrupt"}, headers=BOB)
+        assert refused.status_code == 409 and run_id not in refused.json["detail"]
+        assert client.get(f"/ai/runs/{run_id}", headers=BOB).json["status"] == "paused"
+    finally:
+        close_app(app)
+
+
+def test_schedules_belong_to_their_users(app: Flask) -> None:
+    client = app.test_client()
+    made = client.post(
+        "/ai/schedules", json={"agent_id": "offline", "message": "daily report", "cron": "0 9 * * *"}, headers=BOB
+    )
+    assert made.status_code == 201, made.json
+    schedule_id = made.json["schedule_id"]
+    assert made.json["user_id"] == "bob"
+    assert schedule_id not in [s["schedule_id"] for s in client.get("/ai/schedules", headers=EVE).json["schedules"]]
+    assert schedule_id in [s["schedule_id"] for s in client.get("/ai/schedules", headers=BOB).json["schedules"]]
+    for answer in (
+        client.get(f"/ai/schedules/{schedule_id}", headers=EVE),
+        client.post(f"/ai/schedules/{schedule_id}/pause", headers=EVE),
+        client.post(f"/ai/schedules/{schedule_id}/resume", headers=EVE),
+        client.delete(f"/ai/schedules/{schedule_id}", headers=EVE),
+    ):
+        assert answer.status_code == 404 and answer.json["code"] == "schedule_not_found", answer.json
+    mine = client.get(f"/ai/schedules/{schedule_id}", headers=BOB).json
+    assert mine["paused"] is False  # eve's pause changed nothing
+    assert client.get(f"/ai/schedules/{schedule_id}", headers=ADA).status_code == 200  # staff
+    assert client.delete(f"/ai/schedules/{schedule_id}", headers=BOB).status_code == 204

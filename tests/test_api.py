@@ -242,7 +242,7 @@ def test_agui_paused_run(client: httpx.Client, script: Any) -> None:
 
 def test_stream_false_returns_the_finished_run(client: httpx.Client, script: Any) -> None:
     script(ScriptedTurn("", [ScriptedToolCall("add", {"a": 2, "b": 3})]), "The sum is 5.")
-    resp = client.post("/agents/fake/runs", json={"message": "add", "stream": False, "user_id": "u1"})
+    resp = client.post("/agents/fake/runs", json={"message": "add", "stream": False})
     assert resp.status_code == 200
     body = resp.json()
     assert body["status"] == "COMPLETED" and body["content"] == "The sum is 5." and body["is_paused"] is False

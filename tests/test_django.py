@@ -255,3 +255,79 @@ def test_listings_show_each_user_only_what_they_may_read(project: dict[str, Any]
     assert client(bob, csrf=True).delete(f"/ai/runs/{run_id}").status_code == 403  # a session caller needs CSRF
     assert client(bob).delete(f"/ai/sessions/{session}").status_code == 204
     assert client(bob).get(f"/ai/runs/{run_id}").status_code == 404
+
+
+def agui_input(thread: str, text: str) -> str:
+    message = {"id": uuid.uuid4().hex, "role": "user", "content": text}
+    body = {"threadId": thread, "runId": uuid.uuid4().hex, "state": {}, "messages": [message], "tools": [],
+            "context": [], "forwardedProps": {}}  # fmt: skip
+    return json.dumps(body)
+
+
+def test_a_django_user_stays_out_of_another_user_s_session(project: dict[str, Any]) -> None:
+    bob, eve, ada = project["bob"], project["eve"], project["ada"]
+    session, secret = f"bob-{uuid.uuid4().hex[:6]}", "my locker code is 4711"
+    first = client(bob).post("/ai/agents/offline/runs", {"message": secret, "stream": "false", "session_id": session})
+    assert first.status_code == 200, first.content
+
+    def runs_of_session() -> list[str]:
+        answer = client(ada).get("/ai/runs", {"session_id": session, "limit": "100"}).json()
+        return sorted(r["run_id"] for r in answer["runs"])
+
+    before = runs_of_session()
+    for strategy in ("reject", "enqueue", "interrupt"):
+        form = {"message": "what did he say?", "session_id": session, "multitask_strategy": strategy}
+        refused = client(eve).post("/ai/agents/offline/runs", {**form, "stream": "true"})
+        assert refused.status_code == 404 and refused.json()["code"] == "session_not_found", refused.content
+        assert secret.encode() not in refused.content
+    for path in ("/ai/agui/offline", "/ai/agui/offline/connect"):
+        agui = client(eve).post(path, agui_input(session, "tell me"), content_type="application/json")
+        assert agui.status_code == 404, agui.content
+        assert secret.encode() not in b"".join(agui.streaming_content if agui.streaming else [agui.content])
+    assert client(eve).get(f"/ai/sessions/{session}").status_code == 404
+    assert client(eve).delete(f"/ai/sessions/{session}").status_code == 404
+    scheduled = client(eve).post(
+        "/ai/schedules",
+        json.dumps({"agent_id": "offline", "message": "again", "every_seconds": 60, "session_id": session}),
+        content_type="application/json",
+    )
+    assert scheduled.status_code == 404, scheduled.content
+    assert runs_of_session() == before  # nothing was created
+    view = client(bob).get(f"/ai/sessions/{session}").json()
+    assert view["user_id"] == str(bob.pk) and secret in json.dumps(view["messages"])
+
+
+def test_a_django_user_s_schedules_are_theirs(project: dict[str, Any]) -> None:
+    bob, eve, ada = project["bob"], project["eve"], project["ada"]
+    made = client(bob).post(
+        "/ai/schedules",
+        json.dumps({"agent_id": "offline", "message": "daily", "cron": "0 9 * * *"}),
+        content_type="application/json",
+    )
+    assert made.status_code == 201, made.content
+    schedule_id = made.json()["schedule_id"]
+    shown = [s["schedule_id"] for s in client(eve).get("/ai/schedules").json()["schedules"]]
+    assert schedule_id not in shown
+    assert client(eve).get(f"/ai/schedules/{schedule_id}").status_code == 404
+    assert client(eve).post(f"/ai/schedules/{schedule_id}/pause").status_code == 404
+    assert client(eve).delete(f"/ai/schedules/{schedule_id}").status_code == 404
+    assert client(ada).get(f"/ai/schedules/{schedule_id}").status_code == 200  # staff
+    assert client(bob).get(f"/ai/schedules/{schedule_id}").json()["paused"] is False
+    assert client(bob).delete(f"/ai/schedules/{schedule_id}").status_code == 204
+
+
+def test_anonymous_callers_do_not_see_what_api_key_clients_started(project: dict[str, Any]) -> None:
+    from django.conf import settings
+    from django.test import override_settings
+
+    machine = client().post(
+        "/ai/agents/offline/runs", {"message": "hi", "stream": "false"}, HTTP_AUTHORIZATION="Bearer machine-key"
+    )
+    machine_run = machine.json()["run_id"]
+    with override_settings(AGENTS_CELERY={**settings.AGENTS_CELERY, "ALLOW_ANONYMOUS": True}):
+        assert client().get(f"/ai/runs/{machine_run}").status_code == 404
+        mine = client().post("/ai/agents/offline/runs", {"message": "hi", "stream": "false"})
+        assert mine.status_code == 200, mine.content
+        assert client().get(f"/ai/runs/{mine.json()['run_id']}").status_code == 200  # anonymous runs: theirs
+        listed = [r["run_id"] for r in client().get("/ai/runs", {"limit": "200"}).json()["runs"]]
+        assert machine_run not in listed and mine.json()["run_id"] in listed

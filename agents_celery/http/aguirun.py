@@ -136,6 +136,7 @@ class AguiEndpoint:
         self.api._allow(req, "start", agent_id=agent_id)
         inp = parse_input(req.body())
         thread, client_run = inp.thread_id, inp.run_id
+        self.api._session_access(req, thread, "start", agent_id)  # another user's thread: 404, as a hidden run
         seen = self.store.segment(thread, client_run)
         if seen is not None:
             return self._attach(req, inp, *seen)
@@ -145,7 +146,7 @@ class AguiEndpoint:
             return self._attach(req, inp, existing, -1)
         active = self._active(thread)
         if active is not None and active.agent_id != agent_id:
-            raise SessionBusyError(f"thread {thread!r} has a live run of agent {active.agent_id!r}")
+            raise SessionBusyError(f"thread {thread!r} is busy: it has a live run of another agent")
         if active is not None and active.status == RunStatus.PAUSED:
             return self._resume(req, inp, active)
         answers = trailing_tool_answers(inp.messages)
@@ -156,9 +157,7 @@ class AguiEndpoint:
                 return self._attach(req, inp, *replay)
             return self._refuse(inp, "the thread has no open interrupts or tool calls to answer", "nothing_to_resume")
         if active is not None:
-            raise SessionBusyError(
-                f"thread {thread!r} has a {active.status.value} run ({active.run_id}); wait or stop it"
-            )
+            raise SessionBusyError(f"thread {thread!r} is busy: a run of it is {active.status.value}; wait or stop it")
         if not inp.messages or inp.messages[-1].role != "user":
             raise BodyValidationError("messages must end with the new user message")
         text = text_of(inp.messages[-1].content)
@@ -232,6 +231,7 @@ class AguiEndpoint:
 
         self.runtime.agent_manifest(agent_id)
         inp = parse_input(req.body())
+        self.api._session_access(req, inp.thread_id, "read", agent_id)
         seen = self.store.segment(inp.thread_id, inp.run_id)
         run_id = seen[0] if seen else self.store.session_active(inp.thread_id)
         if run_id is None:

@@ -8,9 +8,13 @@ stream never cancels its run.
 
 **Who may do what.** The bearer API key (``AGENTS_CELERY_API_KEY``) guards every route but ``/health``. On top
 of it, a front end may pass an :data:`Authorize` hook: it is asked before each action (``list``, ``start``,
-``read``, ``continue``, ``stop``) with the caller's user id and, for a run, the run; a refused read, continue
-or stop answers 404 (the run's existence is not revealed), a refused start or list 403. Runs record the user
-id of the caller that started them. Without a hook every caller may do everything (the API key decides).
+``read``, ``continue``, ``stop``, ``delete``) with the caller's user id and the resource the action touches,
+never None when one exists: the run (:class:`RunView`), the session (:class:`SessionInfo` or
+:class:`SessionView`: its ``user_id`` is its owner, the user of its first run) or the schedule
+(:class:`Schedule`); each has ``user_id``. A start into an existing session is asked with the session, an
+``interrupt`` start also ``stop`` with the session's live run. What the rule refuses on a resource answers 404
+(its existence is not revealed), a refused start or list of an agent 403. Runs, sessions and schedules record
+the user id of the caller that made them. Without a hook every caller may do everything (the API key decides).
 
 **Statuses.** ``/runs/...`` routes and the JSON of ``/agents/.../runs`` answers (202, cancel) spell a run's
 status as the library does (``queued``, ``running``, ``paused``, ``completed``, ``failed``, ``cancelled``).
@@ -37,13 +41,16 @@ from ..errors import (
     RedisUnavailableError,
     RunExpiredError,
     RunNotFoundError,
+    ScheduleNotFoundError,
+    SessionBusyError,
     SessionNotFoundError,
     StateError,
     ValidationError,
 )
 from ..events import Event, parse_position
-from ..runs import RunView, SessionView, ToolCall
+from ..runs import RunView, SessionInfo, SessionView, ToolCall
 from ..runtime import Runtime
+from ..schedule import Schedule
 from ..storage.eventlog import LogInfo, check_offset
 from .agentos import AGNO_STATUS, tool_object
 from .aguirun import AguiEndpoint
@@ -52,8 +59,11 @@ from .sse import LogStream
 from .streams import Streams
 
 Action = Literal["list", "start", "read", "continue", "stop", "delete"]
-#: ``authorize(action, user_id, run, agent_id)`` -> whether the caller may; ``run`` is None for list/start.
-Authorize = Callable[[Action, "str | None", "RunView | None", "str | None"], bool]
+#: What an action touches: a run, a session or a schedule (each has ``user_id``, its owner).
+Resource = RunView | SessionInfo | SessionView | Schedule
+#: ``authorize(action, user_id, resource, agent_id)`` -> whether the caller may; ``resource`` is None only for a
+#: listing or a start that names nothing existing.
+Authorize = Callable[[Action, "str | None", "Resource | None", "str | None"], bool]
 
 #: Most specific first: the first class an error is an instance of decides its status.
 STATUS: tuple[tuple[type[AgentsCeleryError], int], ...] = (
@@ -199,14 +209,43 @@ class API:
             return
         raise AuthenticationError("send 'Authorization: Bearer <key>' with the API key (AGENTS_CELERY_API_KEY)")
 
-    def _allow(self, req: Request, action: Action, run: RunView | None = None, agent_id: str | None = None) -> None:
-        rule = req.authorize or self.authorize
-        if rule is None or rule(action, req.user_id, run, agent_id):
+    def _rule(self, req: Request) -> Authorize | None:
+        return req.authorize or self.authorize
+
+    def _allow(
+        self, req: Request, action: Action, resource: Resource | None = None, agent_id: str | None = None
+    ) -> None:
+        rule = self._rule(req)
+        if rule is None or rule(action, req.user_id, resource, agent_id):
             return
-        if run is not None:  # do not reveal that the run exists
-            raise RunNotFoundError(f"run {run.run_id!r} does not exist")
-        what = f"runs of agent {agent_id!r}" if agent_id else "agents"
-        raise ForbiddenError(f"you may not {action} {what}")
+        raise _hidden(resource) if resource is not None else _forbidden(action, agent_id)
+
+    def _session_access(self, req: Request, session_id: str | None, action: Action, agent_id: str | None) -> None:
+        """The access check of a route that names a session: asked with the session when it exists (404 when
+        refused, as for a hidden run). A start records the caller as the owner of a session nobody owns yet."""
+        if not session_id or self._rule(req) is None:
+            return
+        if action == "start":
+            owner = self.runtime.claim_session(session_id, req.user_id)
+        else:
+            known, owner = self.runtime.session_owner(session_id)
+            if not known:
+                return
+        info = SessionInfo(session_id, 0, self.runtime.store.session_active(session_id), owner)
+        self._allow(req, action, info, agent_id)
+
+    def _may_interrupt(self, req: Request, session_id: str | None, agent_id: str) -> None:
+        """An ``interrupt`` start stops the session's live run: the caller must be allowed to stop it."""
+        active = self.runtime.store.session_active(session_id) if session_id and self._rule(req) else None
+        if active is None:
+            return
+        try:
+            view = self.runtime.get(active)
+        except (RunNotFoundError, RunExpiredError):
+            return
+        rule = self._rule(req)
+        if rule is not None and not view.status.is_final and not rule("stop", req.user_id, view, view.agent_id):
+            raise SessionBusyError(f"session {session_id!r} is busy, and you may not interrupt its live run")
 
     def _run(self, req: Request, run_id: str, action: Action, agent_id: str | None = None) -> LogInfo:
         """The run's log (404 for an unknown agent or run, a run of another agent, or one the caller may not see)."""
@@ -245,6 +284,9 @@ class API:
         user_id = req.user_id or body.user_id
         if req.user_id and body.user_id and body.user_id != req.user_id:
             raise ForbiddenError(f"you are user {req.user_id!r}: you may not start runs as {body.user_id!r}")
+        self._session_access(req, body.session_id, "start", agent_id)
+        if body.multitask_strategy == "interrupt":
+            self._may_interrupt(req, body.session_id, agent_id)
         stream = self.runtime.stream(
             agent_id,
             body.message,
@@ -317,6 +359,7 @@ class API:
         body = parse(req.body(), ScheduleBody, limits=self.limits)
         self.runtime.agent_manifest(body.agent_id)
         self._allow(req, "start", agent_id=body.agent_id)
+        self._session_access(req, body.session_id, "start", body.agent_id)
         found = self.runtime.schedule(
             body.agent_id,
             body.message,
@@ -330,20 +373,20 @@ class API:
 
     def list_schedules(self, req: Request) -> Reply:
         self._allow(req, "list")
-        rule = req.authorize or self.authorize
-        shown = [s for s in self.runtime.schedules() if rule is None or rule("list", req.user_id, None, s.agent_id)]
+        rule = self._rule(req)
+        shown = [s for s in self.runtime.schedules() if rule is None or rule("read", req.user_id, s, s.agent_id)]
         return Reply(200, {"schedules": [s.to_dict() for s in shown]})
 
-    def _schedule(self, req: Request, schedule_id: str, action: Action) -> Any:
+    def _schedule(self, req: Request, schedule_id: str, action: Action) -> Schedule:
         found = self.runtime.get_schedule(schedule_id)
-        self._allow(req, action, agent_id=found.agent_id)
+        self._allow(req, action, found, found.agent_id)
         return found
 
     def get_schedule(self, req: Request, schedule_id: str) -> Reply:
-        return Reply(200, self._schedule(req, schedule_id, "list").to_dict())
+        return Reply(200, self._schedule(req, schedule_id, "read").to_dict())
 
     def pause_schedule(self, req: Request, schedule_id: str, paused: bool) -> Reply:
-        self._schedule(req, schedule_id, "start")
+        self._schedule(req, schedule_id, "stop" if paused else "start")
         return Reply(200, self.runtime.pause_schedule(schedule_id, paused).to_dict())
 
     def delete_schedule(self, req: Request, schedule_id: str) -> Reply:
@@ -375,7 +418,7 @@ class API:
 
     def _keep(self, req: Request, action: Action = "read") -> Callable[[RunView], bool] | None:
         """What the caller may see of a listing (None: everything)."""
-        rule = req.authorize or self.authorize
+        rule = self._rule(req)
         if rule is None:
             return None
         return lambda view: bool(rule(action, req.user_id, view, view.agent_id))
@@ -413,11 +456,13 @@ class API:
 
     def list_sessions(self, req: Request) -> Reply:
         self._allow(req, "list")
-        keep = self._keep(req)
+        rule = self._rule(req)
 
-        def visible(session_id: str) -> bool:  # as its newest run is
-            newest = self.runtime.runs(session_id=session_id, limit=1).runs
-            return keep is None or (bool(newest) and keep(newest[0]))
+        def visible(session_id: str) -> bool:  # as the session is: its owner decides
+            if rule is None:
+                return True
+            known, owner = self.runtime.session_owner(session_id)
+            return known and bool(rule("read", req.user_id, SessionInfo(session_id, 0, None, owner), None))
 
         try:
             page = self.runtime.sessions(
@@ -433,11 +478,9 @@ class API:
         return Reply(200, page.to_dict())
 
     def _session(self, req: Request, session_id: str, action: Action) -> SessionView:
-        """The session, if the caller may ``action`` every run of it (404 otherwise: not even its existence)."""
+        """The session, if the caller may ``action`` it (404 otherwise: not even its existence)."""
         view = self.runtime.session(session_id)
-        keep = self._keep(req, action)
-        if keep is not None and not (view.runs and all(keep(r) for r in view.runs)):
-            raise SessionNotFoundError(f"session {session_id!r} does not exist (or has expired)")
+        self._allow(req, action, view)
         return view
 
     def get_session(self, req: Request, session_id: str) -> Reply:
@@ -496,6 +539,20 @@ class API:
     def run_output(self, run_id: str) -> Reply:
         """The run as AgentOS's ``RunOutput`` JSON (what a :class:`Wait` answers)."""
         return Reply(200, run_output(self.runtime.get(run_id)))
+
+
+def _hidden(resource: Resource) -> NotFoundError:
+    """The 404 of a resource the caller may not see: worded as for one that does not exist."""
+    if isinstance(resource, RunView):
+        return RunNotFoundError(f"run {resource.run_id!r} does not exist")
+    if isinstance(resource, Schedule):
+        return ScheduleNotFoundError(f"no schedule {resource.schedule_id!r}")
+    return SessionNotFoundError(f"session {resource.session_id!r} does not exist (or has expired)")
+
+
+def _forbidden(action: Action, agent_id: str | None) -> ForbiddenError:
+    what = f"runs of agent {agent_id!r}" if agent_id else "agents"
+    return ForbiddenError(f"you may not {action} {what}")
 
 
 def _agent(manifest: dict[str, Any]) -> dict[str, Any]:

@@ -40,6 +40,9 @@ Per session (``<p>:session:{<sid>}...``):
 - ``<p>:session:{<sid>}:waiting`` *list* — runs created with ``multitask_strategy`` ``enqueue`` or
   ``interrupt`` while another run held the session, in order; the first starts when the session is free.
   Such a run's record has ``waiting`` = 1 until it starts.
+- ``<p>:session:{<sid>}:owner`` *string* — who the session belongs to: ``u:<user id>`` of its first run's user,
+  or ``-`` when that run had none (API-key callers). Set once (first run wins), ``PX`` at least as long as the
+  history lives (max of ``session_ttl`` and retention), extended at each run start and history append.
 - ``<p>:session:{<sid>}:agui`` *hash* — the AG-UI endpoint's segments: an AG-UI ``runId`` (or
   ``resume:<interrupt ids>``) -> ``<run_id> <offset>``, the run and the offset its stream starts after.
   ``PX session_ttl``, refreshed on each write.
@@ -89,6 +92,7 @@ class SessionKeys:
     synced: str
     agui: str
     waiting: str
+    owner: str
 
 
 @dataclass(frozen=True)
@@ -112,7 +116,9 @@ class Keys:
 
     def session(self, session_id: str) -> SessionKeys:
         base = f"{self.prefix}:session:{{{session_id}}}"
-        return SessionKeys(f"{base}:active", f"{base}:history", f"{base}:synced", f"{base}:agui", f"{base}:waiting")
+        return SessionKeys(
+            f"{base}:active", f"{base}:history", f"{base}:synced", f"{base}:agui", f"{base}:waiting", f"{base}:owner"
+        )
 
     @property
     def agents(self) -> str:

@@ -196,6 +196,7 @@ class RunStore:
         self._session_take = register(client, "session_take")
         self._session_release = register(client, "session_release")
         self._session_sync = register(client, "session_sync")
+        self._session_own = register(client, "session_own")
         #: Versions of live runs' states this process committed: its next claim of the run skips the load.
         self.states = StateCache(cached_states)
         self.index = RunIndex(client, self.keys, settings)
@@ -512,7 +513,7 @@ class RunStore:
         """Remove a session's conversation and its index entries (its runs are deleted one by one first)."""
         sk = self.keys.session(session_id)
         with self.redis.pipeline(transaction=False) as pipe:
-            pipe.delete(sk.history, sk.synced, sk.agui)
+            pipe.delete(sk.history, sk.synced, sk.agui, sk.owner)
             self.index.forget_session(pipe, session_id, None)
             for user_id in {u for u in user_ids if u}:
                 self.index.forget_session(pipe, session_id, user_id)
@@ -546,7 +547,20 @@ class RunStore:
         # A session made for this run alone ends with it: its history is kept as long as the run's log.
         ttl = str(self.settings.retention_ms if state.own_session else int(self.settings.session_ttl_seconds * 1000))
         messages = [json.dumps(m) for m in state.new_messages] if state.status == "completed" else []
-        self._session_sync(keys=[sk.history, sk.synced], args=[state.run_id, ttl, *messages])
+        self._session_sync(keys=[sk.history, sk.synced, sk.owner], args=[state.run_id, ttl, *messages])
+
+    def session_owner(self, session_id: str) -> tuple[bool, str | None]:
+        """Whether the session has an owner recorded, and who (None: a run without a user started it)."""
+        raw = self.redis.get(self.keys.session(session_id).owner)
+        if raw is None:
+            return False, None
+        return True, _owner(_text(raw))
+
+    def session_own(self, session_id: str, user_id: str | None) -> str | None:
+        """Record ``user_id`` as the session's owner unless it has one; returns the owner as recorded."""
+        ttl = max(int(self.settings.session_ttl_seconds * 1000), self.settings.retention_ms)
+        recorded = self._session_own(keys=[self.keys.session(session_id).owner], args=[_owner_value(user_id), ttl])
+        return _owner(_text(recorded))
 
     def wait_in_line(self, session_id: str, run_id: str) -> None:
         """Put a run at the end of the session's line (it starts when the runs before it ended)."""
@@ -602,3 +616,12 @@ class RunStore:
     def manifest(self, name: str) -> dict[str, Any] | None:
         raw = self.redis.hget(self.keys.agents, name)
         return json.loads(raw) if raw else None
+
+
+def _owner_value(user_id: str | None) -> str:
+    """How a session's owner is stored: ``u:<id>``, or ``-`` for none."""
+    return "-" if user_id is None else f"u:{user_id}"
+
+
+def _owner(value: str) -> str | None:
+    return None if value == "-" else value.removeprefix("u:")

@@ -25,8 +25,7 @@ from ...errors import AgentsCeleryError, AuthenticationError
 from ...http import sse
 from ...http.bodies import check_size, fields_of
 from ...http.openapi import spec
-from ...http.protocol import API, Action, Headers, Reply, Request, error_reply
-from ...runs import RunView
+from ...http.protocol import API, Action, Headers, Reply, Request, Resource, error_reply
 from .apps import config
 
 View = Callable[..., Awaitable[HttpResponse]]
@@ -84,19 +83,21 @@ def _csrf_probe(request: HttpRequest) -> None:  # a view without csrf_exempt, fo
     return None
 
 
-def _rule(user_id: str | None, staff: bool, user: Any, anonymous: bool) -> Callable[..., bool]:
+#: The user id of what anonymous callers start (with ``ALLOW_ANONYMOUS``): theirs together, and never the runs of
+#: API-key clients (whose user id is None).
+ANONYMOUS = "(anonymous)"
+
+
+def _rule(user_id: str | None, staff: bool, user: Any) -> Callable[..., bool]:
     """The access rule of one caller (see the package docs)."""
     custom = config().front_end("AUTHORIZE", None)
     if custom is not None:  # the project's rule, with the Django user (None for an anonymous caller)
         hook = import_string(custom) if isinstance(custom, str) else custom
-        return lambda action, _uid, run, agent_id: bool(hook(action, user, run, agent_id))
+        return lambda action, _uid, resource, agent_id: bool(hook(action, user, resource, agent_id))
 
-    def rule(action: Action, caller: str | None, run: RunView | None, agent_id: str | None) -> bool:
-        if run is None:
-            return True
-        if anonymous:
-            return run.user_id is None
-        return run.user_id == user_id or staff
+    def rule(action: Action, caller: str | None, resource: Resource | None, agent_id: str | None) -> bool:
+        # A run, session or schedule is its owner's (and staff's); anonymous callers own what they started.
+        return resource is None or resource.user_id == user_id or staff
 
     return rule
 
@@ -126,14 +127,14 @@ async def protocol_request(request: HttpRequest, api: API) -> Request | HttpResp
         if not config().front_end("ALLOW_ANONYMOUS", False):
             raise AuthenticationError("log in, or send 'Authorization: Bearer <key>' with the API key")
         return Request(
-            request.method or "GET", headers, request.GET, body, None, run_url, _rule(None, False, None, True)
+            request.method or "GET", headers, request.GET, body, ANONYMOUS, run_url, _rule(ANONYMOUS, False, None)
         )
     if request.method not in ("GET", "HEAD", "OPTIONS"):
         refused = _csrf_refusal(request)
         if refused is not None:
             return refused
     return Request(
-        request.method or "GET", headers, request.GET, body, user_id, run_url, _rule(user_id, staff, user, False)
+        request.method or "GET", headers, request.GET, body, user_id, run_url, _rule(user_id, staff, user)
     )
 
 
