@@ -17,11 +17,13 @@ waits, reading the log with the asyncio Redis client; under WSGI the same views 
 
 **Who may do what.** A request with ``Authorization: Bearer <API_KEY>`` is a machine client and may do
 anything. Otherwise the Django user decides: a run belongs to the user who started it (``user_id`` is their
-primary key); they and staff may read, continue and stop it; others get 404. Anonymous requests are refused
-(401) unless ``ALLOW_ANONYMOUS`` is true, and then see only anonymous runs. Requests authenticated by Django's
-session cookie need the CSRF token (``X-CSRFToken``) on POST, as any Django view; API-key and anonymous
-clients need none. ``AUTHORIZE`` (a dotted path to ``authorize(action, user, run, agent_id) -> bool``, with
-the Django user) replaces the default rule.
+primary key), a session to the user of its first run, a schedule to its maker; they and staff may read,
+continue, stop and delete them; others get 404. Anonymous requests are refused (401) unless ``ALLOW_ANONYMOUS``
+is true, and then own what they start together (user id ``(anonymous)``), never what API-key clients started.
+Requests authenticated by Django's session cookie need the CSRF token (``X-CSRFToken``) on POST, as any Django
+view; API-key and anonymous clients need none. ``AUTHORIZE`` (a dotted path to
+``authorize(action, user, resource, agent_id) -> bool``, with the Django user and the run, session or schedule)
+replaces the default rule.
 
 **Settings**: ``AGENTS_CELERY`` in settings.py (keys in any case: ``REDIS_URL``, ``API_KEY``, ``QUEUE`` ...;
 front-end keys ``ALLOW_ANONYMOUS``, ``AUTHORIZE``, ``KEEPALIVE_SECONDS``, ``BLOCK_SECONDS``,
