@@ -30,6 +30,14 @@ FRONT_END_KEYS = frozenset(
 )
 SENTINEL_SCHEMES = {"redis+sentinel", "sentinel"}
 _REDIS_SCHEMES = {"redis", "rediss", "unix", "redis+socket", "redis+sentinel", "sentinel"}
+DEFAULT_KEY_PREFIX = "ac"
+DEFAULT_QUEUE = "agents"
+
+
+def default_queue(key_prefix: str) -> str:
+    """The step queue of a deployment that names none: ``agents`` under the default key prefix (as ever),
+    ``agents-<prefix>`` under another, so two deployments on one broker each consume only their own steps."""
+    return DEFAULT_QUEUE if key_prefix == DEFAULT_KEY_PREFIX else f"{DEFAULT_QUEUE}-{key_prefix}"
 
 
 class Settings(BaseSettings):
@@ -45,9 +53,10 @@ class Settings(BaseSettings):
     #: When set, every API route needs ``Authorization: Bearer <key>``.
     api_key: str | None = None
     #: Prefix of every Redis key; lets several deployments (or test sessions) share one Redis.
-    key_prefix: str = "ac"
-    #: Celery queue the step tasks go to.
-    queue: str = "agents"
+    key_prefix: str = DEFAULT_KEY_PREFIX
+    #: Celery queue the step tasks go to. Unset: ``agents`` under the default prefix, ``agents-<prefix>`` under
+    #: any other, so deployments sharing a broker never consume each other's steps (:func:`default_queue`).
+    queue: str = DEFAULT_QUEUE
     #: How long a finished run's events and state are kept.
     retention_seconds: float = Field(default=86_400.0, gt=0)
     #: How long after retention a read still says "expired" (410) rather than "unknown" (404).
@@ -61,6 +70,9 @@ class Settings(BaseSettings):
     #: After a stop, how long a running tool or a silent model may take to return before the step walks away
     #: from it (the run then ends ``cancelled`` at once; the call is abandoned on its thread).
     stop_grace_seconds: float = Field(default=2.0, ge=0)
+    #: Abandoned calls (above) still running on their threads past which a worker process takes no new step:
+    #: each refused step is handed back (the sweeper sends it again, to any worker) until some of them return.
+    max_abandoned_threads: int = Field(default=16, ge=1)
     #: A tool's deadline unless ``@tool(timeout=...)`` says otherwise: past it the model gets an error result.
     tool_timeout_seconds: float = Field(default=300.0, gt=0)
     #: A model turn's wall-clock deadline (not only a read timeout: a server sending keep-alives forever ends
@@ -103,6 +115,13 @@ class Settings(BaseSettings):
     webhook_retries: int = Field(default=8, ge=0)
     webhook_backoff_seconds: float = Field(default=2.0, gt=0)
     webhook_timeout_seconds: float = Field(default=10.0, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _queue_of_prefix(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("queue") is None and data.get("key_prefix"):
+            return {**data, "queue": default_queue(str(data["key_prefix"]))}
+        return data
 
     @field_validator("redis_url")
     @classmethod

@@ -155,7 +155,7 @@ def _register_step(app: Celery, ext: AgentsCelery) -> None:
     @app.task(name=STEP_TASK, queue=ext.settings.queue, **OWN_TASK_OPTIONS, **request_class)  # type: ignore[untyped-decorator]
     def step(self: Any, run_id: str, step: int, agent: str | None = None) -> str:
         """One step of one run: a model turn or the tool calls of a turn."""
-        return ext.engine.execute(run_id, int(step), ext.delivery(self.request))
+        return ext.execute(run_id, int(step), self.request)
 
     @signals.worker_ready.connect(weak=False)  # type: ignore[untyped-decorator]
     def _ready(sender: Any = None, **_: Any) -> None:

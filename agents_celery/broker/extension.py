@@ -4,13 +4,24 @@ the publisher, and which fast paths apply (``app.agents_celery``).
 A step is sent to its agent's queue (``Agent(queue=...)``, else ``AGENTS_CELERY_QUEUE``), with the ids that
 make Flower show a run's steps as one chain: the root is the run's first step task, the parent the task of the
 step before (both kept in the run's record, so a continue from the API or a re-send by the sweeper links too).
+
+A front end in the same process (the Django app, Flask's ``init_app``) sends its steps through the app
+``configure`` joined, so through the host's broker, as the worker does: :func:`host_app` finds it. The apps
+joined are kept weakly in :data:`JOINED` (newest last), the way Celery keeps its own apps.
+
+Before a step is claimed, a worker process refuses it while too many calls it walked away from still hold their
+threads (``max_abandoned_threads``, :mod:`agents_celery.engine.calls`): the step is handed back unclaimed (the
+sweeper sends it again, to any worker) and the refusal is logged and counted. A step of a run its key prefix does
+not hold is logged as a warning: another deployment's worker sharing its queue would otherwise mis-serve it
+silently.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +30,7 @@ from celery.concurrency.solo import TaskPool as SoloPool
 from celery.concurrency.thread import TaskPool as ThreadsPool
 
 from ..agent import Agent
+from ..engine.calls import ABANDONED
 from ..engine.engine import Delivery, Engine, FreshClaim, first_started
 from ..engine.sweeper import SweeperThread
 from ..hooks import Hooks
@@ -31,6 +43,30 @@ from .fastpaths import FastPaths, claim_on_receipt, claimed_ahead, commit_acks
 from .publisher import StepPublisher
 
 log = logging.getLogger(__name__)
+
+#: The Celery apps :func:`configure <agents_celery.configure>` joined in this process (weakly), newest last.
+JOINED: list[weakref.ref[Celery]] = []
+
+
+def _joined(app: Celery) -> None:
+    JOINED[:] = [r for r in JOINED if r() is not None and r() is not app] + [weakref.ref(app)]
+
+
+def host_app(settings: Settings, candidates: Iterable[Any] = ()) -> Celery | None:
+    """The host's Celery app a front end with ``settings`` sends its steps with: the first of ``candidates``
+    (e.g. Flask's ``app.extensions["celery"]``), then of the apps joined in this process (newest first), that
+    ``configure`` joined for the same Redis and key prefix. None when agents-celery's own broker is set
+    (``CELERY_BROKER_URL`` in the environment or ``broker_url`` in its settings: that one wins) or none fits."""
+    if settings.broker_url:
+        return None
+    joined = [r() for r in reversed(JOINED)]
+    for app in [*candidates, *joined]:
+        ext = getattr(app, "agents_celery", None)
+        if isinstance(app, Celery) and isinstance(ext, AgentsCelery) and ext.app is app:
+            mine = ext.settings
+            if (mine.redis_url, mine.key_prefix) == (settings.redis_url, settings.key_prefix):
+                return app
+    return None
 
 
 class AgentsCelery:
@@ -49,6 +85,7 @@ class AgentsCelery:
         self.fast = FastPaths.decide(settings.fast_paths)
         self.publisher = StepPublisher(app, settings.queue, self.fast)
         self._paths_known = False
+        _joined(app)
 
     def queue_of(self, agent_id: str) -> str:
         """The queue an agent's steps go to."""
@@ -87,6 +124,34 @@ class AgentsCelery:
             fast.off("claim_on_receipt", "it rides the commit_acks request")
         return fast
 
+    def execute(self, run_id: str, step: int, request: Any) -> str:
+        """The step task's body: one attempt of the step, unless this process must refuse it (module docs)."""
+        delivery = self.delivery(request)
+        claimed = isinstance(delivery, FastDelivery) and delivery.claimed
+        if not claimed and ABANDONED.refuse(self.settings.max_abandoned_threads):
+            counts = ABANDONED.snapshot()
+            log.warning(
+                "run=%s step=%d: refused, %d abandoned calls still hold threads here (max_abandoned_threads=%d); "
+                "the step is handed back (%d refused so far)",
+                run_id,
+                step,
+                counts["abandoned_running"],
+                self.settings.max_abandoned_threads,
+                counts["refused_steps"],
+            )
+            return "refused"
+        outcome = self.engine.execute(run_id, step, delivery)
+        if outcome == "notfound":
+            log.warning(
+                "run=%s step=%d: no such run under key prefix %r: another deployment's step on queue %r? Give each "
+                "deployment its own queue (AGENTS_CELERY_QUEUE; unset, it follows the key prefix)",
+                run_id,
+                step,
+                self.settings.key_prefix,
+                (getattr(request, "delivery_info", None) or {}).get("routing_key"),
+            )
+        return outcome
+
     def delivery(self, request: Any) -> Delivery:
         """What the broker adds to the attempt of a delivered step message (the plain path: its task id)."""
         fast = self.check_paths()
@@ -115,6 +180,8 @@ class AgentsCelery:
         args = request.args
         if len(args) < 2 or not isinstance(args[0], str):
             return None
+        if ABANDONED.running >= self.settings.max_abandoned_threads:
+            return None  # its task refuses it unclaimed (execute)
         return send_claim(self.engine, args[0], int(args[1]))
 
     def backlog(self, queue: str) -> int:
@@ -146,7 +213,10 @@ class AgentsCelery:
             return self._engine
 
     def on_worker_ready(self, pool: Any = None) -> None:
-        """Publish manifests and start the sweeper (in the worker's main process)."""
+        """Publish manifests, start the sweeper and answer metrics requests (in the worker's main process)."""
+        from .observability import register_metrics  # it imports this module's importer
+
+        register_metrics()
         store = self.engine.store
         store.publish_manifests([a.manifest() for a in self.agents.values()])
         self.sweeper = SweeperThread(store, self.resend, self.backlog, self.publisher.notify)
@@ -201,6 +271,11 @@ class FastDelivery(Delivery):
         if ahead is not None:
             ahead.close()
         return fresh()
+
+    @property
+    def claimed(self) -> bool:
+        """Its claim was sent on receipt (it took an attempt already: the step is not refused then)."""
+        return self._ahead is not None
 
     def next_task(self, run_id: str, step: int, agent_id: str) -> tuple[str, str] | None:
         return self._next_task(run_id, step, agent_id) if self._next_task is not None else None

@@ -12,11 +12,17 @@
   the incoming ``traceparent``, so the API request and the steps it enqueues share one trace. Configure
   the tracer provider and exporter yourself (``opentelemetry-sdk``); with the prefork pool, call
   ``instrument`` in ``worker_process_init`` too.
+- **Metrics.** A worker answers the remote-control command ``agents_celery_metrics`` (``app.control.broadcast(
+  "agents_celery_metrics", reply=True)``, or ``celery -A proj inspect agents_celery_metrics``) with
+  :func:`worker_metrics`: the calls it walked away from (all, and those still holding a thread), the steps it
+  refused because too many still did (``max_abandoned_threads``), and its call threads. With the prefork pool
+  each child counts its own; the figures are the main process's.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -24,6 +30,7 @@ from typing import Any
 
 from celery import Celery, signals
 
+from ..engine.calls import ABANDONED, THREAD_NAME
 from ..hooks import Hooks, StepInfo
 from .celery_app import extension
 from .publisher import STEP_TASK
@@ -126,6 +133,26 @@ def setup_logging(app: Celery) -> None:
         return  # not configured for agents-celery: the task signals still tag records with run and step
     if not any(isinstance(h, LogContextHooks) for h in hooks):
         hooks.insert(0, LogContextHooks())  # first, so the other hooks' records carry the attempt
+
+
+# -- metrics --------------------------------------------------------------------------------------------
+
+
+def worker_metrics() -> dict[str, int]:
+    """This process's counters: ``abandoned_calls``, ``abandoned_running``, ``refused_steps``, ``call_threads``."""
+    threads = sum(1 for t in threading.enumerate() if t.name == THREAD_NAME)
+    return {**ABANDONED.snapshot(), "call_threads": threads}
+
+
+def register_metrics() -> None:
+    """Let workers answer ``agents_celery_metrics`` (Celery's documented way to add a remote-control command)."""
+    from celery.worker.control import inspect_command
+
+    def agents_celery_metrics(state: Any) -> dict[str, int]:
+        """agents-celery counters: abandoned calls, refused steps, call threads."""
+        return worker_metrics()
+
+    inspect_command(name="agents_celery_metrics")(agents_celery_metrics)  # re-registering replaces it
 
 
 # -- traces -----------------------------------------------------------------------------------------------

@@ -7,7 +7,9 @@ the call's own deadline (a tool's ``timeout``, a turn's ``turn_timeout_seconds``
 thread until it returns, if ever; the step does not: it ends (cancelled, given back, or with an error the
 model or the run sees), so the worker's slot, the run's lease and the worker's shutdown are never held by it.
 Each abandoned call is counted (:data:`ABANDONED`) and logged; the step also writes a CUSTOM
-``call_abandoned`` event, so the run's stream shows it.
+``call_abandoned`` event, so the run's stream shows it. Threads are not free, so their number is capped: while
+``max_abandoned_threads`` abandoned calls still run, the worker refuses new steps (:meth:`Abandoned.refuse`;
+the broker layer hands each back before claiming it) rather than grow without end.
 
 The pool's threads are daemon threads, reused from call to call (a thread per call would cost a spawn per
 step), so a call that never returns does not keep the process alive either.
@@ -41,10 +43,12 @@ class CallAbandoned(Exception):
 
 @dataclass
 class Abandoned:
-    """Calls this process walked away from (they may still be running on their threads)."""
+    """Calls this process walked away from (they may still be running on their threads), and the steps it
+    refused because too many of them were."""
 
     count: int = 0
     running: int = 0
+    refused: int = 0
 
     def add(self) -> None:
         with _LOCK:
@@ -55,9 +59,25 @@ class Abandoned:
         with _LOCK:
             self.running -= 1
 
+    def refuse(self, cap: int) -> bool:
+        """Whether a new step must be refused: ``cap`` abandoned calls or more still hold their threads (the
+        refusal is counted)."""
+        with _LOCK:
+            if self.running < cap:
+                return False
+            self.refused += 1
+            return True
+
+    def snapshot(self) -> dict[str, int]:
+        """The counters, for logs and metrics (``abandoned_calls``, ``abandoned_running``, ``refused_steps``)."""
+        with _LOCK:
+            return {"abandoned_calls": self.count, "abandoned_running": self.running, "refused_steps": self.refused}
+
 
 ABANDONED = Abandoned()
 _LOCK = threading.Lock()
+#: The name of the call pool's threads.
+THREAD_NAME = "agents-celery-call"
 
 
 class _Job:
@@ -100,7 +120,7 @@ class _Pool:
             if not spawn:
                 self._idle -= 1
         if spawn:
-            threading.Thread(target=self._work, args=(job,), name="agents-celery-call", daemon=True).start()
+            threading.Thread(target=self._work, args=(job,), name=THREAD_NAME, daemon=True).start()
         else:
             self._jobs.put(job)
 
@@ -159,7 +179,14 @@ def run_call(fn: Callable[[], T], watch: Watch, *, what: str, deadline: float | 
                 break  # it returned just now after all
             ABANDONED.add()
             took = now - started
-            log.warning("%s: abandoned after %.1fs (%s); %d abandoned so far", what, took, reason, ABANDONED.count)
+            log.warning(
+                "%s: abandoned after %.1fs (%s); %d abandoned so far, %d still holding a thread",
+                what,
+                took,
+                reason,
+                ABANDONED.count,
+                ABANDONED.running,
+            )
             raise CallAbandoned(what, reason, took)
     if job.error is not None:
         raise job.error
