@@ -55,9 +55,10 @@ test-oldest:
 test-newest:
 	scripts/versions-suite .venv-newest --upgrade
 
+# Every bench; writes docs/benchmarks.md and README's Performance section from the run; exits 1 on a missed target.
 bench: install
 	PY=$(PY) scripts/ensure-redis
-	$(PY) -m bench
+	$(PY) -m bench --write docs/benchmarks.md --readme README.md
 
 # The three processes of the Procfile (web on :7777, worker, Flower on :5555) under honcho, from this directory.
 serve: install

@@ -1,7 +1,10 @@
-"""``python -m bench [--quick] [--only NAME ...]``: run the benches and print one table.
+"""``python -m bench [--quick] [--only NAME ...] [--write FILE] [--readme FILE]``: run the benches, print one table.
 
 Each row is a figure, the floor it is compared with (measured in the same run), their ratio, the target and
-whether it is met. A bench that fails is reported as one row and the others still run.
+whether it is met. A bench that fails is reported as one row and the others still run. ``--write`` writes the
+whole run (table, machine, time and load, method) as Markdown, ``--readme`` replaces a README's Performance
+section with an excerpt of the same run (:mod:`bench.report`). Exit status: 0 every target met, 1 a target
+missed, 2 a bench failed or something it needs is missing.
 """
 
 from __future__ import annotations
@@ -12,10 +15,14 @@ import platform
 import sys
 import time
 import traceback
+from pathlib import Path
 
-from .common import Row, log, print_table, stop_all
+from .common import Row, log, missing, print_table, stop_all
+from .report import RunInfo, document, readme_section, write_readme
 
 BENCHES = ["eventlog", "steps", "latency", "sse", "recovery", "pool", "listing", "schedules", "subagents"]
+#: Exit statuses.
+MET, MISSED, FAILED = 0, 1, 2
 
 
 def machine() -> str:
@@ -43,8 +50,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer samples (about 3 minutes in all)")
     parser.add_argument("--only", action="append", choices=BENCHES, metavar="NAME", help=f"one of {BENCHES}")
+    parser.add_argument("--write", type=Path, metavar="FILE", help="write the whole run as Markdown to FILE")
+    parser.add_argument("--readme", type=Path, metavar="FILE", help="replace FILE's '## Performance' section")
     args = parser.parse_args(argv)
     names = args.only or BENCHES
+    problems = missing(names)
+    if problems:
+        for problem in problems:
+            print(f"bench: cannot run: {problem}", file=sys.stderr)
+        return FAILED
+    info = RunInfo(benches=names, quick=args.quick)
+    log(f"started {info.started}; {info.load_start}")
     rows: list[Row] = []
     failed = False
     started = time.monotonic()
@@ -61,13 +77,23 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             stop_all()
         log(f"== {name} took {time.monotonic() - t0:.0f} s")
-    print(f"machine: {machine()}")
-    print(f"mode: {'quick' if args.quick else 'full'}; took {time.monotonic() - started:.0f} s")
+    info.finish(machine(), time.monotonic() - started)
+    print(f"machine: {info.machine}")
+    print(f"when: {info.started} to {info.ended}; load at the start: {info.load_start}; at the end: {info.load_end}")
+    print(f"mode: {'quick' if args.quick else 'full'}; took {info.took:.0f} s; {info.code}")
     print_table(rows)
+    if args.write:
+        args.write.write_text(document(rows, info, BENCHES))
+        log(f"wrote {args.write}")
+    if args.readme:
+        write_readme(args.readme, readme_section(rows, info))
+        log(f"wrote the Performance section of {args.readme}")
     missed = [r.figure for r in rows if r.met is False]
     if missed:
         print(f"targets missed: {', '.join(missed)}")
-    return 1 if failed else 0
+    if failed:
+        print("benches failed: " + ", ".join(r.figure for r in rows if r.skipped and r.skipped.startswith("FAILED")))
+    return FAILED if failed else MISSED if missed else MET
 
 
 if __name__ == "__main__":

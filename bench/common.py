@@ -71,7 +71,8 @@ class Row:
 
     ``ratio`` is ``value / floor_value``. ``cmp``/``target`` is the goal for the ratio (``"<="`` for times,
     ``">="`` for rates); ``target_abs`` is a goal for the value itself (used when the product states one, e.g.
-    a recovery time in seconds). A row with no target is informational; a skipped row says why.
+    a recovery time in seconds). A row with no target is informational; a skipped row says why. ``readme``
+    rows make the README's excerpt of the run (:mod:`bench.report`).
     """
 
     figure: str
@@ -83,6 +84,7 @@ class Row:
     target: float | None = None
     target_abs: float | None = None
     skipped: str | None = None
+    readme: bool = False
 
     @property
     def ratio(self) -> float | None:
@@ -140,8 +142,12 @@ def _num(value: float | None) -> str:
 HEADERS = ["figure", "value", "floor", "floor value", "ratio", "target", "met?"]
 
 
-def format_table(rows: Sequence[Row]) -> str:
+def format_table(rows: Sequence[Row], padded: bool = True) -> str:
+    """The rows as a Markdown table; ``padded``: columns aligned for a terminal (the README's is compact)."""
     table = [HEADERS, *[r.cells() for r in rows]]
+    if not padded:
+        lines = ["| " + " | ".join(line) + " |" for line in table]
+        return "\n".join([lines[0], "|" + "---|" * len(HEADERS), *lines[1:]])
     widths = [max(len(line[i]) for line in table) for i in range(len(HEADERS))]
     out = []
     for n, line in enumerate(table):
@@ -158,6 +164,36 @@ def print_table(rows: Sequence[Row]) -> None:
 def log(message: str) -> None:
     """Progress on stderr, so stdout carries only the table."""
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# -- what the benches need ----------------------------------------------------------------------------
+
+#: The Python modules each bench imports beyond the core install (``make install`` brings them all, through the
+#: ``[dev]`` extra). No bench runs a command-line tool of its own: Redis's MONITOR is read through redis-py.
+NEEDS: dict[str, tuple[str, ...]] = {
+    "latency": ("httpx", "gunicorn", "gevent", "flask"),
+    "sse": ("httpx", "gunicorn", "gevent", "flask", "psutil", "uvicorn", "django"),
+}
+
+
+def missing(benches: Sequence[str]) -> list[str]:
+    """What the ``benches`` need and this machine lacks, one sentence each (empty: all there)."""
+    import importlib.util
+
+    problems = []
+    modules = sorted({m for name in benches for m in NEEDS.get(name, ())})
+    absent = [m for m in modules if importlib.util.find_spec(m) is None]
+    if absent:
+        names = ", ".join(absent)
+        problems.append(f"Python modules {names} are not installed (make install, or pip install -e '.[dev]')")
+    try:
+        r = client()
+        r.ping()
+        r.close()
+    except redis.RedisError as exc:
+        problems.append(f"Redis does not answer at {REDIS_URL} ({exc}): start one (scripts/ensure-redis) or set "
+                        "BENCH_REDIS_URL")  # fmt: skip
+    return problems
 
 
 # -- Redis keys ----------------------------------------------------------------------------------------

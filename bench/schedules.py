@@ -102,7 +102,14 @@ def run(quick: bool) -> list[Row]:
     floor_name = "bare beat -> task started, median"
     return [
         Row(
-            "schedule tick -> run's first step started, median", median(step), "ms", floor_name, median(bare), "<=", 3.0
+            "schedule tick -> run's first step started, median",
+            median(step),
+            "ms",
+            floor_name,
+            median(bare),
+            "<=",
+            3.0,
+            readme=True,
         ),
         Row("the same, p95", percentile(step, 95), "ms", "bare beat -> task, p95", percentile(bare, 95)),
         Row("schedule tick -> run created (RUN_STARTED), median", median(created), "ms", floor_name, median(bare)),

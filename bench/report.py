@@ -1,0 +1,207 @@
+"""What a bench run writes: the whole of ``docs/benchmarks.md``, and the README's Performance section (an excerpt).
+
+Both come from the one run that printed the table (``python -m bench --write docs/benchmarks.md --readme
+README.md``, which ``make bench`` runs), so neither can show a figure the bench did not print. The prose here and
+each bench module's docstring (its method) are the only hand-written parts; edit them, not the outputs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .common import ROOT, Row, format_table
+
+
+def now_utc() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+
+
+def load() -> str:
+    """What ``uptime`` shows (its load averages), or ``/proc/loadavg`` where it is missing."""
+    if shutil.which("uptime"):
+        out = subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
+        if out:
+            return " ".join(out.split())
+    one, five, fifteen = os.getloadavg()
+    return f"load average: {one:.2f}, {five:.2f}, {fifteen:.2f}"
+
+
+def code_version() -> str:
+    """The commit measured, and whether the working tree differed from it (package or bench code)."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    commit = git("rev-parse", "--short", "HEAD")
+    if not commit:
+        return "unknown (not a git checkout)"
+    dirty = git("status", "--porcelain", "--", "agents_celery", "bench")
+    return f"commit {commit}" + (" plus uncommitted changes to agents_celery/ or bench/" if dirty else "")
+
+
+@dataclass
+class RunInfo:
+    """When and where a run happened; filled in by :mod:`bench.__main__`."""
+
+    benches: list[str]
+    quick: bool
+    machine: str = ""
+    started: str = field(default_factory=now_utc)
+    load_start: str = field(default_factory=load)
+    ended: str = ""
+    load_end: str = ""
+    took: float = 0.0
+    code: str = field(default_factory=code_version)
+
+    def finish(self, machine: str, took: float) -> None:
+        self.machine, self.took, self.ended, self.load_end = machine, took, now_utc(), load()
+
+
+def verdict(rows: Sequence[Row]) -> str:
+    targets = [r for r in rows if r.met is not None]
+    missed = [r.figure for r in targets if r.met is False]
+    failed = [r.figure for r in rows if r.skipped and r.skipped.startswith("FAILED")]
+    parts = []
+    if missed:
+        parts.append(f"**{len(missed)} of {len(targets)} targets missed**: {'; '.join(missed)}")
+    else:
+        parts.append(f"all {len(targets)} targets met")
+    if failed:
+        parts.append(f"**benches failed**: {'; '.join(failed)}")
+    return ". ".join(parts) + "."
+
+
+INTRO = """\
+# Benchmarks
+
+<!-- Written by `python -m bench --write docs/benchmarks.md` (`make bench`) from one run: do not edit. The prose
+is in bench/report.py, each method in its bench module's docstring. -->
+
+How fast agents-celery is against Celery and Redis themselves. Every figure below comes from the one run
+described here, and is printed next to a **floor measured in the same run** (a raw Redis command, a bare
+Celery task or chain hop doing the same job) and their ratio. The README's [Performance](../README.md#performance)
+section is an excerpt of this same run, written by it.
+"""
+
+READING = """\
+## Reading the table
+
+- **ratio** = value / floor value. A target of `<= 1x` (times) or `>= 0.5x` (rates) applies to the ratio; a
+  target with a unit (`<= 10 s`) applies to the value itself, where the product promises an absolute bound.
+  Rows without a target, and rows marked (info), say where the time goes.
+- **met?** is `yes` or `NO` as the bench decides it; a missed target makes `python -m bench` (and `make bench`)
+  exit 1, a bench that failed exits 2. Nothing here is rounded in our favour: a `NO` stays a `NO`.
+- Read the ratios, not the absolute times: on a shared 2-core machine absolute figures drift about 25% from
+  run to run, and the machine changes from one session to the next. The load above says how busy the machine
+  was; figures measured under load (other processes using the cores) are worth repeating before reading
+  anything into a miss. The row "durable step, heartbeat 1 s" compares two settings that cost the same: far
+  from 1.0x, the run was noisy.
+"""
+
+RUNNING = """\
+## Running them
+
+```bash
+make bench                      # every bench; writes this file and the README's Performance section
+.venv/bin/python -m bench --quick                 # fewer samples, prints the table only
+.venv/bin/python -m bench --only steps --only latency   # some: {benches}
+.venv/bin/python -m bench --write docs/benchmarks.md --readme README.md   # what make bench runs
+AGENTS_CELERY_FAST_PATHS=0 .venv/bin/python -m bench --only steps    # the same on public APIs only
+```
+
+The benches use the Redis at `BENCH_REDIS_URL` (default `redis://127.0.0.1:6379/11`) under a key prefix of
+their own, start their own workers and API processes, and delete their keys afterwards. `make bench` runs
+`scripts/ensure-redis` first. They need the `[dev]` install (`make install`: gunicorn, gevent, uvicorn,
+Django, httpx, psutil) and no command-line tool; a missing piece stops the run before it starts, naming it.
+"""
+
+FINDINGS = """\
+## Findings of earlier rounds
+
+What earlier rounds measured and decided; their figures came from other runs and are in this file's git
+history (`git log -p docs/benchmarks.md`), not repeated here.
+
+- **The commit acks the step's own message** (it removes the delivery tag from kombu's unacked hash in the
+  script that stores the checkpoint and pushes the next task), the consumer fetches the next message while the
+  commit's reply is on its way, and on the threads and solo pools the claim is sent as the message arrives
+  (`agents_celery/broker/fastpaths.py`, switched off by `AGENTS_CELERY_FAST_PATHS=0`). With them off a step
+  pays five Redis commands more and Celery's own ack round trip.
+- **Prefork pool** (Celery's default): the parent cannot free the prefetch slot before the child's result
+  arrives, and the child claims when it starts, so a step costs more there than on the threads pool that
+  `agents-celery worker` defaults to (the "prefork pool" rows).
+- **Worker threads keep one Redis connection each** for claims, commits and appends, checked for a close with
+  one `poll` before each command: redis-py's pool made nine system calls per script call, which on a VM doubled
+  the CPU of a small call after an idle gap.
+- **hiredis** is not a dependency: it made the step ~3% faster but the readers slower, and an SSE subscriber
+  cost about twice the memory (its parser keeps a 64 KiB buffer per connection).
+- With a real model (hundreds of ms per turn) the per-step overhead measured here is noise; it matters for
+  runs of many cheap tool steps.
+"""
+
+
+def method(name: str) -> str:
+    """A bench's method: its module docstring."""
+    doc = inspect.getdoc(importlib.import_module(f"bench.{name}")) or "(no description)"
+    return f"### {name} (`bench/{name}.py`)\n\n{doc}\n"
+
+
+def document(rows: Sequence[Row], info: RunInfo, all_benches: Sequence[str]) -> str:
+    mode = "quick (fewer samples)" if info.quick else "full"
+    ran = ", ".join(info.benches)
+    run = f"""\
+## This run
+
+- **When**: {info.started} to {info.ended} ({info.took:.0f} s).
+- **Load** (`uptime`): at the start `{info.load_start}`; at the end `{info.load_end}`.
+- **Machine**: {info.machine}.
+- **Code**: {info.code}.
+- **Benches**: {ran}; mode {mode}.
+- **Result**: {verdict(rows)}
+"""
+    methods = "\n".join(method(name) for name in info.benches)
+    parts = [
+        INTRO,
+        run,
+        "## Results\n\n" + format_table(rows) + "\n",
+        READING,
+        RUNNING.format(benches=", ".join(all_benches)),
+        "## How each figure is measured\n\n" + methods,
+        FINDINGS,
+    ]
+    return "\n".join(parts)
+
+
+def readme_section(rows: Sequence[Row], info: RunInfo) -> str:
+    """The README's Performance section: the ``readme`` rows of this run, as the bench printed them."""
+    picked = [r for r in rows if r.readme]
+    when = info.started[:16] + " UTC"
+    loads = re.search(r"load averages?: ([\d.]+)", info.load_start)
+    load_text = f", load {loads.group(1)}" if loads else ""
+    mode = ", quick mode" if info.quick else ""
+    return (
+        "## Performance\n\n"
+        f"Written by the latest `make bench` ({when}{load_text}{mode}; {info.machine.split(';')[0]}): each figure "
+        "against a floor measured in the same run. Every row, the method and the machine: "
+        f"[docs/benchmarks.md](docs/benchmarks.md). Result: {verdict(rows)}\n\n"
+        + format_table(picked, padded=False)
+        + "\n"
+    )
+
+
+def write_readme(path: Path, section: str) -> None:
+    """Replace the ``## Performance`` section of ``path`` (up to the next ``## `` heading) with ``section``."""
+    text = path.read_text()
+    match = re.search(r"^## Performance\n.*?(?=^## )", text, flags=re.S | re.M)
+    if match is None:
+        raise SystemExit(f"{path}: no '## Performance' section followed by another '## ' heading to replace")
+    path.write_text(text[: match.start()] + section + "\n" + text[match.end() :])
