@@ -3,7 +3,12 @@
 Two workers (threads, concurrency 1). A run of ``bench.agents.recover`` calls ``sleepy``, which records
 ``pid:attempt:time_ns`` in Redis and sleeps; as soon as it has started, the bench kills -9 the worker whose pid
 it recorded and measures the time from the kill to the run's next event (and to the tool starting again on the
-other worker). The killed worker is replaced before the next round. Floor: lease TTL + sweep interval.
+other worker). The killed worker is replaced before the next round. The target is absolute (recovery within
+10 s); the floor is measured (:mod:`bench.redelivery`): a bare Celery task with late acks, killed the same way
+while it runs and redelivered to another worker by Celery itself, its Redis transport given our timings
+(visibility timeout = the lease TTL, a look for expired messages every sweep interval), from the kill to the
+task starting again. (The floor before, lease TTL + sweep interval, was a sum of two settings, not a
+measurement.)
 
 Also: the heartbeat's cost on step overhead, the steps bench with heartbeat 1 s (lease 5 s) against a lease of
 600 s with a heartbeat of 300 s.
@@ -18,7 +23,19 @@ from typing import Any
 from agents_celery.storage.eventlog import stream_id
 
 from .agents import started_key
-from .common import Row, agents_worker, cli_main, client, log, median, prefixed, runtime_for, settings_for
+from .common import (
+    Row,
+    agents_worker,
+    bench_env,
+    celery_worker,
+    cli_main,
+    client,
+    log,
+    median,
+    prefixed,
+    runtime_for,
+    settings_for,
+)
 from .steps import durable_run
 
 
@@ -57,12 +74,60 @@ def one_kill(rt: Any, workers: dict[int, Any]) -> tuple[float, float, int]:
     return t_event - t_kill, restart_ns / 1e9 - t_kill, pid
 
 
+def celery_redelivery(prefix: str, visibility: float, restore_every: float, kills: int) -> list[float]:
+    """Seconds from ``kill -9`` of the worker running a bare late-ack Celery task to another worker starting it."""
+    from . import redelivery
+
+    queue = f"{prefix}-redelivery"
+    env = bench_env(prefix, queue, {"BENCH_VISIBILITY": str(visibility), "BENCH_RESTORE_EVERY": str(restore_every)})
+    workers: dict[int, Any] = {}
+    count = 0
+
+    def spawn() -> None:
+        nonlocal count
+        count += 1
+        w = celery_worker("bench.redelivery", env, queue, f"{prefix}-c{count}").wait_ready()
+        workers[w.pid] = w
+
+    redelivery.configure(prefix, queue, visibility, restore_every)
+    r = client()
+    out: list[float] = []
+    try:
+        spawn()
+        spawn()
+        for i in range(kills):
+            key = f"{prefix}:redelivery:{i}"
+            started = redelivery.started_key(key)
+            redelivery.slow.apply_async((key, 120.0))
+            _wait_len(r, started, 1, 60, "the bare task never started")
+            pid = int(_field(r.lindex(started, 0), 0))
+            t_kill = time.time()
+            workers.pop(pid).kill9()
+            _wait_len(r, started, 2, 60 + 4 * visibility, "the bare task was not redelivered")
+            out.append(int(_field(r.lindex(started, 1), 1)) / 1e9 - t_kill)
+            log(f"recovery: bare Celery round {i + 1}: killed {pid}; started again after {out[-1]:.2f} s")
+            spawn()
+    finally:
+        r.close()
+        for w in list(workers.values()):
+            w.stop()
+    return out
+
+
+def _wait_len(r: Any, key: str, length: int, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while r.llen(key) < length:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} within {timeout:g} s")
+        time.sleep(0.005)
+
+
 def recovery(quick: bool) -> list[Row]:
     kills = 3 if quick else int(os.environ.get("BENCH_KILLS", "10"))
     with prefixed("recovery") as prefix:
         queue = f"{prefix}-agents"
         settings = settings_for(prefix, queue)  # product defaults
-        floor = settings.lease_ttl_seconds + settings.sweep_interval_seconds
+        ttl, sweep = settings.lease_ttl_seconds, settings.sweep_interval_seconds
         workers: dict[int, Any] = {}
         count = 0
 
@@ -92,13 +157,15 @@ def recovery(quick: bool) -> list[Row]:
             rt.close()
             for w in list(workers.values()):
                 w.stop()
+        bare_kills = 2 if quick else 3
+        log(f"recovery: {bare_kills} kill -9 rounds of a bare Celery task (visibility {ttl:g} s, restore {sweep:g} s)")
+        bare = median(celery_redelivery(prefix, ttl, sweep, bare_kills))
+    floor = f"bare Celery task redelivered, visibility {ttl:g} s, restore every {sweep:g} s (median of {bare_kills})"
     return [
-        Row(f"recovery after kill -9, median of {kills}", median(to_event), "s",
-            "lease TTL + sweep interval", floor, "<=", None, 10.0),
-        Row(f"recovery after kill -9, max of {kills}", max(to_event), "s",
-            "lease TTL + sweep interval", floor, "<=", None, 10.0),
-        Row("kill -9 -> tool runs again, median", median(to_tool), "s",
-            "lease TTL + sweep interval", floor, "<=", None),
+        Row(f"recovery after kill -9 (lease {ttl:g} s, sweep {sweep:g} s), median of {kills}", median(to_event), "s",
+            floor, bare, "<=", None, 10.0, readme=True),
+        Row(f"recovery after kill -9, max of {kills}", max(to_event), "s", floor, bare, "<=", None, 10.0, readme=True),
+        Row("kill -9 -> tool runs again, median", median(to_tool), "s", floor, bare, "<=", None),
     ]  # fmt: skip
 
 
@@ -136,8 +203,8 @@ def heartbeat_cost(quick: bool) -> list[Row]:
             for w in workers.values():
                 w.stop()
     return [
-        Row("durable step, heartbeat 1 s (lease 5 s)", per_step["hb 1 s"] * 1000, "ms",
-            "heartbeat 300 s (lease 600 s)", per_step["hb 300 s"] * 1000, "<=", None),
+        Row("durable step, heartbeat 1 s (lease 5 s): the noise gauge", per_step["hb 1 s"] * 1000, "ms",
+            "heartbeat 300 s (lease 600 s)", per_step["hb 300 s"] * 1000, "<=", None, readme=True),
     ]  # fmt: skip
 
 
