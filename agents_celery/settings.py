@@ -16,6 +16,7 @@ from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigurationError
+from .webhook import WebhookAllow
 
 #: Keys of a host's settings dict that the web front ends read themselves (not :class:`Settings` fields).
 FRONT_END_KEYS = frozenset(
@@ -115,6 +116,10 @@ class Settings(BaseSettings):
     webhook_retries: int = Field(default=8, ge=0)
     webhook_backoff_seconds: float = Field(default=2.0, gt=0)
     webhook_timeout_seconds: float = Field(default=10.0, gt=0)
+    #: The operator's own webhook receivers inside the network, comma-separated: host names, ``host:port``, IP
+    #: addresses or CIDR networks. Every other loopback, private, link-local or reserved address is refused
+    #: (:mod:`agents_celery.webhook`). A host's settings dict may give a list.
+    webhook_allow: str = ""
 
     @model_validator(mode="before")
     @classmethod
@@ -129,6 +134,15 @@ class Settings(BaseSettings):
         scheme = urlparse(value).scheme
         if scheme not in _REDIS_SCHEMES:
             raise ValueError(f"expected a redis:// rediss:// or unix:// URL, got {value!r}")
+        return value
+
+    @field_validator("webhook_allow", mode="before")
+    @classmethod
+    def _check_webhook_allow(cls, value: Any) -> Any:
+        if isinstance(value, list | tuple | set | frozenset):
+            value = ",".join(str(v) for v in value)
+        if isinstance(value, str):
+            WebhookAllow.parse(value)  # a ValueError names the bad entry
         return value
 
     @field_validator("api_key")

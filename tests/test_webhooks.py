@@ -1,9 +1,14 @@
 """Webhooks of runs: a real worker delivers them to a local receiver that fails twice before it accepts; every
-attempt is signed and carries the same idempotency key. Real Redis, real worker, real HTTP."""
+attempt is signed and carries the same idempotency key. Real Redis, real worker, real HTTP.
+
+Where they may go: the local receiver is reached only because the operator's allow-list
+(``AGENTS_CELERY_WEBHOOK_ALLOW``) names it; by default a worker refuses loopback, private, link-local and
+reserved addresses and names that resolve to them, at delivery time, and never follows a redirect."""
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -12,9 +17,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from flask import Flask
 
 from agents_celery import Runtime, ValidationError
+from agents_celery.broker import webhooks
+from agents_celery.contrib.flask import close_app, init_app, make_blueprint
+from agents_celery.errors import ConfigurationError
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
+from agents_celery.settings import Settings, load_settings
 from agents_celery.webhook import SIGNATURE, TIMESTAMP, sign, verify
 
 from .cluster import Worker, own_deployment
@@ -37,9 +47,10 @@ class Delivery:
 
 
 class Receiver:
-    """A local webhook receiver: answers 500 to the first ``fail_first`` attempts of each key, then 200."""
+    """A local webhook receiver: answers ``fail_status`` (500; a 3xx sends ``Location: location``) to the first
+    ``fail_first`` attempts of each key, then 200."""
 
-    def __init__(self, fail_first: int = 0) -> None:
+    def __init__(self, fail_first: int = 0, fail_status: int = 500, location: str = "") -> None:
         self.fail_first = fail_first
         self.deliveries: list[Delivery] = []
         receiver = self
@@ -49,9 +60,11 @@ class Receiver:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 key = self.headers.get("Idempotency-Key", "")
                 seen = sum(1 for d in receiver.deliveries if d.headers.get("Idempotency-Key") == key)
-                status = 500 if seen < receiver.fail_first else 200
+                status = fail_status if seen < receiver.fail_first else 200
                 receiver.deliveries.append(Delivery(dict(self.headers.items()), body, status))
                 self.send_response(status)
+                if 300 <= status < 400:
+                    self.send_header("Location", location)
                 self.end_headers()
 
             def log_message(self, *args: Any) -> None:
@@ -59,7 +72,8 @@ class Receiver:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks"
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}/hooks"
 
     def accepted(self, status: str) -> list[Delivery]:
         return [d for d in self.deliveries if d.status == 200 and d.data["status"] == status]
@@ -71,10 +85,29 @@ class Receiver:
 
 @pytest.fixture(scope="module")
 def own(fake_openai: Any) -> Iterator[tuple[Runtime, Worker]]:
-    extra = {"AGENTS_CELERY_WEBHOOK_SECRET": SECRET, "AGENTS_CELERY_WEBHOOK_BACKOFF_SECONDS": "0.2"}
+    """A worker (and a Runtime) whose operator allows the local receivers, as one allows one's own."""
+    extra = {
+        "AGENTS_CELERY_WEBHOOK_SECRET": SECRET,
+        "AGENTS_CELERY_WEBHOOK_BACKOFF_SECONDS": "0.2",
+        "AGENTS_CELERY_WEBHOOK_ALLOW": "127.0.0.1",
+    }
     env, settings = own_deployment("hook", fake_openai.url, extra)
     worker = Worker(env).wait_ready()
     runtime = Runtime(settings=settings)
+    yield runtime, worker
+    runtime.close()
+    worker.stop()
+
+
+@pytest.fixture(scope="module")
+def strict(fake_openai: Any) -> Iterator[tuple[Runtime, Worker]]:
+    """A worker with the default policy (no allow-list). Its Runtime lets literal internal addresses through, so
+    that what the worker itself checks at delivery time is what is tested."""
+    extra = {"AGENTS_CELERY_WEBHOOK_SECRET": SECRET, "AGENTS_CELERY_WEBHOOK_BACKOFF_SECONDS": "0.2"}
+    env, settings = own_deployment("hookstrict", fake_openai.url, extra)
+    worker = Worker(env).wait_ready()
+    lenient = settings.model_copy(update={"webhook_allow": "127.0.0.1, 169.254.169.254, 10.0.0.0/8"})
+    runtime = Runtime(settings=lenient)
     yield runtime, worker
     runtime.close()
     worker.stop()
@@ -136,3 +169,155 @@ def test_verify_refuses_tampered_or_stale() -> None:
     assert not verify("another-secret", headers, body)
     old = str(int(time.time()) - 3600)
     assert not verify(SECRET, {TIMESTAMP: old, SIGNATURE: sign(SECRET, old, body)}, body)
+
+
+def test_the_worker_refuses_internal_destinations_by_default(strict: tuple[Runtime, Worker]) -> None:
+    runtime, worker = strict
+    receiver = Receiver()
+    try:
+        urls = [
+            receiver.url,  # loopback
+            f"http://localhost:{receiver.port}/hooks",  # a name that resolves to loopback
+            "http://169.254.169.254/latest/meta-data/",  # the cloud metadata service
+            "http://10.0.0.1/hooks",  # a private address
+        ]
+        runs = [runtime.stream("offline", "what time is it?", webhook_url=url).id for url in urls]
+        for run_id, url in zip(runs, urls, strict=True):
+            found = wait_for(
+                lambda run_id=run_id: [
+                    s for s in worker.log.read_text(errors="replace").splitlines() if f"webhook {run_id}:" in s
+                ],
+                timeout=30,
+                what=f"the refusal of {url} in the worker's log",
+            )
+            assert "WARNING" in found[0] and "refused, not sent" in found[0], found
+            assert runtime.get(run_id).status == "completed"  # the run itself is not affected
+        assert receiver.deliveries == []  # nothing reached the local receiver, under either name
+        assert "Traceback" not in worker.log.read_text(errors="replace")
+    finally:
+        receiver.close()
+
+
+def test_a_redirect_is_not_followed(own: tuple[Runtime, Worker]) -> None:
+    runtime, _ = own
+    inside = Receiver()
+    redirector = Receiver(fail_first=1, fail_status=302, location=inside.url)
+    try:
+        stream = runtime.stream("offline", "what time is it?", webhook_url=redirector.url)
+        wait_for(lambda: redirector.accepted("completed"), timeout=30, what="the webhook's second attempt")
+        assert [d.status for d in redirector.deliveries if d.data["run_id"] == stream.id] == [302, 200]
+        assert inside.deliveries == []  # the 302 was a failed attempt, not a hop to its Location
+    finally:
+        redirector.close()
+        inside.close()
+
+
+INTERNAL = (
+    "http://127.0.0.1:9/x",
+    "http://127.1/x",
+    "http://2130706433/x",
+    "http://localhost/x",
+    "http://api.localhost/x",
+    "http://169.254.169.254/latest/meta-data/",
+    "http://10.1.2.3/x",
+    "http://172.16.0.1/x",
+    "http://192.168.0.1/x",
+    "http://100.64.0.1/x",
+    "http://0.0.0.0/x",
+    "http://224.0.0.1/x",
+    "http://[::1]/x",
+    "http://[fe80::1]/x",
+    "http://[fc00::1]/x",
+    "http://[ff02::1]/x",
+    "https://[::ffff:127.0.0.1]/x",
+    "https://[::ffff:169.254.169.254]/x",
+)
+
+
+def test_literal_internal_addresses_are_refused_when_the_run_is_started(own: tuple[Runtime, Worker]) -> None:
+    runtime, _ = own
+    default = Runtime(settings=runtime.settings.model_copy(update={"webhook_allow": ""}))
+    app = Flask("host")
+    init_app(app, default)
+    app.register_blueprint(make_blueprint())
+    try:
+        for url in INTERNAL:
+            with pytest.raises(ValidationError, match="is refused"):
+                default.stream("offline", "hi", webhook_url=url)
+        answer = app.test_client().post(
+            "/agents/offline/runs", json={"message": "hi", "stream": False, "webhook_url": "http://169.254.169.254/"}
+        )
+        assert answer.status_code == 422 and "169.254.169.254" in answer.json["detail"], answer.json
+        runtime.stream("offline", "hi", webhook_url="http://127.0.0.1:9/x")  # the operator allowed this one
+    finally:
+        close_app(app)
+
+
+def _settings(allow: str = "") -> Settings:
+    return load_settings(webhook_secret=SECRET, webhook_allow=allow, webhook_timeout_seconds=2)
+
+
+@pytest.fixture
+def connects(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """Every address the delivery code connects to (each connection is refused: nothing is sent)."""
+    seen: list[tuple[str, int]] = []
+
+    def create_connection(address: tuple[str, int], *args: Any, **kwargs: Any) -> socket.socket:
+        seen.append(address)
+        raise ConnectionRefusedError("refused by the test")
+
+    monkeypatch.setattr(socket, "create_connection", create_connection)
+    return seen
+
+
+def test_deliver_never_connects_inside_by_default(connects: list[tuple[str, int]]) -> None:
+    for url in INTERNAL:
+        with pytest.raises(webhooks.DestinationRefused, match="AGENTS_CELERY_WEBHOOK_ALLOW"):
+            webhooks.deliver(_settings(), url, "k", {"status": "completed"})
+    assert connects == []
+    with pytest.raises(webhooks.WebhookRefused, match="refused by the test"):  # allowed: it tried to connect
+        webhooks.deliver(_settings("127.0.0.1:9"), "http://127.0.0.1:9/x", "k", {})
+    assert connects == [("127.0.0.1", 9)]
+
+
+def _resolver(monkeypatch: pytest.MonkeyPatch, *answers: list[str]) -> list[str]:
+    """getaddrinfo answers each call with the next list of addresses (the last one forever); returns the names
+    asked."""
+    asked: list[str] = []
+
+    def getaddrinfo(host: str, port: int, *args: Any, **kwargs: Any) -> list[Any]:
+        addresses = answers[min(len(asked), len(answers) - 1)]
+        asked.append(host)
+        return [
+            (socket.AF_INET6 if ":" in a else socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port)) for a in addresses
+        ]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return asked
+
+
+def test_a_name_is_checked_on_every_address_and_pinned(
+    monkeypatch: pytest.MonkeyPatch, connects: list[tuple[str, int]]
+) -> None:
+    _resolver(monkeypatch, ["93.184.215.14", "10.0.0.7"])  # one public, one private address: refused
+    with pytest.raises(webhooks.DestinationRefused, match=r"10\.0\.0\.7 is a private address"):
+        webhooks.deliver(_settings(), "https://hooks.example.com/x", "k", {})
+    assert connects == []
+    # DNS rebinding: public when checked, loopback right after. The connection goes to the checked address.
+    asked = _resolver(monkeypatch, ["93.184.215.14"], ["127.0.0.1"])
+    with pytest.raises(webhooks.WebhookRefused, match="refused by the test"):
+        webhooks.deliver(_settings(), "https://hooks.example.com/x", "k", {})
+    assert connects == [("93.184.215.14", 443)] and asked == ["hooks.example.com"]
+    # the operator's own receiver by name: reached whatever it resolves to
+    _resolver(monkeypatch, ["10.0.0.7"])
+    with pytest.raises(webhooks.WebhookRefused, match="refused by the test"):
+        webhooks.deliver(_settings("hooks.internal:8443"), "https://hooks.internal:8443/x", "k", {})
+    assert connects[-1] == ("10.0.0.7", 8443)
+
+
+def test_the_allow_list_setting_is_checked_at_start_up() -> None:
+    with pytest.raises(ConfigurationError, match=r"AGENTS_CELERY_WEBHOOK_ALLOW: .*'10\.0\.0\.0/8 x'"):
+        load_settings(webhook_allow="hooks.internal, 10.0.0.0/8 x")
+    with pytest.raises(ConfigurationError, match="bad port"):
+        load_settings(webhook_allow="hooks.internal:http")
+    assert load_settings(webhook_allow="hooks.internal, 10.0.0.0/8, [fd00::1]:8443").webhook_allow
