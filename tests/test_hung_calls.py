@@ -1,0 +1,109 @@
+"""Calls a step walked away from keep their threads until they return: a worker caps them
+(``max_abandoned_threads``) and refuses new steps rather than grow a thread per stop without end. The refusal is
+in its log and its metrics (``agents_celery_metrics``), and a refused step is handed back unclaimed."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+
+from agents_celery import Runtime, ScriptedToolCall
+from agents_celery.testing.openai_server import FakeReply, turn_index
+
+from .cluster import Worker, own_deployment
+from .conftest import TEST_BROKER_URL, TEST_REDIS_URL, wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+CAP = 2
+
+
+def hang_then_done(request: dict[str, Any]) -> FakeReply:
+    """Turn 0: call ``hang`` with the user's message as its key (a tool that never returns); then a text turn."""
+    messages = request.get("messages") or []
+    if turn_index(messages) > 0:
+        return FakeReply(text="Done.")
+    key = next(m["content"] for m in reversed(messages) if m.get("role") == "user")
+    return FakeReply(text="", tool_calls=(ScriptedToolCall("hang", {"key": key}, f"call_{key}"),))
+
+
+@pytest.fixture
+def deployment(fake_openai: Any) -> Iterator[tuple[Worker, Runtime, str]]:
+    extra = {"AGENTS_CELERY_MAX_ABANDONED_THREADS": str(CAP), "AGENTS_CELERY_STOP_GRACE_SECONDS": "0.1"}
+    env, settings = own_deployment("hung", fake_openai.url, extra)
+    fake_openai.responder = hang_then_done
+    worker = Worker(env, concurrency=4).wait_ready()
+    runtime = Runtime(settings=settings)
+    try:
+        yield worker, runtime, settings.key_prefix
+    finally:
+        worker.stop()
+        runtime.close()
+        client = redis.Redis.from_url(TEST_REDIS_URL)
+        for key in client.scan_iter(match=f"{settings.key_prefix}:*", count=1000):
+            client.delete(key)
+        client.close()
+
+
+def metrics(worker: Worker) -> dict[str, int]:
+    app = Celery("probe", broker=TEST_BROKER_URL, set_as_current=False)
+    try:
+        for _ in range(5):  # a broadcast reply can miss its short window on a busy machine
+            for reply in app.control.broadcast("agents_celery_metrics", reply=True, timeout=2):
+                for name, answer in reply.items():
+                    if name.startswith(f"{worker.name}@"):
+                        return dict(answer)
+        raise AssertionError(f"no metrics from {worker.name}")
+    finally:
+        app.close()
+
+
+def threads_of(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        return int(next(line.split()[1] for line in status if line.startswith("Threads:")))
+
+
+def test_abandoned_threads_are_capped_and_new_steps_refused(deployment: tuple[Worker, Runtime, str]) -> None:
+    worker, runtime, prefix = deployment
+    r = redis.Redis.from_url(TEST_REDIS_URL)
+
+    def started(key: str) -> int:
+        return int(r.get(f"{prefix}:test:count:hang:{key}") or 0)
+
+    def ended(run_id: str) -> bool:
+        return runtime.get(run_id).status == "cancelled"
+
+    for _ in range(CAP):  # each stop leaves one call hung on its thread
+        key = uuid.uuid4().hex[:8]
+        run_id = runtime.stream("fake", key).id
+        wait_for(lambda k=key: started(k) == 1, timeout=15, what="the hanging tool to start")
+        runtime.stop(run_id)
+        wait_for(lambda rid=run_id: ended(rid), timeout=10, what="the stopped run to end")
+    at_cap = metrics(worker)
+    assert at_cap["abandoned_running"] == CAP and at_cap["refused_steps"] == 0, at_cap
+    threads = threads_of(worker.proc.pid)
+
+    refused = {uuid.uuid4().hex[:8]: "" for _ in range(3)}
+    for key in refused:
+        refused[key] = runtime.stream("fake", key).id
+    for run_id in refused.values():
+        what = f"run {run_id} to be refused"
+        wait_for(lambda rid=run_id: f"run={rid} step=0: refused" in worker.log.read_text(), timeout=15, what=what)
+    wait_for(lambda: "handed back" in worker.log.read_text() and metrics(worker)["refused_steps"] >= 3, timeout=10)
+    # a refused step is handed back unclaimed: its run waits (queued) and its tool never started
+    assert all(runtime.get(run_id).status == "queued" for run_id in refused.values())
+    assert all(started(key) == 0 for key in refused)
+    after = metrics(worker)
+    assert after["abandoned_running"] == CAP and after["call_threads"] == at_cap["call_threads"], (at_cap, after)
+    assert threads_of(worker.proc.pid) <= threads, "the worker grew threads while it refused"
+    line = next(x for x in worker.log.read_text().splitlines() if ": refused" in x)
+    assert "WARNING" in line and f"max_abandoned_threads={CAP}" in line, line
+    for run_id in refused.values():  # nobody works on them: a stop ends them at once
+        runtime.stop(run_id)
+        assert ended(run_id)
+    r.close()
