@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 import signal
 import subprocess
@@ -369,3 +370,108 @@ def test_show_a_run_tree(worker: Any, worker_env: dict[str, str], fake_openai: A
     assert shown.returncode == 0, shown.stderr
     assert f"child:    {child['run_id']} researcher completed" in shown.stdout
     assert f"parent:   {view.run_id}" in cli(worker_env, "show", child["run_id"]).stdout
+
+
+# -- without the [cli] extra; `agents-celery api` open by default? -------------------------------------------
+
+#: The CLI in a fresh interpreter where rich cannot be imported, as with the core install alone.
+NO_RICH = "import sys\nsys.modules['rich'] = None\nfrom agents_celery.cli import main\nsys.exit(main(sys.argv[1:]))"
+
+
+def test_operator_commands_print_plain_text_without_rich(
+    worker: Any, worker_env: dict[str, str], runtime: Runtime
+) -> None:
+    """rich comes with ``[cli]``; without it every command works (plain text), ``run``'s renderer included."""
+
+    def plain(*args: str) -> str:
+        out = subprocess.run(
+            [sys.executable, "-c", NO_RICH, *args], env=worker_env, cwd=ROOT, capture_output=True, text=True,
+            timeout=60, check=False,
+        )  # fmt: skip
+        assert out.returncode == 0 and "rich" not in out.stderr, out.stdout + out.stderr
+        return out.stdout
+
+    view = runtime.run("offline", "What time is it?", timeout=30)
+    assert "status:   completed" in plain("show", view.run_id)
+    assert json.loads(plain("show", view.run_id, "--json"))["status"] == "completed"
+    assert view.run_id in plain("runs", "--limit", "200")
+    assert "It is 12:00 UTC." in plain("tail", view.run_id)
+    assert json.loads(plain("tail", view.run_id, "--json").splitlines()[-1])["type"] == "RUN_FINISHED"
+    followed = plain("run", "offline", "What time is it?")
+    assert "It is 12:00 UTC." in followed and re.search(r"✓ run [0-9a-f]{32} completed", followed), followed
+
+
+def test_the_demo_without_its_extra_names_the_extra() -> None:
+    code = "import sys\nsys.modules['rich'] = None\nfrom agents_celery.cli import main\nsys.exit(main(['demo']))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "pip install 'agents-celery[demo]'" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("with_key", [False, True], ids=["open", "with-key"])
+def test_api_listens_on_loopback_by_default_and_warns_when_open(worker_env: dict[str, str], with_key: bool) -> None:
+    """``agents-celery api`` binds 127.0.0.1 unless told otherwise, and says so when anyone may approve calls."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in worker_env.items() if k not in ("AGENTS_CELERY_API_KEY", "AGENTS_CELERY_API_HOST")}
+    env |= {"AGENTS_CELERY_API_KEY": "k" * 24} if with_key else {}
+    proc = subprocess.Popen(
+        [*CLI, "api", "--port", str(port)], env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True,
+    )  # fmt: skip
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+
+    def health() -> bool:
+        assert proc.poll() is None, "".join(lines)
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    try:
+        wait_for(health, timeout=30, interval=0.05, what="agents-celery api answering /health")
+        wait_for(lambda: any("Running on" in line for line in lines), timeout=10, what="the server's address line")
+        output = "".join(lines)
+        assert f"Running on http://127.0.0.1:{port}" in output and "all addresses" not in output, output
+        warned = "no AGENTS_CELERY_API_KEY and no authorize hook" in output
+        assert warned is not with_key, output
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+        reader.join(timeout=10)
+        assert proc.stdout is not None
+        proc.stdout.close()
+
+
+def test_an_app_with_an_authorize_hook_or_a_key_is_not_called_open(caplog: pytest.LogCaptureFixture) -> None:
+    from flask import Flask
+
+    from agents_celery.contrib.flask import close_app, create_app, init_app
+    from agents_celery.settings import load_settings
+
+    from .conftest import TEST_REDIS_URL
+
+    open_settings = load_settings(redis_url=TEST_REDIS_URL)
+    cases = [
+        (lambda app: init_app(app, settings=open_settings), True),
+        (lambda app: init_app(app, settings=open_settings, authorize=lambda *args: True), False),
+        (lambda app: init_app(app, settings=open_settings.model_copy(update={"api_key": "k" * 24})), False),
+    ]
+    for setup, warned in cases:
+        caplog.clear()
+        app = Flask("host")
+        with caplog.at_level(logging.WARNING, logger="agents_celery.contrib.flask"):
+            setup(app)
+        close_app(app)
+        assert any("no authorize hook" in r.getMessage() for r in caplog.records) is warned
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="agents_celery.contrib.flask"):
+        close_app(create_app(settings=open_settings))
+    assert any("no AGENTS_CELERY_API_KEY" in r.getMessage() for r in caplog.records)

@@ -152,7 +152,7 @@ def test_procfile_runs_web_worker_beat_and_flower() -> None:
     assert normalized(procs["web"]) == ["gunicorn", "-c", "api/gunicorn.conf.py", "api.wsgi:app"]
     conf = gunicorn_conf()
     assert conf["worker_class"] in {"gevent", "gthread", "eventlet"}, "SSE streams need a worker class that holds many"
-    assert conf["bind"] == "0.0.0.0:7777" and not conf.get("preload_app")
+    assert conf["bind"] == "127.0.0.1:7777" and not conf.get("preload_app")  # exposing it is the operator's call
     assert normalized(procs["worker"])[:4] == ["agents-celery", "worker", "--agents", "examples.agents"]
     assert normalized(procs["flower"])[:4] == ["celery", "-A", "agents_celery.broker.worker", "flower"]
     assert normalized(procs["beat"])[:2] == ["agents-celery", "beat"]
@@ -170,7 +170,9 @@ def test_compose_services_match_the_procfile() -> None:
     assert set(services) >= {"redis", "api", "worker", "beat", "flower"}
     procs = procfile()
     for service, process in [("api", "web"), ("worker", "worker"), ("beat", "beat"), ("flower", "flower")]:
-        assert normalized(services[service]["command"]) == normalized(procs[process]), service
+        # The same commands, but inside a container they listen on every interface (the Procfile: 127.0.0.1).
+        local = [w.replace("--address=127.0.0.1", "--address=0.0.0.0") for w in normalized(procs[process])]
+        assert normalized(services[service]["command"]) == local, service
         assert services[service]["depends_on"]["redis"]["condition"] == "service_healthy"
 
 
@@ -190,6 +192,9 @@ def test_compose_ports_match_the_commands_and_workers_scale() -> None:
         port = port_of(normalized(services[service]["command"]))
         assert services[service]["ports"] == [f"{port}:{port}"]
     assert "/health" in " ".join(services["api"]["healthcheck"]["test"])
+    assert services["api"]["environment"]["AGENTS_CELERY_API_HOST"] == "0.0.0.0"  # published port: all interfaces
+    assert "--address=0.0.0.0" in normalized(services["flower"]["command"])
+    assert "--address=127.0.0.1" in normalized(procfile()["flower"])
     worker = services["worker"]
     assert "container_name" not in worker and "ports" not in worker  # `--scale worker=N` must work
     for service in ("api", "worker", "flower"):

