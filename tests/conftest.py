@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
@@ -14,6 +15,19 @@ import redis
 from agents_celery.settings import Settings, load_settings
 from agents_celery.storage.eventlog import EventLog
 from agents_celery.storage.keys import Keys
+
+# A skipped or xfailed test fails the run (tests/skipguard.py); the hooks are registered by being named here.
+from .skipguard import (  # noqa: F401
+    pytest_collectreport,
+    pytest_runtest_logreport,
+    pytest_sessionfinish,
+    pytest_terminal_summary,
+)
+
+if TYPE_CHECKING:
+    from agents_celery import Runtime
+    from agents_celery.events import Event
+    from agents_celery.testing.openai_server import FakeReply
 
 TEST_REDIS_URL = os.environ.get("AGENTS_CELERY_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
 
@@ -28,6 +42,35 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: floa
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
         time.sleep(interval)
+
+
+def _events(rt: Runtime, run_id: str, timeout: float, what: str) -> Iterator[Event]:
+    """The run's events from the start, then live ones, until it ends or pauses. The log is read with short
+    blocking reads, so the deadline fires even when nothing arrives."""
+    deadline = time.monotonic() + timeout
+    log = rt.store.log
+    info = log.info(run_id)
+    with contextlib.closing(log.tail(run_id, until_pause=True, block_ms=100, info=info, idle_seconds=0)) as pages:
+        for page in pages:
+            if isinstance(page, list):
+                for entry in page:
+                    yield info.event(entry)
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout}s waiting for {what} (run {run_id!r})")
+
+
+def all_events(rt: Runtime, run_id: str, timeout: float = 60) -> list[Event]:
+    """Every event of the run until it ends or pauses; fails after ``timeout`` seconds, events or not."""
+    return list(_events(rt, run_id, timeout, "the run to end or pause"))
+
+
+def wait_event(rt: Runtime, run_id: str, pred: Callable[[Event], bool], timeout: float = 60) -> float:
+    """Reads the run's events until one satisfies ``pred``; returns when (``time.monotonic()``). Fails when the
+    run ends or pauses first, or after ``timeout`` seconds, events or not."""
+    for event in _events(rt, run_id, timeout, "the expected event"):
+        if pred(event):
+            return time.monotonic()
+    raise AssertionError("the run ended before the expected event")
 
 
 def kill_connections(r: redis.Redis, *last_commands: str) -> int:
@@ -96,6 +139,30 @@ def fake_openai() -> Iterator[Any]:
     server = FakeOpenAIServer().start()
     yield server
     server.stop()
+
+
+class Unscripted:
+    """What the fake model answers a test that did not script it: an error naming that test (a 400, so the run
+    fails at once with it), never a script another test left behind."""
+
+    def __init__(self, nodeid: str) -> None:
+        self.nodeid = nodeid
+        self.calls = 0
+
+    def __call__(self, request: dict[str, Any]) -> FakeReply:
+        from agents_celery.testing.openai_server import FakeReply
+
+        self.calls += 1
+        error = f"no fake model reply scripted for {self.nodeid}: call script(...) or set fake_openai.responder"
+        return FakeReply(status=400, error=error)
+
+
+@pytest.fixture(autouse=True)
+def _unscripted_fake_model(request: pytest.FixtureRequest) -> None:
+    """Each test that uses the session's fake OpenAI server starts with :class:`Unscripted` as its responder;
+    ``script(...)`` or ``fake_openai.responder = ...`` in the test replaces it."""
+    if "fake_openai" in request.fixturenames:
+        request.getfixturevalue("fake_openai").responder = Unscripted(request.node.nodeid)
 
 
 @pytest.fixture(scope="session")

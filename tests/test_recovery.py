@@ -11,7 +11,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,7 +23,7 @@ from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.testing.openai_server import ScriptResponder
 
 from .cluster import Worker, worker_env
-from .conftest import SEPARATE_BROKER_URL, TEST_BROKER_URL, TEST_REDIS_URL, wait_for
+from .conftest import SEPARATE_BROKER_URL, TEST_BROKER_URL, TEST_REDIS_URL, all_events, wait_event, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -83,15 +83,6 @@ def arm(r: redis.Redis, prefix: str, point: str, run_id: str) -> None:
     r.set(f"{prefix}:test:crash:{point}:{run_id}", 1, ex=600)
 
 
-def all_events(rt: Runtime, run_id: str, timeout: float = 60) -> list[Event]:
-    deadline = time.monotonic() + timeout
-    out = []
-    for event in rt.get_stream(run_id).events():
-        out.append(event)
-        assert time.monotonic() < deadline, "run did not finish in time"
-    return out
-
-
 def assert_invariants(events: list[Event]) -> None:
     """Contiguous offsets and a well-formed AG-UI sequence."""
     assert [e.offset for e in events] == list(range(len(events))), "gap or duplicate offset"
@@ -122,13 +113,6 @@ def last_message_text(events: list[Event]) -> str:
     return "".join(
         e.data["delta"] for e in events if e.type is EventType.TEXT_MESSAGE_CONTENT and e.data["message_id"] == last_id
     )
-
-
-def wait_event(rt: Runtime, run_id: str, pred: Callable[[Event], bool]) -> float:
-    for event in rt.get_stream(run_id).events():
-        if pred(event):
-            return time.monotonic()
-    raise AssertionError("the run ended before the expected event")
 
 
 def test_kill_during_model_streaming(
