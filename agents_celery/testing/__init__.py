@@ -9,9 +9,26 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .embedded import EmbeddedRedis
-from .openai_server import FailingResponder, FakeOpenAIServer, FakeReply, Responder, ScriptResponder
 from .runner import InlineRunner
+
+if TYPE_CHECKING:
+    from .openai_server import FailingResponder, FakeOpenAIServer, FakeReply, Responder, ScriptResponder
+
+#: Imported on first use, so ``python -m agents_celery.testing.openai_server`` runs the module once (as
+#: ``__main__``) rather than after the package imported it (runpy's RuntimeWarning).
+_SERVER_NAMES = {"FailingResponder", "FakeOpenAIServer", "FakeReply", "Responder", "ScriptResponder"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SERVER_NAMES:
+        from . import openai_server
+
+        return getattr(openai_server, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "EmbeddedRedis",

@@ -11,14 +11,24 @@ can talk to it::
 A *responder* maps the JSON body of a ``POST /v1/chat/completions`` request to a :class:`FakeReply`. It can be
 swapped while the server runs (``server.responder = ...``). :class:`ScriptResponder` picks turns with the same
 rule as :class:`~agents_celery.models.ScriptedModel`; :class:`FailingResponder` injects failures.
+
+From a shell (for a worker, a bench or another language's tests)::
+
+    python -m agents_celery.testing.openai_server --port 8011 --tokens 50 --token-delay 0.01
+
+serves until interrupted (Ctrl-C or SIGTERM), answering every request with ``--tokens`` streamed words (or
+``--text``); it prints ``fake OpenAI server on http://127.0.0.1:8011/v1`` once it listens (``--port 0``, the
+default, picks a free port: read the URL from that line). Any API key is accepted.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import functools
 import http
 import json
+import signal
 import sys
 import threading
 import time
@@ -439,3 +449,44 @@ def _status_phrase(status: int) -> str:
         return http.HTTPStatus(status).phrase
     except ValueError:
         return f"HTTP {status}"
+
+
+#: The words ``--tokens N`` cycles through.
+_FILLER = ["The", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog", "as", "the", "run", "streams", "on."]
+
+
+def filler_text(tokens: int) -> str:
+    """``tokens`` words of filler text (one streamed chunk each), ending with a full stop."""
+    words = [_FILLER[i % len(_FILLER)] for i in range(max(1, tokens))]
+    return " ".join(words).rstrip(".") + "."
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m agents_celery.testing.openai_server``: serve scripted answers until interrupted."""
+    parser = argparse.ArgumentParser(
+        prog="python -m agents_celery.testing.openai_server",
+        description="A local OpenAI-compatible server (Chat Completions, streamed or not) answering every request "
+        "with the same scripted text. Point OpenAIChat(base_url=...) or any OpenAI SDK at the URL it prints.",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=0, help="port (default 0: a free one, printed at start-up)")
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--tokens", type=int, default=20, help="answer with this many words, one chunk each (default 20)")
+    what.add_argument("--text", help="answer with this text instead")
+    parser.add_argument("--token-delay", type=float, default=0.0, help="seconds before each streamed chunk (default 0)")
+    args = parser.parse_args(argv)
+    if args.tokens < 1:
+        parser.error("--tokens must be at least 1")
+    text = args.text if args.text is not None else filler_text(args.tokens)
+    server = FakeOpenAIServer(ScriptResponder([text], token_delay=args.token_delay), host=args.host, port=args.port)
+    stopped = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stopped.set())
+    with server:
+        print(f"fake OpenAI server on {server.url}", flush=True)
+        stopped.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
