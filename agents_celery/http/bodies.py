@@ -8,7 +8,8 @@ Malformed input (a body that is not JSON, a ``tools`` form field that is not a J
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, TypeVar
@@ -19,6 +20,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..errors import BadRequestError, BodyValidationError, PayloadTooLargeError
 
 M = TypeVar("M", bound=BaseModel)
+
+#: The largest offset a request may name: offset + 1 must still be a signed 64-bit integer, as Redis takes the
+#: ``COUNT`` of an XRANGE (a log never comes near it; a bigger one is a client's bug, answered 422).
+MAX_OFFSET = 2**63 - 2
+#: An integer as a query parameter or header spells it: ASCII digits, an optional minus (no ``1_0``, no ``²``).
+_INTEGER = re.compile(r"-?[0-9]{1,19}")
 
 
 class _Body(BaseModel):
@@ -98,7 +105,7 @@ class ContinueBody(_Body):
 class ResumeBody(_Body):
     """``POST /agents/<agent_id>/runs/<run_id>/resume``. No ``last_event_index``: from the start."""
 
-    last_event_index: int | None = Field(default=None, ge=-1)
+    last_event_index: int | None = Field(default=None, ge=-1, le=MAX_OFFSET)
     session_id: str | None = None
 
 
@@ -114,6 +121,22 @@ def check_size(length: int | None, limits: Limits) -> None:
     """PayloadTooLargeError when a body of ``length`` bytes is over the limit (check before reading it)."""
     if length is not None and length > limits.max_body_bytes:
         raise PayloadTooLargeError(f"the body is {length} bytes; at most {limits.max_body_bytes} are accepted")
+
+
+def read_capped(read: Callable[[int], bytes], limits: Limits, chunk: int = 65_536) -> bytes:
+    """A body of unknown length (chunked, no Content-Length), read through ``read(n)`` in chunks up to one byte
+    past the limit: PayloadTooLargeError as soon as it is over, and the rest is never read."""
+    parts: list[bytes] = []
+    size, most = 0, limits.max_body_bytes + 1
+    while size < most:
+        part = read(min(chunk, most - size))
+        if not part:
+            break
+        parts.append(part)
+        size += len(part)
+    if size > limits.max_body_bytes:
+        raise PayloadTooLargeError(f"the body is over {limits.max_body_bytes} bytes, the most accepted")
+    return b"".join(parts)
 
 
 def loads(text: str | bytes, limits: Limits, what: str) -> Any:
@@ -193,10 +216,9 @@ def parse(
 
 
 def int_param(value: str | None, name: str) -> int | None:
-    """An optional integer query parameter or header (400 when it is not an integer)."""
+    """An optional integer query parameter or header (400 when it is not an integer written in ASCII digits)."""
     if value is None or value == "":
         return None
-    try:
-        return int(value)
-    except ValueError:
-        raise BadRequestError(f"{name} must be an integer, got {value!r}") from None
+    if _INTEGER.fullmatch(value) is None:  # int() alone would take " 5", "1_0" and other scripts' digits
+        raise BadRequestError(f"{name} must be an integer (ASCII digits, at most 19), got {value[:40]!r}")
+    return int(value)

@@ -89,7 +89,8 @@ def decode_cursor(cursor: str | None) -> tuple[int, str] | None:
     if not cursor:
         return None
     score, _, member = cursor.partition(".")
-    if not score.isdigit() or not member or len(cursor) > 300:
+    # ASCII digits only: str.isdigit() also takes "²" and other scripts' digits, which int() then refuses.
+    if not (score.isascii() and score.isdigit()) or len(score) > 20 or not member or len(cursor) > 300:
         raise ValidationError(f"cursor {cursor[:40]!r} is not one this API returned")
     return int(score), member
 

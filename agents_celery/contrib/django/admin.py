@@ -8,17 +8,22 @@ in Redis, not in your database.
 from __future__ import annotations
 
 from django.contrib.auth.decorators import user_passes_test
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
+from ...errors import BadRequestError
+from ...http.bodies import int_param
 from ...storage.index import MAX_LIMIT
 from .apps import config
 
 
 @user_passes_test(lambda user: user.is_active and user.is_staff)  # type: ignore[untyped-decorator]
 def recent_runs(request: HttpRequest) -> HttpResponse:
-    given = request.GET.get("limit", "50")
-    limit = max(1, min(MAX_LIMIT, int(given))) if given.isdigit() else 50
+    try:  # ASCII digits only: str.isdigit() takes "²", which int() then refuses
+        given = int_param(request.GET.get("limit"), "limit")
+    except BadRequestError as exc:
+        return JsonResponse({"detail": str(exc), "code": exc.code}, status=400)
+    limit = 50 if given is None else max(1, min(MAX_LIMIT, given))
     runs = config().api.runtime.runs(limit=limit).runs
     prefix = request.path.removesuffix("admin/runs/")
     rows = [

@@ -16,14 +16,14 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict, StreamingHttpResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.utils.module_loading import import_string
 from django.views.decorators.csrf import csrf_exempt
 
-from ...errors import AgentsCeleryError, AuthenticationError
+from ...errors import AgentsCeleryError, AuthenticationError, BadRequestError
 from ...http import sse
-from ...http.bodies import check_size, fields_of
+from ...http.bodies import Limits, check_size, fields_of, read_capped
 from ...http.openapi import spec
 from ...http.protocol import API, Action, Headers, Reply, Request, Resource, error_reply
 from .apps import config
@@ -110,6 +110,8 @@ async def protocol_request(request: HttpRequest, api: API) -> Request | HttpResp
     def body() -> dict[str, Any]:
         check_size(int(request.headers.get("Content-Length") or 0) or None, limits)
         kind = request.content_type or ""
+        if "chunked" in request.headers.get("Transfer-Encoding", "").lower():
+            return _chunked_body(request, kind, limits)  # no Content-Length: at most the limit + 1 bytes read
         if kind in ("application/x-www-form-urlencoded", "multipart/form-data"):
             return fields_of(kind, request.POST, b"", limits)  # Django parsed it (its body can't be read again)
         return fields_of(kind, {}, request.body, limits)
@@ -136,6 +138,21 @@ async def protocol_request(request: HttpRequest, api: API) -> Request | HttpResp
     return Request(
         request.method or "GET", headers, request.GET, body, user_id, run_url, _rule(user_id, staff, user)
     )
+
+
+def _chunked_body(request: HttpRequest, kind: str, limits: Limits) -> dict[str, Any]:
+    """A chunked body (no Content-Length), read once up to one byte past the limit (``request.body`` reads it all;
+    under WSGI Django reads nothing of it, so the server's dechunked input is read when it says it ends)."""
+    cached = getattr(request, "_agents_celery_body", None)
+    if cached is None:
+        environ = getattr(request, "environ", {})
+        read = environ["wsgi.input"].read if environ.get("wsgi.input_terminated") else request.read
+        cached = read_capped(read, limits)
+        request._agents_celery_body = cached
+    if kind == "multipart/form-data":
+        raise BadRequestError("send a multipart body with a Content-Length (Django does not parse a chunked one)")
+    form = QueryDict(cached) if kind == "application/x-www-form-urlencoded" else {}
+    return fields_of(kind, form, cached, limits)
 
 
 async def call(request: HttpRequest, name: str, *args: Any) -> HttpResponse:

@@ -7,16 +7,19 @@ once it ended or paused). The protocol itself (bodies, errors, dialects, SSE) li
 
 from __future__ import annotations
 
+import io
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import redis
-from flask import Blueprint, Response, current_app, jsonify, request, url_for
+from flask import Blueprint, Response, current_app, g, jsonify, request, url_for
 from werkzeug.exceptions import HTTPException
+from werkzeug.formparser import parse_form_data
 
 from ...errors import AgentsCeleryError, RedisUnavailableError
 from ...http import sse
-from ...http.bodies import check_size, fields_of
+from ...http.bodies import check_size, fields_of, read_capped
 from ...http.openapi import spec
 from ...http.protocol import API, Headers, Reply, Request, error_reply, status_of
 
@@ -33,10 +36,26 @@ def api() -> API:
     return found
 
 
+FORMS = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
 def _body() -> dict[str, Any]:
     limits = api().limits
     check_size(request.content_length, limits)  # before reading it
-    return fields_of(request.mimetype or "", request.form, request.get_data(cache=True), limits)
+    kind = request.mimetype or ""
+    if request.content_length is not None:
+        return fields_of(kind, request.form, request.get_data(cache=True), limits)
+    if "agents_celery_body" not in g:  # chunked (no Content-Length): read at most one byte past the limit
+        g.agents_celery_body = read_capped(request.stream.read, limits)
+    data: bytes = g.agents_celery_body
+    return fields_of(kind, _form(data) if kind in FORMS else {}, data, limits)
+
+
+def _form(data: bytes) -> Mapping[str, str]:
+    """The form fields of a chunked body already read (Flask's ``request.form`` would read the stream again)."""
+    environ = {**request.environ, "wsgi.input": io.BytesIO(data), "wsgi.input_terminated": True}  # ends there
+    form: Mapping[str, str] = parse_form_data(environ)[1]
+    return form
 
 
 def _request() -> Request:
