@@ -183,6 +183,8 @@ def test_the_worker_refuses_internal_destinations_by_default(strict: tuple[Runti
             "http://169.254.169.254/latest/meta-data/",  # the cloud metadata service
             "http://10.0.0.1/hooks",  # a private address
         ]
+        if _resolves_to_loopback(socket.gethostname()):  # through the resolver (/etc/hosts), unlike localhost
+            urls.append(f"http://{socket.gethostname()}:{receiver.port}/hooks")
         runs = [runtime.stream("offline", "what time is it?", webhook_url=url).id for url in urls]
         for run_id, url in zip(runs, urls, strict=True):
             found = wait_for(
@@ -198,6 +200,14 @@ def test_the_worker_refuses_internal_destinations_by_default(strict: tuple[Runti
         assert "Traceback" not in worker.log.read_text(errors="replace")
     finally:
         receiver.close()
+
+
+def _resolves_to_loopback(name: str) -> bool:
+    try:
+        infos = socket.getaddrinfo(name, 80, type=socket.SOCK_STREAM)
+    except OSError:
+        return False
+    return bool(infos) and all(str(info[4][0]).startswith("127.") or info[4][0] == "::1" for info in infos)
 
 
 def test_a_redirect_is_not_followed(own: tuple[Runtime, Worker]) -> None:
@@ -351,3 +361,35 @@ def test_the_worker_imports_only_the_core_install() -> None:
         timeout=60,
     )
     assert done.returncode == 0 and "imported" in done.stdout, done.stderr[-2000:]
+
+
+def test_a_receiver_trickling_its_answer_cannot_hold_the_attempt_past_its_timeout() -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def trickle() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+            while not stop.wait(0.05):  # a byte at a time: each read would wait less than its own timeout
+                try:
+                    conn.sendall(b"a")
+                except OSError:
+                    return
+
+    threading.Thread(target=trickle, daemon=True).start()
+    port = listener.getsockname()[1]
+    started = time.monotonic()
+    try:
+        with pytest.raises(webhooks.WebhookRefused, match="deadline passed"):
+            webhooks.deliver(
+                load_settings(webhook_secret=SECRET, webhook_allow=f"127.0.0.1:{port}", webhook_timeout_seconds=1),
+                f"http://127.0.0.1:{port}/hooks",
+                "k",
+                {},
+            )
+        assert time.monotonic() - started < 5
+    finally:
+        stop.set()
+        listener.close()

@@ -18,12 +18,14 @@ the answer. Standard library only (``http.client``): the worker needs nothing be
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import ipaddress
 import json
 import logging
 import socket
 import ssl
+import threading
 import time
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -82,6 +84,7 @@ class _PinnedHTTPConnection(http.client.HTTPConnection):
     def __init__(self, host: str, port: int, address: IPAddress, timeout: float) -> None:
         super().__init__(host, port, timeout=timeout)
         self.address = address
+        self.aborted = False
 
     def _open(self) -> socket.socket:
         sock = socket.create_connection((str(self.address), self.port), self.timeout)
@@ -90,6 +93,15 @@ class _PinnedHTTPConnection(http.client.HTTPConnection):
 
     def connect(self) -> None:
         self.sock = self._open()
+
+    def abort(self) -> None:
+        """Past the attempt's deadline (from a timer thread): a receiver trickling bytes would otherwise keep the
+        worker's thread, since each read has its own timeout. The read in progress fails at once."""
+        self.aborted = True
+        sock = self.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)  # the TCP socket itself, under TLS too
 
 
 class _PinnedHTTPSConnection(_PinnedHTTPConnection):
@@ -106,7 +118,8 @@ class _PinnedHTTPSConnection(_PinnedHTTPConnection):
 
 
 def post(url: str, data: bytes, headers: dict[str, str], timeout: float, allow: WebhookAllow) -> int:
-    """POST ``data`` to ``url`` through a checked address; the status (redirects are not followed)."""
+    """POST ``data`` to ``url`` through a checked address; the status (redirects are not followed). ``timeout``
+    bounds the whole attempt: connecting, TLS, sending and the answer's headers."""
     parsed = urlsplit(url)
     try:
         host, port = parsed.hostname or "", parsed.port or default_port(parsed.scheme)
@@ -120,14 +133,27 @@ def post(url: str, data: bytes, headers: dict[str, str], timeout: float, allow: 
     target = (parsed.path or "/") + (f"?{parsed.query}" if parsed.query else "")
     kind = _PinnedHTTPSConnection if parsed.scheme == "https" else _PinnedHTTPConnection
     errors = []
+    deadline = time.monotonic() + timeout  # for the whole attempt, not for each read
     for address in resolve(host, port, allow):  # the first address that answers (a name may have several)
-        conn = kind(host, port, address, timeout)
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            errors.append(f"{address}: not tried, the attempt took {timeout}s")
+            break
+        conn = kind(host, port, address, remaining)
+        timer = threading.Timer(remaining, conn.abort)
+        timer.daemon = True
+        timer.start()
         try:
             conn.request("POST", target, body=data, headers=headers)
-            return conn.getresponse().status
-        except (OSError, http.client.HTTPException) as exc:
-            errors.append(f"{address}: {type(exc).__name__}: {exc}")
+            status = conn.getresponse().status
+            if not conn.aborted:  # a cut-off answer may parse as a whole one
+                return status
+            errors.append(f"{address}: no whole answer within {timeout}s (the attempt's deadline passed)")
+        except (OSError, ValueError, http.client.HTTPException) as exc:
+            late = " (the attempt's deadline passed)" if conn.aborted else ""
+            errors.append(f"{address}: {type(exc).__name__}: {exc}{late}")
         finally:
+            timer.cancel()
             conn.close()
     raise WebhookRefused("; ".join(errors) or f"no address for {host!r}")
 
