@@ -34,9 +34,12 @@ typecheck: install
 	$(VENV)/bin/mypy
 
 # The whole suite, slow crash and browser tests included (CI runs exactly this). Starts a Redis if none
-# answers; installs Debian's chromium if there is none, and the pinned AG-UI JS client (npm ci).
+# answers and RabbitMQ (the RabbitMQ-broker tests); installs what is missing of Debian's redis-server and
+# redis-cli (tests/test_rewind.py), chromium, rabbitmq-server, and the pinned AG-UI JS client (npm ci).
 test: install
 	PY=$(PY) scripts/ensure-redis
+	scripts/ensure-redis-tools
+	PY=$(PY) scripts/ensure-rabbitmq
 	scripts/ensure-chromium
 	scripts/ensure-agui-client
 	$(PY) -m pytest
@@ -44,6 +47,7 @@ test: install
 # Everything but the slow crash tests and the browser, for quick local loops.
 test-fast: install
 	PY=$(PY) scripts/ensure-redis
+	PY=$(PY) scripts/ensure-rabbitmq
 	scripts/ensure-agui-client
 	$(PY) -m pytest -m "not slow and not browser"
 
@@ -58,6 +62,7 @@ test-newest:
 # Every bench; writes docs/benchmarks.md and README's Performance section from the run; exits 1 on a missed target.
 bench: install
 	PY=$(PY) scripts/ensure-redis
+	scripts/ensure-redis-tools
 	$(PY) -m bench --write docs/benchmarks.md --readme README.md
 
 # The three processes of the Procfile (web on :7777, worker, Flower on :5555) under honcho, from this directory.
