@@ -60,7 +60,8 @@ class DestinationRefused(WebhookRefused):
 
 def resolve(host: str, port: int, allow: WebhookAllow) -> list[IPAddress]:
     """The addresses of ``host`` a webhook may be sent to; DestinationRefused when any of them is refused (a
-    name with one internal address is treated as internal) or the name does not resolve."""
+    name with one internal address is treated as internal), WebhookRefused (tried again later) when the name does
+    not resolve."""
     literal = literal_address(host) or loopback_name(host)
     if literal is not None:
         found = [literal]
