@@ -16,6 +16,7 @@ import pytest
 import redis
 
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
+from agents_celery.storage.keys import Keys
 
 from .api_support import ApiServer, Frame, frames, free_port, read_until
 from .conftest import TEST_REDIS_URL, kill_connections, wait_for
@@ -339,7 +340,14 @@ def assert_error(resp: httpx.Response, status: int, code: str | None = None) -> 
     return body
 
 
-def test_malformed_and_invalid_bodies(client: httpx.Client) -> None:
+def created(rdb: redis.Redis, prefix: str) -> set[bytes]:
+    """Every run and session the indexes know (``<p>:runs`` and ``<p>:sessions``, storage/keys.py)."""
+    keys = Keys(prefix)
+    return set(rdb.zrange(keys.runs, 0, -1)) | set(rdb.zrange(keys.sessions, 0, -1))
+
+
+def test_malformed_and_invalid_bodies(client: httpx.Client, rdb: redis.Redis, key_prefix: str) -> None:
+    before = created(rdb, key_prefix)
     bad = client.post("/agents/fake/runs", content=b"{not json", headers={"Content-Type": "application/json"})
     assert_error(bad, 400, "bad_request")
     assert_error(client.post("/agents/fake/runs", json=[1, 2]), 400, "bad_request")
@@ -349,6 +357,7 @@ def test_malformed_and_invalid_bodies(client: httpx.Client) -> None:
     assert_error(client.get("/runs/x/events", params={"format": "xml"}), 400)
     assert_error(client.get("/no/such/route"), 404)
     assert_error(client.delete("/agents"), 405)
+    assert created(rdb, key_prefix) <= before  # no run, no session: a refused body creates nothing
 
 
 def test_unknown_things_are_404_before_streaming(client: httpx.Client, script: Any) -> None:
