@@ -85,6 +85,9 @@ class Settings(BaseSettings):
     enqueue_grace_seconds: float = Field(default=5.0, gt=0)
     #: Attempts of one step (crashes, lost leases) before the run fails with AbandonedRunError.
     max_step_attempts: int = Field(default=3, ge=1)
+    #: Attempts of one step that died of a connection error (a reset, a failover, Redis restarting) not counted
+    #: in ``max_step_attempts``: an infrastructure blip is not the run's failure. Past these, they count too.
+    max_step_blips: int = Field(default=20, ge=0)
     #: Retries of a failing model call (timeouts, 429, 5xx) inside one step, with exponential backoff.
     model_retries: int = Field(default=3, ge=0)
     model_backoff_seconds: float = Field(default=0.5, ge=0)

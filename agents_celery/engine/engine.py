@@ -15,6 +15,7 @@ never imports Celery or kombu.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 
 import redis
@@ -64,6 +65,18 @@ Enqueue = Callable[[str, int, str], None]
 Notify = Callable[[RunState, int], None]
 #: Makes a claim the ordinary way: a fresh lease token and the claim it got.
 FreshClaim = Callable[[], "tuple[str, Claim]"]
+
+#: Errors of the connection to Redis rather than of the run (a reset, a timeout, Redis loading after a restart,
+#: a replica after a failover): an attempt that dies of one is a blip, not counted in ``max_step_attempts``.
+BLIPS: tuple[type[Exception], ...] = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.ReadOnlyError,
+    RedisUnavailableError,
+)
+#: Pauses before each try to give a blip's lease back (the first at once, on a fresh connection): about 1.3 s
+#: in all, well inside a lease; past them the lease expires by itself and the attempt counts.
+GIVE_BACK_PAUSES = (0.0, 0.05, 0.25, 1.0)
 
 
 class Delivery:
@@ -132,11 +145,11 @@ class Engine:
 
     def execute(self, run_id: str, step: int, delivery: Delivery = PLAIN) -> str:
         """Run one attempt of ``step``; return what happened (``committed``, ``stale``, ``busy`` ...)."""
-        token, claim = delivery.claim(run_id, step, lambda: self.fresh_claim(run_id, step))
+        token, claim = self._claim(run_id, step, delivery)
         if claim.outcome != "OK":
             log.info("run=%s step=%d: nothing to do (%s)", run_id, step, claim.outcome.lower())
             return claim.outcome.lower()
-        outcome = "failed"
+        outcome, blip = "failed", False
         try:
             result, info, hooks = self._do_step(run_id, step, token, claim)
             try:
@@ -156,20 +169,82 @@ class Engine:
             log.warning("run=%s step=%d: %s; step given back", run_id, step, exc)
             outcome = "given back"
         except (RedisUnavailableError, redis.RedisError) as exc:
-            # A reset connection, a failover, Redis restarting: not the run's failure. The step is given back;
-            # the sweeper hands it to a new attempt once its lease is free (at once: released below).
+            # A reset connection, a failover, Redis restarting: not the run's failure. The step is given back
+            # (a blip, not counted against its attempts) and sent again at once; the sweeper covers a send lost.
             log.warning(
                 "run=%s step=%d: Redis failed under this attempt (%s); the step is given back", run_id, step, exc
             )
-            outcome = "given back"
+            outcome, blip = "given back", isinstance(exc, BLIPS)
         finally:
             if outcome != "committed":  # the commit gave the lease up in the same round trip
                 self.store.states.forget(run_id)
-                try:
-                    self.leases.release(run_id, token)
-                except redis.RedisError as exc:  # Redis still away: the lease expires by itself
-                    log.warning("run=%s step=%d: could not release the lease (%s)", run_id, step, exc)
+                if blip:
+                    assert claim.state is not None
+                    self._blip(run_id, step, token, claim.state.agent_id)
+                else:
+                    try:
+                        self.leases.release(run_id, token)
+                    except redis.RedisError as exc:  # Redis still away: the lease expires by itself
+                        log.warning("run=%s step=%d: could not release the lease (%s)", run_id, step, exc)
         return outcome
+
+    def _claim(self, run_id: str, step: int, delivery: Delivery) -> tuple[str, Claim]:
+        """The attempt's token and claim. A claim whose reply a connection error lost may have taken the lease and
+        counted an attempt: that lease is given back as a blip and the step sent again; when it never ran, the
+        claim is made once more on a fresh connection."""
+        token = new_token()
+        try:
+            token, claim = delivery.claim(
+                run_id, step, lambda: (token, self.store.claim(run_id, step, token, first_started(step)))
+            )
+        except BLIPS as exc:
+            log.warning("run=%s step=%d: a claim failed on its connection (%s)", run_id, step, exc)
+            claim = Claim("BUSY", lost=True)
+        if not claim.lost:
+            return token, claim
+        self.store.connection_lost()
+        given = self._give_back(run_id, step, token)
+        if given is None:  # Redis does not answer: the sweeper sends the step again once it does
+            return token, Claim("BUSY")
+        if given:  # the claim had run: its attempt is a blip, handed to a new delivery
+            self._send_again(run_id, step)
+            return token, Claim("BUSY")
+        try:  # it had not run (or another attempt holds the lease, and this one finds it BUSY)
+            return self.fresh_claim(run_id, step)
+        except BLIPS as exc:
+            log.warning("run=%s step=%d: the claim failed again (%s); the sweeper retries", run_id, step, exc)
+            return token, Claim("BUSY")
+
+    def _blip(self, run_id: str, step: int, token: str, agent_id: str) -> None:
+        """An attempt died of a connection error: drop the process's idle connections (all broken alike), give
+        the lease back as a blip and send the step again at once."""
+        self.store.connection_lost()
+        if self._give_back(run_id, step, token):
+            self._send_again(run_id, step, agent_id)
+
+    def _give_back(self, run_id: str, step: int, token: str) -> bool | None:
+        """Give the lease back as a blip (:meth:`RunStore.give_back`), retried a few times on fresh connections;
+        whether it was recorded as one, None when Redis did not answer (the lease then expires by itself)."""
+        for pause in GIVE_BACK_PAUSES:
+            time.sleep(pause)
+            try:
+                return self.store.give_back(run_id, step, token)
+            except BLIPS as exc:
+                self.store.connection_lost()
+                error = exc
+        log.warning("run=%s step=%d: could not give the lease back (%s); it expires by itself", run_id, step, error)
+        return None
+
+    def _send_again(self, run_id: str, step: int, agent_id: str | None = None) -> None:
+        """Send a given-back step again (a lost send is the sweeper's: the lease is free, the step is due)."""
+        try:
+            if agent_id is None:
+                agent_id = self.store.run_fields(run_id, "agent_id")[0] or ""
+            self.enqueue(run_id, step, agent_id)
+        except Exception as exc:  # the broker or Redis away too
+            log.warning("run=%s step=%d: could not send the step again (%s); the sweeper will", run_id, step, exc)
+        else:
+            log.info("run=%s step=%d: sent again after a connection error", run_id, step)
 
     def _do_step(self, run_id: str, step: int, token: str, claim: Claim) -> tuple[StepResult, StepInfo, list[Hooks]]:
         """The step's work under the lease: the result to commit (with the events not yet appended)."""
@@ -185,6 +260,7 @@ class Engine:
             with EventWriter(self.store.log, run_id, token) as writer:
                 # agent may be None: _decide fails the run before anything uses it
                 ctx = StepContext(state, agent, step, claim.attempt, token, self.store, self.settings, writer, info)  # type: ignore[arg-type]
+                ctx.blips = claim.blips
                 ctx.stop, ctx.lost, ctx.sent, ctx.hooks = holding.stop, holding.lost, sent, hooks
                 if claim.stop_reason:
                     ctx.stop.set()
@@ -194,7 +270,7 @@ class Engine:
                 ctx.send = self.enqueue
                 if claim.attempt > 1:
                     self._close_abandoned(ctx, claim)
-                    if claim.attempt <= self.settings.max_step_attempts:
+                    if claim.counted <= self.settings.max_step_attempts:
                         writer.emit(step_started(kind, step, claim.attempt))
                         ctx.step_open = True
                 result = with_step_finished(ctx, self._decide(ctx, agent, hooks))
@@ -233,9 +309,11 @@ class Engine:
                 f"no worker here serves agent {(state.active_agent or state.agent_id)!r}; start one with its module"
             )
             return failed(ctx, state, missing)
-        if ctx.attempt > self.settings.max_step_attempts:
+        if ctx.attempt - ctx.blips > self.settings.max_step_attempts:
+            blips = f" (and interrupted {ctx.blips} times by connection errors)" if ctx.blips else ""
             error = AbandonedRunError(
-                f"step {ctx.step} of run {state.run_id!r} was attempted {ctx.attempt - 1} times without committing"
+                f"step {ctx.step} of run {state.run_id!r} was attempted {ctx.attempt - ctx.blips - 1} times without "
+                f"committing{blips}"
             )
             return failed(ctx, state, error)
         if ctx.stop.is_set():

@@ -65,6 +65,8 @@ class StepContext:
     sent: list[Pending] = field(default_factory=list)
     #: How many messages the run's inbox holds (the claim's count); more than ``state.inbox_taken``: new ones.
     inbox: int = 0
+    #: Attempts of this step that died of a connection error: not counted in ``max_step_attempts``.
+    blips: int = 0
     #: Sends a step's task, ``send(run_id, step, agent_id)``: a child run's first step (agents as tools).
     send: Callable[[str, int, str], None] | None = None
 

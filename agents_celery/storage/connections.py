@@ -114,6 +114,14 @@ class ThreadClients:
         self._idle_check = idle_check
         self._local = threading.local()
         self._threads = threading.local.__module__ == "_thread"  # real threads, not greenlets
+        #: Bumped by :meth:`renew`; a thread whose client is older makes its connection again.
+        self._generation = 0
+
+    def renew(self) -> None:
+        """Every thread's kept connection is made again before its next command: one of them failed with a
+        connection error, so all of them may be broken (a reset that left idle sockets half-open shows on none
+        of them before it is used). Thread-safe: each thread drops its own at its next :meth:`get`."""
+        self._generation += 1
 
     def get(self) -> redis.Redis:
         """The calling thread's client."""
@@ -122,13 +130,19 @@ class ThreadClients:
         local = self._local
         own: redis.Redis | None = getattr(local, "client", None)
         if own is not None and local.pid == pid():
-            self._idle_check(own)
+            if local.generation != self._generation:
+                local.generation = self._generation
+                conn = own.connection
+                if conn is not None:
+                    conn.disconnect()  # type: ignore[no-untyped-call]
+            else:
+                self._idle_check(own)
             return own
         try:
             own = keeping_one(self.shared)
         except redis.RedisError:
             return self.shared
-        local.client, local.pid = own, pid()
+        local.client, local.pid, local.generation = own, pid(), self._generation
         return own
 
 

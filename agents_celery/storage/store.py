@@ -56,6 +56,16 @@ class Claim:
     effects: dict[str, Effect | None] = field(default_factory=dict)
     #: Messages in the run's inbox (sent with ``Runtime.send_message``); the state took in ``inbox_taken``.
     inbox: int = 0
+    #: Attempts of this step that died of a connection error (:meth:`RunStore.give_back`): numbered like the
+    #: others, but not counted against ``max_step_attempts``.
+    blips: int = 0
+    #: ``BUSY`` because a connection error lost the claim's reply: it may or may not have run.
+    lost: bool = False
+
+    @property
+    def counted(self) -> int:
+        """This attempt's number in the step's attempt budget (blips left out)."""
+        return self.attempt - self.blips
 
 
 @dataclass(frozen=True)
@@ -188,6 +198,7 @@ class RunStore:
             idle_check=idle_check,
         )
         self._claim = register(client, "claim")
+        self._give_back = register(client, "give_back")
         self._commit = register(client, "commit")
         self._inbox_push = register(client, "inbox_push")
         self._effect_begin = register(client, "effect_begin")
@@ -261,7 +272,8 @@ class RunStore:
             reply = sent.sent.wait()
         except redis.ConnectionError as exc:
             log.warning("run=%s: a claim's reply was lost (%s); the sweeper will retry the step", sent.run_id, exc)
-            return Claim("BUSY")
+            self.connection_lost()
+            return Claim("BUSY", lost=True)
         return self._claimed(sent.run_id, reply, sent.known)
 
     def _claim_call(
@@ -296,7 +308,23 @@ class RunStore:
             stop_reason=stop,
             effects=effects,
             inbox=int(reply[9]) if len(reply) > 9 else 0,
+            blips=int(reply[10]) if len(reply) > 10 else 0,
         )
+
+    def give_back(self, run_id: str, step: int, token: str) -> bool:
+        """Give up the lease of an attempt at ``step`` that died of a connection error, recording it as a blip
+        (not counted as an attempt) while the step has blips left (``max_step_blips``); whether it was."""
+        k = self.keys.run(run_id)
+        args: list[str | int] = [token, step, self.settings.max_step_blips]
+        return int(self._give_back(keys=[k.run, k.lease], args=args, client=self._client())) == 2
+
+    def connection_lost(self) -> None:
+        """A command failed with a connection error: drop the pool's idle connections and have every thread's
+        kept one made again before its next command. A reset (a Redis restart, a failover, a load balancer that
+        lost its state) broke them all, but each would otherwise be found broken only by the command it fails."""
+        self.redis.connection_pool.disconnect(inuse_connections=False)
+        if self._own is not None:
+            self._own.renew()
 
     def commit(
         self,
@@ -359,7 +387,7 @@ class RunStore:
         if entry is None:
             self.states.forget(state.run_id)
         try:
-            first = int(self._commit(keys=keys, args=args, client=self._client()))
+            first = self._commit_once(state.run_id, state_id, keys, args)
         except BaseException as exc:
             self.states.forget(state.run_id, entry)
             mapped = refusal(exc, state.run_id) if isinstance(exc, redis.ResponseError) else None
@@ -370,6 +398,31 @@ class RunStore:
         if entry is not None:
             entry.confirm()
         return first
+
+    def _commit_once(self, run_id: str, state_id: str, keys: list[str], args: list[str]) -> int:
+        """The commit script, exactly once even when a connection error hides whether it ran.
+
+        After a connection error, the record says: its ``state_id`` is this commit's (it ran; its reply was lost:
+        -1 stands for the first offset), or the commit did not run, and being a compare-and-set on the step
+        number fenced by the lease it is sent once more, on a fresh connection. Any other error is raised."""
+        try:
+            return int(self._commit(keys=keys, args=args, client=self._client()))
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            self.connection_lost()
+            try:
+                landed = self.redis.hget(self.keys.run(run_id).run, "state_id")
+            except redis.RedisError:
+                raise exc from None
+            if landed is not None and _text(landed) == state_id:
+                log.warning("run=%s: a commit's reply was lost (%s); it was committed", run_id, exc)
+                return -1
+            log.warning("run=%s: a commit failed on its connection (%s); sent again", run_id, exc)
+            try:
+                return int(self._commit(keys=keys, args=args, client=self._client()))
+            except redis.ResponseError:  # refused: the first one may have run after all, late
+                if _text(self.redis.hget(self.keys.run(run_id).run, "state_id") or b"") == state_id:
+                    return -1
+                raise
 
     # -- stop --------------------------------------------------------------------------------------
 

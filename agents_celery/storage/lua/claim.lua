@@ -8,7 +8,8 @@
 -- KEYS: run, lease, stop, events, effects, messages, inbox
 -- ARGV: token, step, ttl_ms, model step-started JSON, tools step-started JSON, known state id or ''
 -- -> {'OK', attempt, first offset of this step's first attempt, next offset, state JSON or '', stop reason
---     or '', {call ids}, {their ledger entries or ''}, {the messages list when the state is sent}, inbox length}
+--     or '', {call ids}, {their ledger entries or ''}, {the messages list when the state is sent}, inbox length,
+--     blips: attempts of this step that died of a connection error (give_back.lua), not counted as attempts}
 --    | {'STALE', committed step} | {'BUSY'} | {'ENDED'} | {'NOTFOUND'}
 local r = redis.call('HMGET', KEYS[1], 'log', 'step', 'state', 'next', 'next_kind', 'state_id', 'ledger_calls')
 if not r[1] then return {'NOTFOUND'} end
@@ -37,4 +38,4 @@ end
 local messages = {}
 if state ~= '' then messages = redis.call('LRANGE', KEYS[6], 0, -1) end
 return {'OK', tostring(attempt), redis.call('HGET', KEYS[1], 'step_offset') or '', r[4], state, stop, ids, entries,
-  messages, redis.call('LLEN', KEYS[7])}
+  messages, redis.call('LLEN', KEYS[7]), redis.call('HGET', KEYS[1], 'blips') or '0'}

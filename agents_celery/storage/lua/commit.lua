@@ -42,7 +42,10 @@ redis.call('HSET', KEYS[1], 'state', ARGV[4], 'step', ARGV[3], 'log', ARGV[5], '
   'committed_ms', ARGV[10], 'state_id', ARGV[11], 'ledger_calls', ARGV[13])
 if ARGV[17] ~= '' then redis.call('HSET', KEYS[1], 'last_task', ARGV[17]) end
 if ARGV[8] == '1' then redis.call('DEL', KEYS[3]) end
-if ARGV[3] ~= ARGV[2] then redis.call('HSET', KEYS[1], 'attempt', 0) end  -- a new step: attempts start over
+if ARGV[3] ~= ARGV[2] then  -- a new step: attempts (and blips, give_back.lua) start over
+  redis.call('HSET', KEYS[1], 'attempt', 0)
+  redis.call('HDEL', KEYS[1], 'blips')
+end
 if ARGV[5] == 'ended' then
   expire_run({KEYS[1], KEYS[2], KEYS[4], KEYS[6], KEYS[7], KEYS[8]}, tonumber(ARGV[6]), tonumber(ARGV[7]))
 end

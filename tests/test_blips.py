@@ -1,0 +1,186 @@
+"""Connection blips are not the run's failure (DESIGN rule 9): resets of every worker connection to Redis, many
+times in one streamed turn, cost no attempt of the step's budget; the run completes in seconds, its log is
+contiguous and its tool runs once."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+import redis
+
+from agents_celery import Runtime, ScriptedToolCall, ScriptedTurn
+from agents_celery.engine.steps import step_started
+from agents_celery.events import EventType, make_event
+from agents_celery.runs import RunState, RunStatus
+from agents_celery.settings import Settings
+from agents_celery.storage.connections import ThreadClients
+from agents_celery.storage.store import RunStore
+
+from .cluster import Worker
+from .conftest import TEST_REDIS_URL, new_id, wait_for
+from .faults import ResettingProxy
+
+pytestmark = pytest.mark.timeout(90)
+
+TEXT = " ".join(f"word{i}" for i in range(60))
+
+
+def _redis_behind(proxy: ResettingProxy) -> str:
+    """The test Redis's URL, through ``proxy`` (same database)."""
+    return proxy.url(path=urlparse(TEST_REDIS_URL).path or "/0")
+
+
+def _contents(runtime: Runtime, run_id: str) -> int:
+    return sum(1 for e in runtime.store.log.read(run_id) if e.type is EventType.TEXT_MESSAGE_CONTENT)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("resets", "half_open", "fast"),
+    [(1, True, "1"), (2, True, "1"), (5, True, "1"), (2, True, "0")],
+    ids=["1 reset", "2 resets", "5 resets", "2 resets, public APIs only"],
+)
+def test_resets_of_every_worker_connection_during_a_turn_cost_no_attempt(
+    worker_env: dict[str, str], fast_settings: Any, script: Any, r: Any, resets: int, half_open: bool, fast: str
+) -> None:
+    """Every connection of the worker to Redis is reset ``resets`` times while one turn streams (half-open: the
+    proxy forgets them, as a load balancer that lost its state, and each idle one fails on its next command).
+    Each reset kills the streaming attempt; none counts against ``max_step_attempts`` (3), so even 5 in a row
+    end ``completed``, within 15 s, with every offset once and the turn's tool run once."""
+    upstream = urlparse(TEST_REDIS_URL)
+    proxy = ResettingProxy((upstream.hostname or "127.0.0.1", upstream.port or 6379))
+    queue = f"blips-{uuid.uuid4().hex[:6]}"
+    env = {
+        **worker_env,
+        "AGENTS_CELERY_QUEUE": queue,
+        "AGENTS_CELERY_REDIS_URL": _redis_behind(proxy),
+        "AGENTS_CELERY_FAST_PATHS": fast,
+    }
+    worker = Worker(env).wait_ready()
+    runtime = Runtime(settings=fast_settings.model_copy(update={"queue": queue}))
+    key = f"blip-{uuid.uuid4().hex[:6]}"
+    prefix = worker_env["AGENTS_CELERY_KEY_PREFIX"]
+    try:
+        script(ScriptedTurn(TEXT, [ScriptedToolCall("slow_count", {"key": key})]), "Done.", token_delay=0.02)
+        t0 = time.monotonic()
+        stream = runtime.stream("fake", "talk for a while, then count")
+        seen = 0
+        for n in range(resets):
+            # the current attempt is streaming: 8 more tokens since the last reset
+            seen = wait_for(
+                lambda s=seen: (c := _contents(runtime, stream.run_id)) >= s + 8 and c,
+                timeout=15,
+                what=f"an attempt to stream before reset {n + 1}",
+            )
+            assert proxy.reset(half_open=half_open) > 0
+        wait_for(lambda: runtime.get(stream.run_id).status.is_final, timeout=20, what="the run to end")
+        took = time.monotonic() - t0
+        view = runtime.get(stream.run_id)
+        assert view.status == "completed", (view.status, view.error, worker.output()[-3000:])
+        assert took < 15, took
+        assert view.output == "Done."
+        events = runtime.store.log.read(stream.run_id)
+        assert [e.offset for e in events] == list(range(len(events)))
+        assert events[-1].type is EventType.RUN_FINISHED and events[-1].data["outcome"]["type"] == "success"
+        abandoned = [e for e in events if e.type is EventType.CUSTOM and e.data.get("name") == "attempt_abandoned"]
+        assert len(abandoned) >= resets, [e.data for e in abandoned]  # each reset did kill an attempt
+        assert int(r.get(f"{prefix}:test:count:{key}") or 0) == 1  # the tool ran once
+    finally:
+        runtime.close()
+        worker.stop()
+        proxy.close()
+
+
+# -- the store's side, without a worker ---------------------------------------------------------------------
+
+STARTED = (step_started("model", 0, 1), step_started("tools", 0, 1))
+
+
+def _run(store: RunStore) -> str:
+    run_id = new_id()
+    state = RunState(run_id=run_id, agent_id="a", session_id="s")
+    store.create(state, [make_event(EventType.RUN_STARTED, thread_id="s", run_id=run_id)])
+    return run_id
+
+
+def _cleanup(r: redis.Redis, store: RunStore, run_id: str) -> None:
+    for key in vars(store.keys.run(run_id)).values():
+        r.delete(key)
+
+
+def test_a_blip_is_numbered_but_not_counted_and_its_budget_is_bounded(r: redis.Redis, settings: Settings) -> None:
+    """An attempt given back as a blip frees the lease; the next claim is attempt 2 but counted as 1. Past
+    ``max_step_blips`` a give-back counts; a lease that is not ours is not given back; a new step starts over."""
+    store = RunStore(r, settings.model_copy(update={"max_step_blips": 2}))
+    run_id = _run(store)
+    try:
+        assert store.claim(run_id, 0, "t1", STARTED).counted == 1
+        assert store.give_back(run_id, 0, "t1") is True
+        assert not r.exists(store.keys.run(run_id).lease)
+        second = store.claim(run_id, 0, "t2", STARTED)
+        assert (second.attempt, second.blips, second.counted) == (2, 1, 1)
+        assert store.give_back(run_id, 0, "someone else's") is False  # not ours: nothing changes
+        assert store.give_back(run_id, 0, "t2") is True
+        third = store.claim(run_id, 0, "t3", STARTED)
+        assert (third.attempt, third.blips, third.counted) == (3, 2, 1)
+        assert store.give_back(run_id, 0, "t3") is False  # the budget of blips is spent: this one counts
+        fourth = store.claim(run_id, 0, "t4", STARTED)
+        assert (fourth.attempt, fourth.blips, fourth.counted) == (4, 2, 2)
+        assert fourth.state is not None
+        store.commit(fourth.state.moved_to(RunStatus.RUNNING), "t4", 0, 1, [], "live")
+        fresh = store.claim(run_id, 1, "t5", STARTED)
+        assert (fresh.attempt, fresh.blips) == (1, 0)  # a new step: attempts and blips start over
+    finally:
+        _cleanup(r, store, run_id)
+
+
+class _LosesReply:
+    """The commit script, run for real (or not) and then failing like a reset connection, once."""
+
+    def __init__(self, script: Any, runs: bool) -> None:
+        self.script, self.runs, self.calls = script, runs, 0
+
+    def __call__(self, **kwargs: Any) -> Any:
+        self.calls += 1
+        if self.calls == 1:
+            if self.runs:
+                self.script(**kwargs)
+            raise redis.ConnectionError("Connection reset by peer")
+        return self.script(**kwargs)
+
+
+@pytest.mark.parametrize("ran", [True, False], ids=["reply lost", "never ran"])
+def test_a_commit_hit_by_a_connection_error_is_applied_once(r: redis.Redis, settings: Settings, ran: bool) -> None:
+    """A commit whose reply was lost is recognised by its state version (not sent again, which the
+    compare-and-set would refuse); one that never ran is sent once more. Either way it is applied once."""
+    store = RunStore(r, settings)
+    run_id = _run(store)
+    try:
+        claim = store.claim(run_id, 0, "t1", STARTED)
+        assert claim.state is not None
+        store._commit = lossy = _LosesReply(store._commit, runs=ran)  # type: ignore[method-assign]
+        event = make_event(EventType.CUSTOM, name="once", value=1)
+        store.commit(claim.state.moved_to(RunStatus.RUNNING), "t1", 0, 1, [event], "live")
+        assert lossy.calls == (1 if ran else 2)
+        state, step = store.load(run_id)
+        assert (step, state.status) == (1, RunStatus.RUNNING)
+        events = store.log.read(run_id)
+        assert [e.data.get("name") for e in events].count("once") == 1
+        assert [e.offset for e in events] == list(range(len(events)))
+    finally:
+        _cleanup(r, store, run_id)
+
+
+def test_a_connection_error_renews_every_threads_kept_connection() -> None:
+    """After :meth:`ThreadClients.renew` a thread's kept connection is made again before its next command (one
+    broken by a half-open reset shows nothing until it is used)."""
+    clients = ThreadClients(redis.Redis.from_url(TEST_REDIS_URL))
+    ids = [int(clients.get().client_id()) for _ in range(2)]
+    assert ids[0] == ids[1]  # kept
+    clients.renew()
+    assert int(clients.get().client_id()) != ids[1]  # made again
+    clients.shared.close()
