@@ -8,6 +8,7 @@ from typing import Any
 
 from django.apps import AppConfig, apps
 
+from ...broker.extension import host_app
 from ...http.protocol import API
 from ...http.streams import MAX_CONNECTIONS, Streams, widen_pool
 from ...runtime import Runtime
@@ -44,8 +45,10 @@ class AgentsCeleryConfig(AppConfig):  # type: ignore[misc]  # Django has no type
 
     @functools.cached_property
     def api(self) -> API:
-        """The API of this process: a Runtime on the settings, and the stream client."""
-        runtime = Runtime(settings=self.settings)
+        """The API of this process: a Runtime on the settings, and the stream client. The Runtime sends its steps
+        through the project's Celery app (``proj/celery.py``'s, joined by ``configure(app)``), so through the
+        project's ``CELERY_BROKER_URL``, unless agents-celery is given a broker of its own."""
+        runtime = Runtime(settings=self.settings, celery_app=host_app(self.settings))
         size = int(self.front_end("API_REDIS_MAX_CONNECTIONS", MAX_CONNECTIONS))
         streams = Streams(runtime, size, float(self.front_end("IDLE_CLOSE_SECONDS", 30.0)))
         widen_pool(runtime, size)

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from flask import Blueprint, Flask
 
 from ...agent import load_agents
+from ...broker.extension import host_app
 from ...http.protocol import API, Authorize
 from ...http.streams import MAX_CONNECTIONS, Streams, widen_pool
 from ...runtime import Runtime
@@ -73,7 +74,9 @@ def init_app(
     if runtime is None:
         settings = settings or load_settings()
         local = list(load_agents(settings.agents).values()) if settings.agents else []
-        runtime = Runtime(settings=settings, agents=local)
+        # the host's Celery app (Flask's ``app.extensions["celery"]``, or one configure() joined) and its broker
+        celery_app = host_app(settings, [app.extensions.get("celery")])
+        runtime = Runtime(settings=settings, agents=local, celery_app=celery_app)
     rt = runtime
     app.extensions[EXTENSION] = rt
     app.config.setdefault("AGENTS_CELERY_KEEPALIVE_SECONDS", 15.0)
