@@ -120,3 +120,13 @@ def test_the_django_app_needs_no_flask() -> None:
         "django.setup()\nimport agents_celery.contrib.django.urls, agents_celery.contrib.django.views"
     )
     assert loaded_after(code, without=("flask", "werkzeug")) & {"flask", "werkzeug"} == set()
+
+
+def test_a_worker_and_the_operator_commands_load_without_httpx_and_rich() -> None:
+    """The core install has neither (openai 3.x brings httpx2, not httpx): the worker's app (webhooks included) and
+    the CLI's printer must not need them. tests/test_fresh_install.py proves it in a clean venv."""
+    code = (
+        "import agents_celery.broker.worker, agents_celery.broker.webhooks\n"
+        "from agents_celery.cli.main import _Printer\n_Printer().line('plain')"
+    )
+    assert loaded_after(code, without=("httpx", "rich", "flask", "werkzeug", "django")) <= {"celery", "kombu", "redis"}
