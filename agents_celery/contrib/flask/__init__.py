@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from flask import Blueprint, Flask
 
@@ -34,6 +34,7 @@ from ...http.protocol import API, Authorize
 from ...http.streams import MAX_CONNECTIONS, Streams, widen_pool
 from ...runtime import Runtime
 from ...settings import Settings, load_settings
+from . import csrf
 from .routes import EXTENSION, PROTOCOL, authenticate_first, blueprint, http_error
 
 __all__ = ["blueprint", "close_app", "create_app", "init_app", "make_blueprint"]
@@ -58,6 +59,8 @@ def init_app(
     *,
     authorize: Authorize | None = None,
     user_id: Callable[[], str | None] | None = None,
+    trusted_origins: Iterable[str] | None = None,
+    csrf_header: str | None = None,
 ) -> Runtime:
     """Give ``app`` a Runtime (a new one from ``settings`` / the environment when none is passed).
 
@@ -70,6 +73,11 @@ def init_app(
             :mod:`agents_celery.http.protocol`). Default: everyone may (the API key, if set, still applies).
         user_id: Returns the current request's user id (e.g. from Flask-Login's ``current_user``); runs record
             it, and ``authorize`` is told it.
+        trusted_origins: Other sites (``https://app.example.com``) whose pages may POST, PUT, PATCH or DELETE
+            with the user's cookie (CSRF, see :mod:`agents_celery.contrib.flask.csrf`); this site's own pages
+            always may. Default: config ``AGENTS_CELERY_TRUSTED_ORIGINS`` (a list, or comma-separated).
+        csrf_header: A header (e.g. ``X-Requested-With``) whose presence also lets a cookie request through:
+            pages of other sites cannot add it without a CORS preflight. Default: none.
     """
     if runtime is None:
         settings = settings or load_settings()
@@ -95,6 +103,10 @@ def init_app(
     )
     if user_id is not None:
         app.config["AGENTS_CELERY_USER_ID"] = user_id
+    origins = app.config.get("AGENTS_CELERY_TRUSTED_ORIGINS", ()) if trusted_origins is None else trusted_origins
+    app.config["AGENTS_CELERY_TRUSTED_ORIGINS"] = csrf.trusted(origins)
+    if csrf_header is not None:
+        app.config["AGENTS_CELERY_CSRF_HEADER"] = csrf_header
     if authorize is None and not rt.settings.api_key:
         log.warning(OPEN_WARNING)
     return rt
@@ -114,6 +126,8 @@ def create_app(runtime: Runtime | None = None, settings: Settings | None = None)
     """A standalone Flask app serving the API at the root, with JSON answers for unknown routes too."""
     app = Flask("agents_celery")
     app.json.sort_keys = False  # type: ignore[attr-defined]
+    if os.environ.get("AGENTS_CELERY_TRUSTED_ORIGINS"):  # CSRF: other sites whose pages may POST with a cookie
+        app.config["AGENTS_CELERY_TRUSTED_ORIGINS"] = os.environ["AGENTS_CELERY_TRUSTED_ORIGINS"]
     for name in ("AGENTS_CELERY_KEEPALIVE_SECONDS", "AGENTS_CELERY_BLOCK_SECONDS", "AGENTS_CELERY_IDLE_CLOSE_SECONDS"):
         if os.environ.get(name):
             app.config[name] = float(os.environ[name])

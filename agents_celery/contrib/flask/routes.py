@@ -22,6 +22,7 @@ from ...http import sse
 from ...http.bodies import check_size, fields_of, read_capped
 from ...http.openapi import spec
 from ...http.protocol import API, Headers, Reply, Request, error_reply, status_of
+from . import csrf
 
 #: Where ``init_app`` keeps the Runtime, and the API (:class:`~agents_celery.http.protocol.API`).
 EXTENSION = "agents_celery"
@@ -108,14 +109,34 @@ OPEN = {f"{blueprint.name}.{name}" for name in ("health", "ui_root", "ui_index",
 
 @blueprint.before_request
 def authenticate_first() -> Response | None:
-    """401 unless the request carries the API key (when one is set); ``/health`` is open."""
+    """401 unless the request carries the API key (when one is set); then 403 for a cross-site forgery (a
+    state-changing cookie request from another site, :mod:`.csrf`). ``/health`` is open."""
     if request.endpoint in OPEN or request.path == "/health":
         return None
+    headers = Headers(request.headers.items())
     try:
-        api().authenticate(Headers(request.headers.items()))
+        api().authenticate(headers)
     except AgentsCeleryError as exc:
         return respond(error_reply(exc))
-    return None
+    return _cross_site(headers)
+
+
+def _cross_site(headers: Headers) -> Response | None:
+    """403 ``csrf_failed`` for a state-changing cookie request that does not prove it comes from this site
+    (see :mod:`agents_celery.contrib.flask.csrf`); nothing of it is read or done."""
+    config = current_app.config
+    why = csrf.refusal(
+        request.method,
+        headers,
+        f"{request.scheme}://{request.host}",
+        config.get("AGENTS_CELERY_TRUSTED_ORIGINS", frozenset()),
+        config.get("AGENTS_CELERY_CSRF_HEADER"),
+    )
+    if why is None:
+        return None
+    response = jsonify({"detail": why, "code": "csrf_failed"})
+    response.status_code = 403
+    return response
 
 
 @blueprint.errorhandler(AgentsCeleryError)
