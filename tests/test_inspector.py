@@ -141,17 +141,22 @@ def test_a_paused_run_is_approved_with_edited_arguments_from_the_page(
     expect(page.locator("#status")).to_have_text("completed")
     page.locator("#timeline li.tool .result", has_text=f"deleted {edited}").wait_for()
     assert "Done, the file is gone." in page_text(page)
-    r = redis.Redis.from_url(TEST_REDIS_URL)
-    try:
-        count = f"{key_prefix}:test:count:delete_file:"
-        assert int(r.get(count + edited) or 0) == 1 and r.get(count + asked) is None  # ran once, as edited
-    finally:
-        r.close()
+    assert deletions(key_prefix, edited) == 1 and deletions(key_prefix, asked) == 0  # ran once, as edited
     assert page.locator("#approvals").is_hidden()
 
 
-def test_a_rejection_with_a_note(page: Any, api: ApiServer, script: Any) -> None:
-    script(ScriptedTurn("", [ScriptedToolCall("delete_file", {"path": "/tmp/keep"})]), "Understood, I kept it.")
+def deletions(key_prefix: str, path: str) -> int:
+    """How many times delete_file ran for ``path`` (the test agents count each execution in Redis)."""
+    r = redis.Redis.from_url(TEST_REDIS_URL)
+    try:
+        return int(r.get(f"{key_prefix}:test:count:delete_file:{path}") or 0)
+    finally:
+        r.close()
+
+
+def test_a_rejection_with_a_note(page: Any, api: ApiServer, script: Any, key_prefix: str) -> None:
+    kept = f"/tmp/{uuid.uuid4().hex}"
+    script(ScriptedTurn("", [ScriptedToolCall("delete_file", {"path": kept})]), "Understood, I kept it.")
     run_id = start(api, "delete it")
     page.goto(f"{api.url}/ui/runs/{run_id}")
     form = page.locator("#approvals form.approval")
@@ -162,6 +167,42 @@ def test_a_rejection_with_a_note(page: Any, api: ApiServer, script: Any) -> None
     assert call["status"] == "completed"
     view = httpx.get(f"{api.url}/runs/{run_id}/events", params={"until": "end"}).text
     assert "keep that file" in view
+    assert deletions(key_prefix, kept) == 0  # rejected: the tool never ran
+
+
+def test_two_pending_calls_are_decided_one_by_one_and_sent_together(
+    page: Any, api: ApiServer, script: Any, key_prefix: str
+) -> None:
+    kept, gone = f"/tmp/{uuid.uuid4().hex}", f"/tmp/{uuid.uuid4().hex}"
+    calls = [ScriptedToolCall("delete_file", {"path": kept}), ScriptedToolCall("delete_file", {"path": gone})]
+    script(ScriptedTurn("I will delete both.", calls), "Deleted one, kept the other.")
+    run_id = start(api, "delete both")
+    sent: list[Any] = []
+    page.on("request", lambda req: sent.append(req.post_data_json) if req.url.endswith("/continue") else None)
+    page.goto(f"{api.url}/ui/runs/{run_id}")
+    forms = page.locator("#approvals form.approval")
+    expect(forms).to_have_count(2)
+    keep_form = forms.filter(has=page.locator(f"input[value='{kept}']"))
+    delete_form = forms.filter(has=page.locator(f"input[value='{gone}']"))
+    awaiting = page.locator("#approvals .awaiting")
+    expect(awaiting).to_contain_text("2 of 2")
+
+    keep_form.get_by_label("Note").fill("keep this one")
+    keep_form.get_by_role("button", name="Reject").click()
+    expect(keep_form.locator(".decision")).to_have_text("Rejected.")
+    expect(awaiting).to_contain_text("1 of 2")  # the other call still awaits its own decision
+    expect(delete_form.locator(".decision")).to_have_text("Awaiting your decision.")
+    assert sent == []  # nothing sent for a call nobody decided
+    assert run_json(api, run_id)["status"] == "paused"
+
+    delete_form.get_by_role("button", name="Approve").click()
+    expect(page.locator("#status")).to_have_text("completed")
+    assert len(sent) == 1
+    decisions = {d["tool_call_id"]: d for d in sent[0]["tools"]}
+    assert sorted(d["confirmed"] for d in decisions.values()) == [False, True]
+    assert [d["confirmation_note"] for d in decisions.values() if not d["confirmed"]] == ["keep this one"]
+    assert deletions(key_prefix, kept) == 0 and deletions(key_prefix, gone) == 1
+    assert page.locator("#approvals").is_hidden()
 
 
 def test_stop_cancels_a_running_run(page: Any, api: ApiServer, fake_openai: Any) -> None:

@@ -141,7 +141,9 @@ function runPage() {
   const timeline = document.getElementById("timeline");
   const approvals = document.getElementById("approvals");
   const stopButton = document.getElementById("stop");
-  const state = { lastOffset: -1, lastId: null, run: null, tools: {}, messages: {}, calls: {}, ended: false };
+  // decisions: pending call id -> { confirmed, build() }, kept until every pending call has one (the API takes a
+  // decision for every pending call or none, and none would approve them all).
+  const state = { lastOffset: -1, lastId: null, run: null, tools: {}, messages: {}, calls: {}, ended: false, decisions: {} };
 
   function setConnection(text) {
     document.getElementById("connection").textContent = text;
@@ -173,13 +175,50 @@ function runPage() {
     }
   }
 
-  // A form per pending call, built from the tool's JSON schema: one field per property.
+  // A form per pending call, built from the tool's JSON schema: one field per property. Each call is decided on
+  // its own; the decisions are sent together once every pending call has one.
   function renderApprovals(run) {
     const pending = run.status === "paused" ? run.pending : [];
     approvals.hidden = pending.length === 0;
     if (approvals.dataset.shown === pending.map((c) => c.id).join(",")) return;
     approvals.dataset.shown = pending.map((c) => c.id).join(",");
-    approvals.replaceChildren(...pending.map((call) => approvalForm(run, call)));
+    state.decisions = {};
+    const summary = el("p", { class: "awaiting", role: "status", "aria-live": "polite" });
+    approvals.replaceChildren(summary, ...pending.map((call) => approvalForm(run, call)));
+    showAwaiting();
+  }
+
+  function undecided() {
+    return (state.run && state.run.status === "paused" ? state.run.pending : []).filter((c) => !state.decisions[c.id]);
+  }
+
+  function showAwaiting() {
+    const summary = approvals.querySelector(".awaiting");
+    if (!summary) return;
+    const left = undecided();
+    const total = state.run.pending.length;
+    summary.textContent = left.length
+      ? `Still to decide: ${left.length} of ${total} (${left.map((c) => c.name).join(", ")}).` +
+        (left.length < total ? " Your decisions are sent once every call has one." : "")
+      : "Sending your decisions…";
+  }
+
+  async function sendDecisions(run) {
+    if (undecided().length) return;
+    const buttons = approvals.querySelectorAll("button");
+    buttons.forEach((b) => { b.disabled = true; });
+    try {
+      const tools = state.run.pending.map((c) => state.decisions[c.id].build());
+      await api("POST", `/agents/${encodeURIComponent(run.agent_id)}/runs/${encodeURIComponent(runId)}/continue`,
+        { tools, stream: false, background: true });
+      approvals.dataset.shown = "";
+      await refresh();
+    } catch (err) {
+      notice(explain(err));
+      buttons.forEach((b) => { b.disabled = false; });
+      const summary = approvals.querySelector(".awaiting");
+      if (summary) summary.textContent = "Not sent: change a decision or try again.";
+    }
   }
 
   function approvalForm(run, call) {
@@ -207,9 +246,10 @@ function runPage() {
     const noteId = `note-${call.id}`;
     const note = el("textarea", { id: noteId, rows: "2", placeholder: "why (sent to the model)" });
     form.append(el("label", { for: noteId, text: "Note" }), note);
-    const approve = el("button", { type: "button", text: "Approve" });
-    const reject = el("button", { type: "button", text: "Reject" });
-    form.append(el("div", { class: "actions" }, approve, reject));
+    const approve = el("button", { type: "button", text: "Approve", "aria-pressed": "false" });
+    const reject = el("button", { type: "button", text: "Reject", "aria-pressed": "false" });
+    const verdict = el("p", { class: "decision", text: "Awaiting your decision." });
+    form.append(el("div", { class: "actions" }, approve, reject), verdict);
 
     function edited() {
       const out = Object.assign({}, args);
@@ -222,20 +262,22 @@ function runPage() {
       return out;
     }
 
-    async function decide(confirmed) {
-      approve.disabled = reject.disabled = true;
-      try {
-        const decision = { tool_call_id: call.id, confirmed, confirmation_note: note.value || null };
-        if (confirmed) decision.tool_args = edited();
-        const others = state.run.pending.filter((c) => c.id !== call.id).map((c) => ({ tool_call_id: c.id, confirmed: true }));
-        await api("POST", `/agents/${encodeURIComponent(run.agent_id)}/runs/${encodeURIComponent(runId)}/continue`,
-          { tools: [decision, ...others], stream: false, background: true });
-        approvals.dataset.shown = "";
-        await refresh();
-      } catch (err) {
-        notice(explain(err));
-        approve.disabled = reject.disabled = false;
-      }
+    // This call's decision only; the fields are read when the decisions are sent (edits until then count).
+    function decide(confirmed) {
+      state.decisions[call.id] = {
+        confirmed,
+        build() {
+          const decision = { tool_call_id: call.id, confirmed, confirmation_note: note.value || null };
+          if (confirmed) decision.tool_args = edited();
+          return decision;
+        },
+      };
+      form.dataset.decision = confirmed ? "approved" : "rejected";
+      approve.setAttribute("aria-pressed", String(confirmed));
+      reject.setAttribute("aria-pressed", String(!confirmed));
+      verdict.textContent = confirmed ? "Approved." : "Rejected.";
+      showAwaiting();
+      sendDecisions(run);
     }
     approve.addEventListener("click", () => decide(true));
     reject.addEventListener("click", () => decide(false));
