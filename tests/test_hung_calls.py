@@ -24,17 +24,21 @@ CAP = 2
 
 
 def hang_then_done(request: dict[str, Any]) -> FakeReply:
-    """Turn 0: call ``hang`` with the user's message as its key (a tool that never returns); then a text turn."""
+    """Turn 0: call ``hang`` with the user's message as its key (a tool that never returns), or ``slow_count``
+    for 3 s when the message is ``slow:<key>``, or just answer when it is ``hello``; then a text turn."""
     messages = request.get("messages") or []
-    if turn_index(messages) > 0:
-        return FakeReply(text="Done.")
     key = next(m["content"] for m in reversed(messages) if m.get("role") == "user")
+    if turn_index(messages) > 0 or key == "hello":
+        return FakeReply(text="Done.")
+    if key.startswith("slow:"):
+        return FakeReply(text="", tool_calls=(ScriptedToolCall("slow_count", {"key": key, "seconds": 3}, "call_1"),))
     return FakeReply(text="", tool_calls=(ScriptedToolCall("hang", {"key": key}, f"call_{key}"),))
 
 
 @pytest.fixture
-def deployment(fake_openai: Any) -> Iterator[tuple[Worker, Runtime, str]]:
-    extra = {"AGENTS_CELERY_MAX_ABANDONED_THREADS": str(CAP), "AGENTS_CELERY_STOP_GRACE_SECONDS": "0.1"}
+def deployment(fake_openai: Any, request: pytest.FixtureRequest) -> Iterator[tuple[Worker, Runtime, str]]:
+    cap = getattr(request, "param", CAP)
+    extra = {"AGENTS_CELERY_MAX_ABANDONED_THREADS": str(cap), "AGENTS_CELERY_STOP_GRACE_SECONDS": "0.1"}
     env, settings = own_deployment("hung", fake_openai.url, extra)
     fake_openai.responder = hang_then_done
     worker = Worker(env, concurrency=4).wait_ready()
@@ -106,4 +110,24 @@ def test_abandoned_threads_are_capped_and_new_steps_refused(deployment: tuple[Wo
     for run_id in refused.values():  # nobody works on them: a stop ends them at once
         runtime.stop(run_id)
         assert ended(run_id)
+    r.close()
+
+
+@pytest.mark.parametrize("deployment", [1], indirect=True)
+def test_a_refused_step_runs_once_an_abandoned_call_returns(deployment: tuple[Worker, Runtime, str]) -> None:
+    """Refused is not lost: once the abandoned call returns (3 s) its thread is free again, and the sweeper's
+    next send of the refused step is served."""
+    worker, runtime, prefix = deployment
+    r = redis.Redis.from_url(TEST_REDIS_URL)
+    key = f"slow:{uuid.uuid4().hex[:8]}"
+    slow = runtime.stream("fake", key).id
+    wait_for(lambda: r.get(f"{prefix}:test:count:{key}"), timeout=15, what="the slow tool to start")
+    runtime.stop(slow)
+    wait_for(lambda: runtime.get(slow).status == "cancelled", timeout=10, what="the stopped run to end")
+    waiting = runtime.stream("fake", "hello").id
+    what = "the new run to be refused"
+    wait_for(lambda: f"run={waiting} step=0: refused" in worker.log.read_text(), timeout=10, what=what)
+    wait_for(lambda: runtime.get(waiting).status == "completed", timeout=20, what="the refused run to complete")
+    assert "an abandoned call returned at last" in worker.log.read_text()
+    assert metrics(worker)["abandoned_running"] == 0
     r.close()
