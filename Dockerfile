@@ -20,5 +20,8 @@ COPY examples ./examples
 RUN useradd --create-home --uid 10001 agents
 USER agents
 
+# Inside a container the API must listen on every interface for a published port to reach it (outside one,
+# api/gunicorn.conf.py binds 127.0.0.1 unless told).
+ENV AGENTS_CELERY_API_HOST=0.0.0.0
 EXPOSE 7777 5555
 CMD ["gunicorn", "-c", "api/gunicorn.conf.py", "api.wsgi:app"]
