@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from .agent import Agent
+from .broker.extension import host_app
 from .broker.fastpaths import FastPaths
 from .broker.publisher import StepPublisher, sender_app
 from .decisions import Decision, as_decision, decide, with_edited_args
@@ -218,8 +219,10 @@ class Runtime:
         self.store = RunStore(self.redis, self.settings, cached_states=0, idle_check=fast.idle_check)
         self.leases = Leases(self.redis, self.store.keys)
         self.schedule_store = ScheduleStore(self.redis, self.store.keys)
+        # The host's app that configure() joined (its broker, not ours: a Django project on RabbitMQ), if any.
+        celery_app = celery_app or host_app(self.settings)
         self._owns_celery_app = celery_app is None
-        #: The app steps are sent with: the caller's own, or a bare one that only sends (no worker wiring).
+        #: The app steps are sent with: the caller's or host's own, or a bare one that only sends (no worker wiring).
         self.celery_app = celery_app or sender_app(self.settings)
         self.local_agents = {a.name: a for a in agents}
         self._publisher = StepPublisher(self.celery_app, self.settings.queue, fast)

@@ -151,3 +151,28 @@ def test_flask_init_app_sends_through_the_hosts_celery_app(
         close_app(app)
         celery_app.close()
         worker.stop()
+
+
+def test_a_plain_runtime_sends_through_the_app_configure_joined(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Runtime() made in the host's own code (a view, a task) finds the joined app as the front ends do; one
+    for another prefix, or with agents-celery's own broker, keeps its own sender."""
+    from agents_celery import Runtime
+
+    for name in ("CELERY_BROKER_URL", "AGENTS_CELERY_BROKER_URL"):
+        monkeypatch.delenv(name, raising=False)
+    prefix = f"achb-{uuid.uuid4().hex[:8]}"
+    settings = load_settings(redis_url=TEST_REDIS_URL, key_prefix=prefix)
+    celery_app = Celery("plain_host", broker=AMQP, set_as_current=False)
+    agents_celery.configure(celery_app, settings, agents={})
+    runtimes = [
+        Runtime(settings=settings),
+        Runtime(settings=load_settings(redis_url=TEST_REDIS_URL, key_prefix=prefix + "-other")),
+        Runtime(settings=load_settings(redis_url=TEST_REDIS_URL, key_prefix=prefix, broker_url=TEST_REDIS_URL)),
+    ]
+    try:
+        assert runtimes[0].celery_app is celery_app
+        assert runtimes[1].celery_app is not celery_app and runtimes[2].celery_app is not celery_app
+    finally:
+        for rt in runtimes:
+            rt.close()
+        celery_app.close()
