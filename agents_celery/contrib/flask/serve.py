@@ -4,8 +4,10 @@ Development: ``agents-celery api --host 127.0.0.1 --port 7777`` runs Flask's thr
 
 Production: gunicorn's gevent worker, one greenlet per connection::
 
-    gunicorn "api.wsgi:app" --worker-class gevent --workers 2 \\
-        --worker-connections 2000 --bind 0.0.0.0:7777
+    gunicorn "agents_celery.contrib.flask:create_app()" --worker-class gevent --workers 2 \\
+        --worker-connections 2000 --bind 127.0.0.1:7777
+
+(``--bind 0.0.0.0:7777`` only behind a proxy or inside a container, and with an API key or a login.)
 
 An open event stream mostly waits in Redis (XREAD BLOCK), so a stream costs a greenlet and one Redis
 connection, not a thread: one worker process holds 1,000+ concurrent streams (measured: 1,000 subscribers of
