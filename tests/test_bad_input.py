@@ -1,8 +1,10 @@
 """Bad input gets a JSON 4xx and costs no more than it must: numbers in ASCII digits only (cursors, limits),
-offsets Redis can take, chunked bodies capped while they are read (Flask and Django, WSGI and ASGI)."""
+offsets Redis can take, chunked bodies capped while they are read (Flask and Django, WSGI and ASGI); and a client
+resuming deep in a long run reads the earlier log page by page instead of holding it."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import subprocess
@@ -14,8 +16,12 @@ import pytest
 from flask import Flask
 from werkzeug.test import EnvironBuilder
 
-from agents_celery import Runtime
+from agents_celery import Runtime, ScriptedToolCall, ScriptedTurn
 from agents_celery.contrib.flask import close_app, create_app
+from agents_celery.contrib.flask.routes import PROTOCOL
+from agents_celery.http.sse import PREFIX_PAGE, LogStream
+from agents_celery.storage.connections import connect_async
+from agents_celery.storage.eventlog import AsyncEventLog
 
 from .api_support import django_env
 from .cluster import ROOT
@@ -190,3 +196,55 @@ def test_django_caps_chunked_bodies_and_refuses_other_digits(worker_env: dict[st
     assert out["asgi_big"][0] == 413 and out["asgi_big"][1]["code"] == "payload_too_large", out
     for name in ("admin", "runs"):
         assert out[name][0] == 400 and out[name][1]["code"] == "bad_request", out
+
+
+def test_a_deep_resume_folds_the_log_before_it_page_by_page(
+    app: Flask, script: Any, monkeypatch: pytest.MonkeyPatch, fast_settings: Any
+) -> None:
+    """A client resuming deep in a long run holds one page of the earlier log at a time, never all of it."""
+    script(ScriptedTurn("word " * 1500, [ScriptedToolCall("get_time", {"timezone": "UTC"})]), "Done " * 400)
+    client = app.test_client()
+    run_id = client.post("/agents/fake/runs", data={"message": "hi", "stream": "false"}).json["run_id"]
+    log = app.extensions[PROTOCOL].streams.log
+    events = log.read(run_id)
+    called = next(e.offset for e in events if e.type.value == "TOOL_CALL_END")
+    mid_text = next(e.offset for e in events[1200:] if e.type.value == "TEXT_MESSAGE_CONTENT")
+    assert called > 3 * PREFIX_PAGE and events[-1].type.value == "RUN_FINISHED"
+    reads: list[tuple[int | None, int]] = []
+    real_read = log.read
+
+    def counting_read(run_id: str, after: int = -1, limit: int | None = None) -> list[Any]:
+        page = real_read(run_id, after, limit)
+        reads.append((limit, len(page)))
+        return page
+
+    monkeypatch.setattr(log, "read", counting_read)
+    resumed = client.post(f"/agents/fake/runs/{run_id}/resume", json={"last_event_index": called})
+    completed = [json.loads(line[6:]) for line in resumed.text.splitlines() if '"ToolCallCompleted"' in line]
+    assert completed and completed[0]["tool"]["tool_name"] == "get_time"  # known from the folded earlier log
+    assert completed[0]["tool"]["tool_args"] == {"timezone": "UTC"} and "RunCompleted" in resumed.text
+    assert reads and all(limit is not None and limit <= PREFIX_PAGE for limit, _ in reads), reads
+    assert sum(n for _, n in reads) == called + 1  # each earlier event read once
+    reads.clear()
+    joined = client.get(f"/runs/{run_id}/events", query_string={"format": "agui", "after": str(mid_text)})
+    types = [json.loads(line[6:])["type"] for line in joined.text.splitlines() if line.startswith("data: ")]
+    assert types[:4] == ["RUN_STARTED", "STEP_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT"], types[:6]
+    assert max(n for _, n in reads) <= PREFIX_PAGE and sum(n for _, n in reads) == mid_text + 1, reads
+
+    async def through_asyncio() -> tuple[list[str], list[int]]:  # the ASGI path (Django under uvicorn)
+        client = connect_async(fast_settings.redis_url)
+        alog, sizes = AsyncEventLog(client, log.keys), []
+        real_aread = alog.read
+
+        async def counting_aread(run_id: str, after: int = -1, limit: int | None = None) -> list[Any]:
+            page = await real_aread(run_id, after, limit)
+            sizes.append(len(page))
+            return page
+
+        alog.read = counting_aread  # type: ignore[method-assign]
+        text = "".join([chunk async for chunk in LogStream(run_id, mid_text, "agui", False).aframes(alog)])
+        await client.aclose()
+        return [json.loads(line[6:])["type"] for line in text.splitlines() if line.startswith("data: ")], sizes
+
+    atypes, sizes = asyncio.run(through_asyncio())
+    assert atypes == types and max(sizes) <= PREFIX_PAGE and sum(sizes) == mid_text + 1, sizes

@@ -90,6 +90,11 @@ class AgentOSRenderer:
         self._decisions: dict[str, str] = {}
         self._primed = False
 
+    def remember(self, ev: Event) -> None:
+        """Take in an event from before the stream's first (a resume folds the earlier log through this)."""
+        self._primed = True  # told of the earlier events: nothing more to ask ``history`` for
+        self._remember(ev)
+
     def _remember(self, ev: Event) -> None:
         ident = ev.data.get("tool_call_id", "")
         if ev.type is EventType.TOOL_CALL_START:

@@ -14,6 +14,7 @@ remains the offset of the last real event and a reconnect never skips or repeats
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import ag_ui.core as agui
@@ -52,20 +53,14 @@ class AguiRenderer:
         self.run_id = run_id
         self.session_id = session_id
 
-    def prelude(self, history: list[Event], first: Event) -> list[dict[str, Any]]:
-        """Synthesized events to send before ``first`` when the stream joins after ``history`` (offsets <= N)."""
-        if not history or first.type is EventType.RUN_STARTED:
+    def prelude(self, history: Iterable[Event] | Opened, first: Event) -> list[dict[str, Any]]:
+        """Synthesized events to send before ``first`` when the stream joins after ``history`` (offsets <= N), given
+        as the events or as their fold (:class:`Opened`: a resume folds the log page by page, holding none)."""
+        opened = history if isinstance(history, Opened) else Opened.of(history)
+        if not opened.seen or first.type is EventType.RUN_STARTED:
             return []
-        segment = history
-        for i in range(len(history) - 1, -1, -1):
-            if history[i].type is EventType.RUN_STARTED:
-                segment = history[i + 1 :]
-                break
         ts = first.timestamp
         out = [to_agui(EventType.RUN_STARTED, ts, {"thread_id": self.session_id, "run_id": self.run_id})]
-        opened = _Open()
-        for ev in segment:
-            opened.see(ev)
         out += [to_agui(EventType.SUBAGENT_STARTED, ts, data) for data in opened.subagents.values()]
         out += [to_agui(EventType.STEP_STARTED, ts, data) for data in opened.steps.values()]
         out += [to_agui(EventType.TEXT_MESSAGE_START, ts, data) for data in opened.messages.values()]
@@ -76,19 +71,33 @@ class AguiRenderer:
         return out
 
 
-class _Open:
-    """The steps, messages and tool calls (with the arguments streamed so far) a run segment left open."""
+class Opened:
+    """The steps, messages, tool calls (with the arguments streamed so far) and subagents the log's last run
+    segment left open: a fold of the log, one event at a time (a RUN_STARTED begins a segment, all closed)."""
 
     def __init__(self) -> None:
+        #: Any event was seen (a stream that starts after none needs no prelude).
+        self.seen = False
         self.steps: dict[str, dict[str, Any]] = {}
         self.messages: dict[str, dict[str, Any]] = {}
         self.calls: dict[str, dict[str, Any]] = {}
         self.args: dict[str, str] = {}
         self.subagents: dict[str, dict[str, Any]] = {}
 
+    @classmethod
+    def of(cls, events: Iterable[Event]) -> Opened:
+        opened = cls()
+        for ev in events:
+            opened.see(ev)
+        return opened
+
     def see(self, ev: Event) -> None:
+        self.seen = True
         step, mid, cid = (ev.data.get(k, "") for k in ("step_name", "message_id", "tool_call_id"))
-        if ev.type is EventType.STEP_STARTED:
+        if ev.type is EventType.RUN_STARTED:
+            for open_items in (self.steps, self.messages, self.calls, self.args, self.subagents):
+                open_items.clear()
+        elif ev.type is EventType.STEP_STARTED:
             self.steps[step] = ev.data
         elif ev.type is EventType.STEP_FINISHED:
             self.steps.pop(step, None)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -40,6 +41,8 @@ MAX_BLOCK_MS = 1000
 Dialect = Literal["canonical", "agui", "agentos"]
 #: The types that end an AG-UI run (a segment of ours).
 TERMINAL = ("RUN_FINISHED", "RUN_ERROR")
+#: Events of the log before a stream's start read per round trip: they are folded (:class:`Prefix`), never all held.
+PREFIX_PAGE = 500
 
 
 @dataclass
@@ -91,15 +94,44 @@ def error_frame(exc: BaseException) -> str:
     return frame({"event": "error", "detail": str(exc), "code": code}, "error")
 
 
+class Prefix:
+    """What a stream that starts after offset N needs of the log up to N, folded as it is read (pages of
+    :data:`PREFIX_PAGE`), so a client resuming deep in a long run holds one page, not the run's whole log:
+    the tool calls' names and arguments and the decisions (AgentOS), what the last segment left open (the AG-UI
+    prelude) and how many invocations of each child ended (an AG-UI parent's subagents)."""
+
+    def __init__(self, dialect: Dialect, confirm: frozenset[str] = frozenset()) -> None:
+        self.dialect = dialect
+        self.agentos = AgentOSRenderer(None, confirm)
+        self.opened = agui_mod.Opened()
+        self.ended: Counter[str] = Counter()
+
+    def see(self, page: Sequence[Event]) -> None:
+        for ev in page:
+            if self.dialect == "agentos":
+                self.agentos.remember(ev)
+            elif self.dialect == "agui":
+                self.opened.see(ev)
+                if ev.type in agui_mod.SUBAGENT_ENDS:
+                    self.ended[ev.data.get("subagent_run_id", "")] += 1
+
+    def wants(self, read: tuple[int, int], page: Sequence[Event], upto: int) -> tuple[int, int] | None:
+        """Fold ``page`` (what ``read`` = (after, count) returned); (after, count) of the next read, None when the
+        log up to ``upto`` has been read."""
+        self.see([ev for ev in page if ev.offset <= upto])
+        if len(page) < read[1]:
+            return None  # the log ends before ``upto``
+        after = page[-1].offset
+        return (after, min(PREFIX_PAGE, upto - after)) if after < upto else None
+
+
 class Renderer:
     """Turns one stream's pages of entries into SSE text, in one dialect (see :class:`LogStream`)."""
 
-    def __init__(
-        self, stream: LogStream, info: LogInfo, history: Sequence[Event], watching: Watching | None = None
-    ) -> None:
-        self.stream, self.info, self.history = stream, info, list(history)
+    def __init__(self, stream: LogStream, info: LogInfo, prefix: Prefix, watching: Watching | None = None) -> None:
+        self.stream, self.info, self.prefix = stream, info, prefix
         self.wire = WireJSON(info.run_id, info.session_id, info.agent_id)
-        self.agentos = AgentOSRenderer(lambda: self.history, stream.confirm_tools)
+        self.agentos = prefix.agentos
         self.agui_started = False
         self.mark = stream.subscribed
         #: The segment's terminal event went out (AG-UI endpoint streams end there).
@@ -132,7 +164,7 @@ class Renderer:
                 if not self.agui_started:
                     self.agui_started = True
                     renderer = agui_mod.AguiRenderer(self.info.run_id, ev.session_id)
-                    opening = renderer.prelude(self.history, ev)
+                    opening = renderer.prelude(self.prefix.opened, ev)
                     out += [frame(self._present(e), e["type"]) for e in opening]
                     for e in opening:  # joined inside a child's invocation: its work so far, then live
                         if e["type"] == "SUBAGENT_STARTED":
@@ -170,9 +202,7 @@ class Renderer:
 
     def _segment(self, child_id: str) -> int:
         """Which stretch of the child's log its current invocation is (one per invocation closed before)."""
-        ends = agui_mod.SUBAGENT_ENDS
-        before = sum(1 for e in self.history if e.type in ends and e.data.get("subagent_run_id") == child_id)
-        return before + self.closed.get(child_id, 0)
+        return self.prefix.ended[child_id] + self.closed.get(child_id, 0)
 
     def _open_child(self, child_id: str) -> list[str]:
         """A child's invocation opens in the stream: its work so far, then (live) what it adds as it comes."""
@@ -267,8 +297,12 @@ class LogStream:
     def block_ms(self) -> int:
         return max(50, min(MAX_BLOCK_MS, int(self.keepalive_seconds * 1000)))
 
-    def _needs_history(self) -> bool:
-        return self.after >= 0 and self.dialect != "canonical"
+    def _prefix(self) -> Prefix:
+        return Prefix(self.dialect, self.confirm_tools)
+
+    def _first_read(self) -> tuple[int, int] | None:
+        """(after, count) of the first read of the log before the stream's start; None: nothing to read."""
+        return (-1, min(PREFIX_PAGE, self.after + 1)) if self.after >= 0 and self.dialect != "canonical" else None
 
     def _watching(self, keys: Keys) -> Watching | None:
         """What the tail reads along for an AG-UI stream that shows child runs live (None: nothing)."""
@@ -281,9 +315,11 @@ class LogStream:
             return
         try:
             info = self.info or log.info(self.run_id)
-            history = log.read(self.run_id, -1, limit=self.after + 1) if self._needs_history() else []
+            prefix, want = self._prefix(), self._first_read()
+            while want is not None:  # page by page, each folded and let go
+                want = prefix.wants(want, log.read(self.run_id, want[0], limit=want[1]), self.after)
             watching = self._watching(log.keys)
-            renderer = Renderer(self, info, history, watching)
+            renderer = Renderer(self, info, prefix, watching)
             if head := renderer.head():
                 yield head
             pages = log.tail(
@@ -311,9 +347,11 @@ class LogStream:
             return
         try:
             info = self.info or await log.info(self.run_id)
-            history = await log.read(self.run_id, -1, limit=self.after + 1) if self._needs_history() else []
+            prefix, want = self._prefix(), self._first_read()
+            while want is not None:  # page by page, each folded and let go
+                want = prefix.wants(want, await log.read(self.run_id, want[0], limit=want[1]), self.after)
             watching = self._watching(log.keys)
-            renderer = Renderer(self, info, history, watching)
+            renderer = Renderer(self, info, prefix, watching)
             if head := renderer.head():
                 yield head
             pages = log.tail(
