@@ -39,11 +39,16 @@
     ├── ConnectionLostError           the client could not re-establish a stream; resume from ``last_offset``
     └── StreamGapError                the client saw an offset skipped (offsets are contiguous: a bug)
 
-Every class has a ``code``: the HTTP front ends answer ``{"detail": ..., "code": ...}`` with it, and the HTTP
-client raises the class of the code it gets back (:func:`by_code`).
+Every class has a ``code`` and an HTTP ``status`` (inherited: a subclass answers as its parent unless it says
+otherwise; 500 for the ones a caller cannot cause). The HTTP front ends answer ``{"detail": ..., "code": ...}``
+with the error's status, and the HTTP client raises the class of the code it gets back, else the most general
+class of the status (:func:`reply_class`); APIError when neither is known. The classes the caller's own side
+raises (:data:`LOCAL`) are never answered by the API.
 """
 
 from __future__ import annotations
+
+import functools
 
 
 class AgentsCeleryError(Exception):
@@ -51,6 +56,10 @@ class AgentsCeleryError(Exception):
 
     #: Short machine-readable code, used as ``code`` in HTTP error bodies.
     code: str = "error"
+    #: The HTTP status the front ends answer this error with. Not a ClassVar only because APIError keeps the
+    #: status of the reply it stands for on the instance; :func:`~agents_celery.http.messages.status_of` reads
+    #: the class's.
+    status: int = 500
 
 
 class ConfigurationError(AgentsCeleryError):
@@ -63,36 +72,42 @@ class RedisUnavailableError(AgentsCeleryError):
     """Redis did not answer."""
 
     code = "redis_unavailable"
+    status = 503
 
 
 class ValidationError(AgentsCeleryError):
     """Bad input from a caller. Nothing was written."""
 
     code = "validation_error"
+    status = 422
 
 
 class AuthenticationError(AgentsCeleryError):
     """Missing or wrong ``Authorization: Bearer`` key (HTTP 401)."""
 
     code = "unauthorized"
+    status = 401
 
 
 class ForbiddenError(AgentsCeleryError):
     """The caller is known but may not do this (HTTP 403); the authorization hook of the front end said no."""
 
     code = "forbidden"
+    status = 403
 
 
 class PayloadTooLargeError(ValidationError):
     """A request body, a message or a list is larger than the configured limit (HTTP 413)."""
 
     code = "payload_too_large"
+    status = 413
 
 
 class BadRequestError(ValidationError):
     """The request is malformed (bad JSON, a form field that should hold JSON and does not, a bad offset)."""
 
     code = "bad_request"
+    status = 400
 
 
 class BodyValidationError(ValidationError):
@@ -123,12 +138,14 @@ class DecisionError(ValidationError):
     """A continue request whose decisions do not match the pending tool calls."""
 
     code = "invalid_decision"
+    status = 400
 
 
 class NotFoundError(AgentsCeleryError):
     """Something that was asked for does not exist."""
 
     code = "not_found"
+    status = 404
 
 
 class UnknownAgentError(NotFoundError):
@@ -159,12 +176,14 @@ class RunExpiredError(AgentsCeleryError):
     """The run existed but its retention has passed; its events and state are gone."""
 
     code = "run_expired"
+    status = 410
 
 
 class StateError(AgentsCeleryError):
     """The run is not in a state that allows the operation."""
 
     code = "wrong_state"
+    status = 409
 
 
 class RunNotPausedError(StateError):
@@ -287,13 +306,47 @@ class StreamGapError(AgentsCeleryError):
     code = "stream_gap"
 
 
-def by_code() -> dict[str, type[AgentsCeleryError]]:
-    """Every error class of this module by its ``code`` (the first class wins where two share one)."""
-    found: dict[str, type[AgentsCeleryError]] = {}
+#: Raised on the caller's side (the client, ``Runtime.run``), never answered by the API: a reply naming one of
+#: their codes is an APIError.
+LOCAL: tuple[type[AgentsCeleryError], ...] = (RunTimeoutError, APIError, ConnectionLostError, StreamGapError)
+
+
+def _tree() -> list[type[AgentsCeleryError]]:
+    """Every error class of this module, parents before children."""
+    found: list[type[AgentsCeleryError]] = []
     pending: list[type[AgentsCeleryError]] = [AgentsCeleryError]
     while pending:
         cls = pending.pop(0)
-        if cls.__module__ == __name__:
-            found.setdefault(cls.code, cls)
+        if cls.__module__ == __name__ and cls not in found:
+            found.append(cls)
         pending.extend(cls.__subclasses__())
     return found
+
+
+@functools.cache
+def by_code() -> dict[str, type[AgentsCeleryError]]:
+    """Every error class of this module by its ``code`` (the first class wins where two share one)."""
+    found: dict[str, type[AgentsCeleryError]] = {}
+    for cls in _tree():
+        found.setdefault(cls.code, cls)
+    return found
+
+
+@functools.cache
+def by_status() -> dict[int, type[AgentsCeleryError]]:
+    """For each status the API answers, the most general class answering it: the nearest common ancestor of
+    the classes with that status (400 and 422: ValidationError; 404: NotFoundError ...). 500 is not in it."""
+    found: dict[int, type[AgentsCeleryError]] = {}
+    for status in sorted({cls.status for cls in _tree() if cls not in LOCAL} - {500}):
+        answering = [cls for cls in _tree() if cls.status == status and cls not in LOCAL]
+        found[status] = next(c for c in answering[0].__mro__ if all(issubclass(a, c) for a in answering))
+    return found
+
+
+def reply_class(code: str | None, status: int) -> type[AgentsCeleryError]:
+    """The class an HTTP error reply stands for: the one of its ``code``, else the most general one of its
+    status, else APIError (as for the codes of :data:`LOCAL` classes)."""
+    cls = by_code().get(code) if code else None
+    if cls is None or cls is AgentsCeleryError:
+        cls = by_status().get(status, APIError)
+    return APIError if cls in LOCAL else cls

@@ -12,31 +12,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import (
-    AgentsCeleryError,
-    APIError,
-    AuthenticationError,
-    ConnectionLostError,
-    ModelError,
-    NotFoundError,
-    RedisUnavailableError,
-    RunExpiredError,
-    StateError,
-    StreamGapError,
-    ValidationError,
-    by_code,
-)
+from ..errors import AgentsCeleryError, APIError, ConnectionLostError, StreamGapError, reply_class
 from ..events import Event, EventType, parse_position
 
-_BY_STATUS: dict[int, type[AgentsCeleryError]] = {
-    400: ValidationError,
-    401: AuthenticationError,
-    404: NotFoundError,
-    409: StateError,
-    410: RunExpiredError,
-    422: ValidationError,
-    503: RedisUnavailableError,
-}
 #: Statuses worth retrying while following a stream (a proxy hiccup, Redis restarting).
 RETRY_STATUSES = frozenset({502, 503, 504})
 #: Waits between retries of a continue answered 409 ``run_busy``; None: give up.
@@ -52,15 +30,9 @@ def error_from_response(status: int, body: bytes) -> AgentsCeleryError:
     detail = payload.get("detail") if isinstance(payload, dict) else None
     code = payload.get("code") if isinstance(payload, dict) else None
     message = str(detail or body[:300].decode(errors="replace") or f"HTTP {status}")
-    cls = by_code().get(str(code)) if code else None
-    if cls is None or cls is AgentsCeleryError:
-        cls = _BY_STATUS.get(status)
-    if cls is None or issubclass(cls, APIError):
-        return (cls or APIError)(message, status)
-    if cls in (ConnectionLostError, StreamGapError):
-        return APIError(message, status)
-    if cls is ModelError:
-        return ModelError(message)
+    cls = reply_class(str(code) if code else None, status)
+    if issubclass(cls, APIError):
+        return cls(message, status)
     return cls(message)
 
 

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import ag_ui.core as agui
 import pydantic
@@ -41,12 +42,13 @@ from ..errors import (
     SessionNotFoundError,
     ValidationError,
 )
+from ..events import Event
 from ..runs import RunStatus, RunView
+from ..runtime import Runtime
 from . import agui as agui_mod
+from .access import Access
+from .messages import Reply, Request, position_param
 from .sse import LogStream, Segment
-
-if TYPE_CHECKING:
-    from .protocol import API, Reply, Request
 
 #: RunAgentInput's fields, as AG-UI spells them (camelCase).
 FIELDS = frozenset(
@@ -122,21 +124,30 @@ def resume_name(ids: set[str]) -> str:
 
 
 class AguiEndpoint:
-    """``POST /agui/<agent_id>`` and ``/connect`` over the API's Runtime (see the module docs)."""
+    """``POST /agui/<agent_id>`` and ``/connect`` over the API's Runtime and access checks (see the module docs);
+    ``child_log`` reads a child run's whole log for the parent's stream."""
 
-    def __init__(self, api: API) -> None:
-        self.api = api
-        self.runtime = api.runtime
-        self.store = api.runtime.store
+    def __init__(
+        self,
+        runtime: Runtime,
+        access: Access,
+        keepalive_seconds: float = 15.0,
+        child_log: Callable[[str], list[Event]] | None = None,
+    ) -> None:
+        self.runtime = runtime
+        self.access = access
+        self.store = runtime.store
+        self.keepalive_seconds = keepalive_seconds
+        self.child_log = child_log
 
     # -- run ---------------------------------------------------------------------------------------------
 
     def run(self, req: Request, agent_id: str) -> Reply:
         self.runtime.agent_manifest(agent_id)  # 404 before looking at the body
-        self.api._allow(req, "start", agent_id=agent_id)
+        self.access.allow(req, "start", agent_id=agent_id)
         inp = parse_input(req.body())
         thread, client_run = inp.thread_id, inp.run_id
-        self.api._session_access(req, thread, "start", agent_id)  # another user's thread: 404, as a hidden run
+        self.access.session(req, thread, "start", agent_id)  # another user's thread: 404, as a hidden run
         seen = self.store.segment(thread, client_run)
         if seen is not None:
             return self._attach(req, inp, *seen)
@@ -184,7 +195,7 @@ class AguiEndpoint:
             return None
 
     def _resume(self, req: Request, inp: agui.RunAgentInput, view: RunView) -> Reply:
-        self.api._allow(req, "continue", view)
+        self.access.allow(req, "continue", view)
         interrupts = [c for c in view.pending if c.pause_reason != "client_tool"]
         client_calls = [c for c in view.pending if c.pause_reason == "client_tool"]
         answers = trailing_tool_answers(inp.messages)
@@ -227,11 +238,9 @@ class AguiEndpoint:
 
     def connect(self, req: Request, agent_id: str) -> Reply:
         """The thread's run (the one ``runId`` names, else the live one, else the newest) from where it is."""
-        from .protocol import position_param
-
         self.runtime.agent_manifest(agent_id)
         inp = parse_input(req.body())
-        self.api._session_access(req, inp.thread_id, "read", agent_id)
+        self.access.session(req, inp.thread_id, "read", agent_id)
         seen = self.store.segment(inp.thread_id, inp.run_id)
         run_id = seen[0] if seen else self.store.session_active(inp.thread_id)
         if run_id is None:
@@ -239,7 +248,7 @@ class AguiEndpoint:
             if not newest:
                 raise SessionNotFoundError(f"thread {inp.thread_id!r} has no run of agent {agent_id!r}")
             run_id = newest[0].run_id
-        info = self.api._run(req, run_id, "read", agent_id)
+        info = self.access.run(req, run_id, "read", agent_id)
         position = position_param(req.headers.get("Last-Event-ID"), "Last-Event-ID")
         if position is not None:
             after = min(position[0], info.last_offset)
@@ -252,24 +261,20 @@ class AguiEndpoint:
     # -- answers -----------------------------------------------------------------------------------------
 
     def _attach(self, req: Request, inp: agui.RunAgentInput, run_id: str, after: int) -> Reply:
-        self.api._run(req, run_id, "read")
+        self.access.run(req, run_id, "read")
         return self._reply(inp, run_id, after)
 
     def _reply(self, inp: agui.RunAgentInput, run_id: str, after: int) -> Reply:
-        from .protocol import Reply
-
         def snapshots(timestamp: int) -> list[dict[str, Any]]:
             state, _ = self.store.load(run_id)
             return agui_mod.snapshots(state.client.get("state"), state.messages, inp.thread_id, timestamp)
 
         segment = Segment(inp.thread_id, inp.run_id, snapshots)
-        stream = LogStream(run_id, after, "agui", True, self.api.keepalive_seconds, segment=segment)
-        stream.child_log = self.api.child_log
+        stream = LogStream(run_id, after, "agui", True, self.keepalive_seconds, segment=segment)
+        stream.child_log = self.child_log
         return Reply(200, stream=stream)
 
     def _refuse(self, inp: agui.RunAgentInput, message: str, code: str) -> Reply:
-        from .protocol import Reply
-
         segment = Segment(inp.thread_id, inp.run_id, error=(message, code))
         return Reply(200, stream=LogStream("", -1, "agui", True, segment=segment))
 
