@@ -29,6 +29,7 @@ lint: install
 	$(VENV)/bin/ruff check agents_celery api tests bench examples
 	$(VENV)/bin/ruff format --check agents_celery api tests bench examples
 	$(VENV)/bin/lint-imports
+	$(PY) scripts/check-cycles
 
 typecheck: install
 	$(VENV)/bin/mypy
