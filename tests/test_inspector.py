@@ -268,15 +268,17 @@ def test_with_the_api_key_set_a_page_without_it_sees_nothing(
         server.stop()
 
 
-def test_retried_attempts_are_marked(page: Any, api: ApiServer, fast_settings: Any) -> None:
+def test_retried_attempts_are_marked(page: Any, api: ApiServer, fast_settings: Any, front: str) -> None:
     """A model turn retried after its worker died shows as such (the events a retry writes, appended by hand to
     a run whose queue nobody consumes)."""
     from agents_celery import Runtime
     from agents_celery.events import EventType, make_event
 
+    # The page calls as an anonymous client: Django's own what they start together (user "(anonymous)").
+    user = "(anonymous)" if front == "django" else None
     runtime = Runtime(settings=fast_settings.model_copy(update={"queue": f"nobody-{uuid.uuid4().hex[:6]}"}))
     try:
-        run_id = runtime.stream("fake", "hi").run_id
+        run_id = runtime.stream("fake", "hi", user_id=user).run_id
         token = runtime.leases.acquire(run_id, 60_000)
         assert token is not None
         retry = [
