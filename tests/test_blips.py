@@ -4,8 +4,10 @@ contiguous and its tool runs once."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
+from collections import Counter
 from typing import Any
 from urllib.parse import urlparse
 
@@ -21,7 +23,7 @@ from agents_celery.storage.connections import ThreadClients
 from agents_celery.storage.store import RunStore
 
 from .cluster import Worker
-from .conftest import TEST_REDIS_URL, new_id, wait_for
+from .conftest import TEST_BROKER_URL, TEST_REDIS_URL, new_id, wait_for
 from .faults import ResettingProxy
 
 pytestmark = pytest.mark.timeout(90)
@@ -184,3 +186,113 @@ def test_a_connection_error_renews_every_threads_kept_connection() -> None:
     clients.renew()
     assert int(clients.get().client_id()) != ids[1]  # made again
     clients.shared.close()
+
+
+def test_a_step_sent_again_is_not_sent_once_more_while_that_copy_is_unclaimed(
+    r: redis.Redis, settings: Settings
+) -> None:
+    """A consumer that went deaf (its broker connection half-open) leaves the sweeper's copy in the queue: later
+    sweeps send no other copy until a claim took it (and its attempt died: then it goes again)."""
+    from agents_celery.engine.sweeper import sweep
+
+    private = settings.model_copy(update={"key_prefix": f"{settings.key_prefix}:resend-{new_id()[:6]}"})
+    store = RunStore(r, private)
+    run_id = _run(store)
+    sent: list[tuple[Any, ...]] = []
+
+    def sweep_later(seconds: float) -> list[str]:
+        r.delete(store.keys.sweeper)  # another interval
+        return sweep(store, lambda *a: sent.append(a), now_ms=int((time.time() + seconds) * 1000), backlog=lambda q: 0)
+
+    try:
+        store.watch(run_id, -1)
+        assert sweep_later(0.01) == [run_id]
+        for later in (10, 20, 25):  # grace after grace, the copy sits in a queue nobody hears
+            assert sweep_later(later) == []
+        assert len(sent) == 1
+        claim = store.claim(run_id, 0, "t1", STARTED)  # heard at last; that attempt then dies
+        assert claim.outcome == "OK"
+        r.delete(store.keys.run(run_id).lease)
+        assert sweep_later(60) == [run_id]
+        assert len(sent) == 2
+    finally:
+        _cleanup(r, store, run_id)
+        r.delete(store.keys.sweeper, store.keys.live)
+
+
+# -- the broker's connections -------------------------------------------------------------------------------
+
+
+def test_our_broker_connection_gets_short_health_checks_a_hosts_own_is_left_alone(settings: Settings) -> None:
+    """kombu drops a consumer's stale BRPOP after ``1 + 2 * health_check_interval`` s: ours is 3 (7 s, not 51), on
+    our own app and on a host app whose broker we set; what a host set itself wins; its own broker is its own."""
+    from celery import Celery
+
+    from agents_celery.broker.celery_app import BROKER_HEALTH, configure, create_celery_app
+    from agents_celery.broker.fastpaths import DirectPublisher
+    from agents_celery.broker.publisher import STEP_TASK
+
+    apps = [create_celery_app(settings, agents={})]
+    try:
+        assert apps[0].conf.broker_transport_options == BROKER_HEALTH
+        assert DirectPublisher(apps[0], STEP_TASK).route(settings.queue) is not None  # still the fast publish
+        apps.append(Celery("brokerless", set_as_current=False))
+        apps[-1].conf.broker_transport_options = {"health_check_interval": 10}
+        configure(apps[-1], settings, agents={})
+        assert apps[-1].conf.broker_transport_options == {**BROKER_HEALTH, "health_check_interval": 10}
+        apps.append(Celery("own", broker=TEST_BROKER_URL, set_as_current=False))
+        configure(apps[-1], settings, agents={})
+        assert not apps[-1].conf.broker_transport_options
+    finally:
+        for app in apps:
+            app.close()
+
+
+@pytest.mark.slow
+def test_a_broker_reset_delays_a_run_by_seconds_and_queues_few_duplicates(
+    worker_env: dict[str, str], fast_settings: Any, script: Any, r: Any
+) -> None:
+    """The worker reaches the broker through a proxy that forgets every connection (half-open) while a turn
+    streams: its consumer's waiting BRPOP will never be answered. kombu's stale-BRPOP check drops it after
+    ``brpop_timeout + 2 * health_check_interval`` (51 s by kombu's default; a few seconds by ours), and until then
+    the sweeper does not pile copies of the step into the queue. The run completes within 15 s of the reset."""
+    upstream = urlparse(TEST_BROKER_URL)
+    proxy = ResettingProxy((upstream.hostname or "127.0.0.1", upstream.port or 6379))
+    queue = f"brokerblip-{uuid.uuid4().hex[:6]}"
+    env = {**worker_env, "AGENTS_CELERY_QUEUE": queue, "CELERY_BROKER_URL": proxy.url(path=upstream.path or "/0")}
+    worker = Worker(env).wait_ready()
+    runtime = Runtime(settings=fast_settings.model_copy(update={"queue": queue}))  # publishes to the broker itself
+    key = f"bblip-{uuid.uuid4().hex[:6]}"
+    prefix = worker_env["AGENTS_CELERY_KEY_PREFIX"]
+    broker = redis.Redis.from_url(TEST_BROKER_URL)
+    try:
+        script(ScriptedTurn(TEXT, [ScriptedToolCall("slow_count", {"key": key})]), "Done.", token_delay=0.02)
+        stream = runtime.stream("fake", "talk for a while, then count")
+        wait_for(lambda: _contents(runtime, stream.run_id) >= 8, timeout=15, what="the turn to stream")
+        assert proxy.reset(half_open=True) > 0
+        t0 = time.monotonic()
+        copies: list[int] = []  # the most copies of one step in the queue, at each look
+
+        def ended() -> bool:
+            queued = Counter(
+                tuple(json.loads(m)["headers"]["argsrepr"][1:-1].split(", ")) for m in broker.lrange(queue, 0, -1)
+            )
+            copies.append(max(queued.values(), default=0))
+            return runtime.get(stream.run_id).status.is_final
+
+        wait_for(ended, timeout=70, interval=0.05, what="the run to end")
+        took = time.monotonic() - t0
+        view = runtime.get(stream.run_id)
+        assert view.status == "completed", (view.status, view.error, worker.output()[-3000:])
+        assert took < 15, took
+        # Messages whose acks were lost come back when the consumer reconnects (Celery's at-least-once); copies the
+        # sweeper sent are held back while one is queued: never more than two of one step at a time.
+        assert max(copies) <= 2, copies
+        assert int(r.get(f"{prefix}:test:count:{key}") or 0) == 1
+        events = runtime.store.log.read(stream.run_id)
+        assert [e.offset for e in events] == list(range(len(events)))
+    finally:
+        broker.close()
+        runtime.close()
+        worker.stop()
+        proxy.close()

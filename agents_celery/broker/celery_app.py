@@ -20,6 +20,7 @@ import sys
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import urlparse
 
 from celery import Celery, signals
 
@@ -34,6 +35,14 @@ from .fastpaths import StepRequest
 from .publisher import OWN_TASK_OPTIONS, STEP_TASK
 
 EXTENSION = "agents_celery"
+#: kombu Redis transport options for a consumer that must not go deaf (kombu 5.7's docs: "a consumer stuck on a
+#: half-open connection recovers within about ``brpop_timeout + 2 * health_check_interval`` seconds", 51 s by its
+#: default of 25): 7 s with ours. ``socket_timeout`` bounds a publish on a dead connection (kombu's default waits
+#: forever; a sweeper's re-send would hang with it). Given to a Redis broker that is ours: our own app's
+#: (:func:`create_celery_app`), or a host app's that had no broker (:func:`configure` sets it), under whatever
+#: transport options it set itself. A host's own broker connection is the host's: set them there.
+BROKER_HEALTH: dict[str, Any] = {"health_check_interval": 3, "socket_timeout": 10}
+_REDIS_BROKERS = ("redis", "rediss", "redis+socket", "sentinel")
 #: The Celery setting the host's configuration may hold agents-celery's settings in (a dict).
 HOST_SETTING = "agents_celery"
 
@@ -87,6 +96,18 @@ def worker_settings(settings: Settings) -> dict[str, Any]:
     }
 
 
+def _with_broker_health(app: Celery) -> None:
+    """Add :data:`BROKER_HEALTH` to a Redis broker's transport options, under whatever the app set itself."""
+    url = app.conf.broker_url
+    first = (url[0] if isinstance(url, (list, tuple)) and url else str(url or "")).split(";")[0]
+    if urlparse(first).scheme not in _REDIS_BROKERS:
+        return
+    options = dict(app.conf.broker_transport_options or {})
+    missing = {key: value for key, value in BROKER_HEALTH.items() if key not in options}
+    if missing:
+        app.conf.broker_transport_options = {**options, **missing}
+
+
 class StepRouter:
     """Routes the step task (and nothing else) to the default agents queue; put in front of the host's routes."""
 
@@ -137,6 +158,7 @@ def configure(
                 **settings.broker_transport_options,
                 **(app.conf.broker_transport_options or {}),
             }
+        _with_broker_health(app)
     accepted = list(app.conf.accept_content or [])
     if "json" not in accepted and "application/json" not in accepted:
         app.conf.accept_content = [*accepted, "json"]  # step messages are JSON; the host's keep their format
@@ -194,6 +216,7 @@ def create_celery_app(
         broker_transport_options=dict(settings.broker_transport_options),
         **worker_settings(settings),
     )
+    _with_broker_health(app)
     configure(app, settings, agents=agents, hooks=hooks)
     return app
 

@@ -221,7 +221,14 @@ def reconnect_if_closed(client: redis.Redis) -> None:
 # -- kombu: the message as its Redis transport stores it (direct_publish, commit_pushes_next, commit_acks) -----
 
 #: Transport options that do not change where or how a priority-0 message is stored.
-_HARMLESS_OPTIONS = {"visibility_timeout", "global_keyprefix", "unacked_restore_limit", "fanout_prefix"}
+_HARMLESS_OPTIONS = {
+    "visibility_timeout",
+    "global_keyprefix",
+    "unacked_restore_limit",
+    "fanout_prefix",
+    "health_check_interval",  # connection health only (celery_app.BROKER_HEALTH): the message is the same
+    "socket_timeout",
+}
 
 
 #: What ``send_task`` puts in the ``ignore_result`` header when not told: False up to Celery 5.6, None from 5.7.

@@ -12,7 +12,10 @@ the next step was never enqueued (the worker died between commit and enqueue), a
 the run's current step again. A run whose tool step waits for child runs (``awaiting`` in its record) is
 sent again only once one of them paused or ended (the child's end wakes it; this covers a child's worker
 dying between its last commit and that wake). Duplicate deliveries are harmless: the claim script lets one
-attempt in and the commit compares the step number.
+attempt in and the commit compares the step number. They are kept few all the same: a step sent again is
+not sent once more while that copy is still unclaimed (no claim changed the step's ``attempt`` since), for
+:data:`RESEND_WINDOW_SECONDS` (at least six enqueue graces); a consumer deaf for a while (a broker connection
+gone half-open) finds one copy of the step when it hears again, not one per sweep.
 
 It runs in a thread of every worker (started when the worker is ready). A lock lets one sweep run per
 interval across all workers, so several workers do not do the work twice.
@@ -36,6 +39,9 @@ log = logging.getLogger(__name__)
 
 #: Runs looked at per sweep.
 BATCH = 200
+#: How long a step sent again and not claimed since holds back another copy (at least six enqueue graces). Past
+#: it the copy is presumed lost (a broker that lost its queue) and the step is sent again.
+RESEND_WINDOW_SECONDS = 30.0
 
 #: Sends a step again: ``resend(run_id, step, agent_id, queue, root_id, parent_id)``, to the run's own queue and
 #: in its chain of tasks (the ids the run's record keeps; '' when it has none).
@@ -89,8 +95,11 @@ def sweep(
             )
             pipe.hmget(k.run, *fields)
             pipe.pttl(k.lease)
-            row, lease_ms = pipe.execute()
+            pipe.get(k.sent)
+            row, lease_ms, sent = pipe.execute()
         log_status, step, agent_id, committed, attempt, queue, root, parent, start_at, waiting, session, awaiting = row
+        sent_now = f"{int(step or 0)}:{int(attempt or 0)}"
+        unclaimed = sent is not None and sent.decode() == sent_now
         queue_name = queue.decode() if queue else s.queue
         waited_ms = now_ms - int(committed or 0)
         if log_status is None:
@@ -108,12 +117,15 @@ def sweep(
             store.watch(run_id, (grace_ms - waited_ms) / 1000 + 0.05)
         elif awaiting is not None and int(attempt or 0) == 0 and not store.any_settled(awaiting.decode().split(",")):
             store.watch(run_id, s.enqueue_grace_seconds)  # its children are working: they wake it when they end
-        elif int(attempt or 0) == 0 and backed_up(queue_name):  # never picked up, and its queue is not empty
+        elif unclaimed or (int(attempt or 0) == 0 and backed_up(queue_name)):
+            # the copy sent last is not claimed yet, or the step was never picked up and its queue is not empty
             store.watch(run_id, s.enqueue_grace_seconds)
         else:
             store.watch(run_id, s.enqueue_grace_seconds)
             ids = [(v or b"").decode() for v in (root, parent)]
             resend(run_id, int(step), agent_id.decode(), queue_name, *ids)
+            window = max(RESEND_WINDOW_SECONDS, 6 * s.enqueue_grace_seconds)
+            store.redis.set(k.sent, sent_now, px=int(window * 1000))
             requeued.append(run_id)
             log.warning(
                 "run=%s step=%s: lease expired or step never enqueued; sent again to %r", run_id, int(step), queue_name

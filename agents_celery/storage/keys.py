@@ -27,6 +27,9 @@ Per run (``<p>:run:{<run_id>}...``):
   renewed by the heartbeat. Every write to the run is refused unless it carries this token.
 - ``<p>:run:{<rid>}:effects`` *hash* — effect ledger, ``tool_call_id`` -> JSON ``{status, token,
   result, error}``; ``status`` is ``started`` or ``done``. Same TTL as the run record.
+- ``<p>:run:{<rid>}:sent`` *string* — ``<step>:<attempt>`` of the step the sweeper last sent again: while no
+  claim changed ``attempt`` since, that message is still queued and the sweeper sends no other copy.
+  ``PX`` the sweeper's resend window (:data:`agents_celery.engine.sweeper.RESEND_WINDOW_SECONDS` or more).
 - ``<p>:run:{<rid>}:stop`` *string* — a stop request (its reason). May exist before the run does;
   ``PX retention``.
 - ``<p>:run:{<rid>}:gone`` *string* — tombstone written when the run ends, ``PX retention + tombstone``;
@@ -82,6 +85,7 @@ class RunKeys:
     gone: str
     messages: str
     inbox: str
+    sent: str
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,7 @@ class Keys:
             gone=f"{base}:gone",
             messages=f"{base}:messages",
             inbox=f"{base}:inbox",
+            sent=f"{base}:sent",
         )
 
     def session(self, session_id: str) -> SessionKeys:
