@@ -54,7 +54,7 @@ def run(quick: bool = False) -> list[Row]:
     own = _measure("threads", 4, CONCURRENT, "--prefetch-multiplier", "1")
     return [
         Row(f"{CONCURRENT} waiting runs, threads x4, prefetch 4 (a shared worker)", shared, "s", "prefetch 1", own),
-        Row(f"{CONCURRENT} waiting runs, threads pool x16", threads, "s", "one such run alone", alone, readme=True),
+        Row(f"{CONCURRENT} waiting runs, threads pool x16", threads, "s", "one such run alone", alone),
         Row(f"{CONCURRENT} waiting runs, prefork pool x{cores} (Celery's default)", prefork, "s", "one alone", alone),
     ]
 

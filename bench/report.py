@@ -62,6 +62,7 @@ class RunInfo:
     load_end: str = ""
     took: float = 0.0
     code: str = field(default_factory=code_version)
+    notes: list[str] = field(default_factory=list)
 
     def finish(self, machine: str, took: float) -> None:
         self.machine, self.took, self.ended, self.load_end = machine, took, now_utc(), load()
@@ -167,7 +168,7 @@ def document(rows: Sequence[Row], info: RunInfo, all_benches: Sequence[str]) -> 
 - **Code**: {info.code}.
 - **Benches**: {ran}; mode {mode}.
 - **Result**: {verdict(rows)}
-"""
+""" + "".join(f"- **Note**: {note}\n" for note in info.notes)
     methods = "\n".join(method(name) for name in info.benches)
     parts = [
         INTRO,
@@ -190,8 +191,8 @@ def readme_section(rows: Sequence[Row], info: RunInfo) -> str:
     mode = ", quick mode" if info.quick else ""
     return (
         "## Performance\n\n"
-        f"Written by the latest `make bench` ({when}{load_text}{mode}; {info.machine.split(';')[0]}): each figure "
-        "against a floor measured in the same run. Every row, the method and the machine: "
+        f"From the latest `make bench` ({when}{load_text}{mode}; {info.machine.split(';')[0]}), each figure against "
+        "a floor measured in the same run; every row, the method and the machine: "
         f"[docs/benchmarks.md](docs/benchmarks.md). Result: {verdict(rows)}\n\n"
         + format_table(picked, padded=False)
         + "\n"
