@@ -150,6 +150,10 @@ def test_the_rule_by_itself() -> None:
     assert refusal("POST", {**cookie, "authorization": "bearer k"}, own) is None
     assert refusal("GET", cookie, own) is None
     assert refusal("POST", {"origin": "https://evil.example"}, own) is None  # no cookie: nothing to forge with
+    # ... unless the browser says another site sent it: a web page posting to an open API on this machine.
+    assert refusal("POST", {"origin": "https://evil.example", "sec-fetch-site": "cross-site"}, own) is not None
+    assert refusal("POST", {"sec-fetch-site": "same-site"}, own) is None
+    assert refusal("POST", {"authorization": "Bearer k", "sec-fetch-site": "cross-site"}, own) is None
     assert refusal("POST", {**cookie, "origin": "https://api.example.com"}, own) is not None  # other scheme
     assert refusal("PATCH", {**cookie, "x-csrf": ""}, own, csrf_header="X-CSRF") is not None  # empty: not sent
     why = refusal("DELETE", {**cookie, "origin": "https://evil.example", "sec-fetch-site": "cross-site"}, own)

@@ -7,7 +7,8 @@ CORS preflight and carries the cookie. The blueprint checks, before each route (
 - ``GET``, ``HEAD``, ``OPTIONS``: not checked (they change nothing);
 - ``Authorization: Bearer ...``: not checked (a browser never adds it on its own, and a page of another site
   cannot set it without a CORS preflight the API does not grant);
-- no ``Cookie`` header: not checked (API clients, scripts);
+- no ``Cookie`` header: not checked (API clients, scripts), unless the browser says another site sent it
+  (``Sec-Fetch-Site: cross-site``): a web page posting to an open API (no key, no login) is refused too;
 - otherwise the request passes when the browser says it is same-origin (``Sec-Fetch-Site: same-origin`` or
   ``none``, a user typing the address), or its ``Origin`` is this request's own (``scheme://host``, as the
   app sees it) or one of ``trusted_origins``, or it carries the host's ``csrf_header``. Anything else (no
@@ -51,12 +52,14 @@ def refusal(
         headers: The request's headers, looked up by lower-cased name.
         own_origin: ``scheme://host`` of the request as the app sees it.
     """
-    if method.upper() in SAFE_METHODS or not headers.get("cookie"):
+    fetch_site = (headers.get("sec-fetch-site") or "").strip().lower()
+    # Without a cookie there is no login to abuse, unless the browser says another site sent it: a page on the
+    # web posting to an open API on this machine or network (no key, no login) is refused all the same.
+    if method.upper() in SAFE_METHODS or (not headers.get("cookie") and fetch_site != "cross-site"):
         return None
     scheme = (headers.get("authorization") or "").strip().partition(" ")[0]
     if scheme.lower() == "bearer":
         return None
-    fetch_site = (headers.get("sec-fetch-site") or "").strip().lower()
     if fetch_site in SAME_SITE:
         return None
     origin = headers.get("origin")
@@ -68,7 +71,7 @@ def refusal(
     if fetch_site:
         seen += f", Sec-Fetch-Site {fetch_site!r}"
     return (
-        f"cross-site request refused: a {method.upper()} with a cookie must come from this site ({seen}; "
+        f"cross-site request refused: a {method.upper()} from a browser must come from this site ({seen}; "
         f"this site is {origin_of(own_origin)!r}). Send it from a page of this site, list its origin in "
         "init_app(trusted_origins=...), or call with 'Authorization: Bearer <key>'"
     )
