@@ -68,9 +68,10 @@ def init_app(
     before a worker has published them; without it the API lists what workers published.
 
     Args:
-        authorize: ``authorize(action, user_id, run, agent_id) -> bool``, asked before each action (``list``,
-            ``start``, ``read``, ``continue``, ``stop``) so your app's login applies (see
-            :mod:`agents_celery.http.protocol`). Default: everyone may (the API key, if set, still applies).
+        authorize: ``authorize(action, user_id, resource, agent_id) -> bool``, asked before each action
+            (``list``, ``start``, ``read``, ``continue``, ``stop``, ``delete``) with the run, session or schedule
+            it touches, so your app's login applies (see :mod:`agents_celery.http.protocol`, docs/security.md).
+            Default: everyone may (the API key, if set, still applies).
         user_id: Returns the current request's user id (e.g. from Flask-Login's ``current_user``); runs record
             it, and ``authorize`` is told it.
         trusted_origins: Other sites (``https://app.example.com``) whose pages may POST, PUT, PATCH or DELETE
