@@ -14,8 +14,9 @@ were ever missing, so every event is delivered exactly once::
 
 :class:`~agents_celery.client.aio.AsyncClient` is the asyncio twin. HTTP errors become the library's
 exceptions (:mod:`agents_celery.errors`): the JSON body's ``code`` picks the class (``run_not_found`` ->
-RunNotFoundError ...), else the status does (404 NotFoundError, 409 StateError, 410 RunExpiredError, 400/422
-ValidationError, 503 RedisUnavailableError, 401 AuthenticationError).
+RunNotFoundError ...), else the status does (the most general class of it: 404 NotFoundError, 409 StateError, 410
+RunExpiredError, 400/422 ValidationError, 413 PayloadTooLargeError, 503 RedisUnavailableError, 401
+AuthenticationError, 403 ForbiddenError), else APIError.
 """
 
 from __future__ import annotations

@@ -14,32 +14,18 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
-from ..errors import RunBusyError, RunFinishedError, RunTimeoutError
+from ..errors import AgentsCeleryError, RunFinishedError
 from ..events import Event
 from ..runs import RunPage, RunView, SessionPage, SessionView
 from ..schedule import Schedule
-from .protocol import (
-    BUSY_RETRIES,
-    RETRY_STATUSES,
-    Backoff,
-    Cursor,
-    Retry,
-    SSEParser,
-    StreamBroken,
-    auth_headers,
-    base_url_of,
-    continue_body,
-    error_from_response,
-    event_from_frame,
-    query,
-    schedule_body,
-    start_body,
-)
-from .sync import StreamHandle
+from . import protocol as plans
+from .protocol import Backoff, Call, Cursor, Driving, Plan, Retry, Sleep, StreamBroken, StreamHandle
+
+T = TypeVar("T")
 
 __all__ = ["AsyncClient", "AsyncRunStream"]
 
@@ -75,19 +61,25 @@ class AsyncClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.backoff = backoff or Backoff()
-        self._http = httpx.AsyncClient(
-            base_url=base_url_of(base_url), headers=auth_headers(api_key), timeout=timeout, transport=transport
-        )
+        self._http = httpx.AsyncClient(**plans.http_options(base_url, api_key, timeout), transport=transport)
 
-    async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = await self._http.request(method, path, **kwargs)
-        if response.status_code >= 400:
-            raise error_from_response(response.status_code, response.content)
-        return response.json() if response.content else None
+    async def _do(self, plan: Plan[T]) -> T:
+        """Carry out a plan of :mod:`.protocol`: its calls over HTTP, its waits in asyncio."""
+        driving = Driving(plan)
+        while (step := driving.next()) is not None:
+            try:
+                driving.sent = await self._perform(step)
+            except AgentsCeleryError as exc:
+                driving.error = exc
+        return driving.result
+
+    async def _perform(self, step: Call | Sleep) -> Any:
+        if isinstance(step, Sleep):
+            return await asyncio.sleep(step.seconds)
+        return plans.answer(await self._http.request(step.method, step.path, **step.options))
 
     async def agents(self) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = await self._request("GET", "/agents")
-        return result
+        return await self._do(plans.agents())
 
     async def runs(
         self,
@@ -100,19 +92,15 @@ class AsyncClient:
         cursor: str | None = None,
     ) -> RunPage:
         """Runs the caller may see, newest first (``GET /runs``); see :meth:`agents_celery.Runtime.runs`."""
-        params = query(
-            status=status, agent_id=agent_id, session_id=session_id, user_id=user_id, limit=limit, cursor=cursor
-        )
-        return RunPage.from_dict(await self._request("GET", "/runs", params=params))
+        return await self._do(plans.runs(status, agent_id, session_id, user_id, limit, cursor))
 
     async def sessions(self, *, user_id: str | None = None, limit: int = 20, cursor: str | None = None) -> SessionPage:
         """Sessions, most recently active first (``GET /sessions``)."""
-        params = query(user_id=user_id, limit=limit, cursor=cursor)
-        return SessionPage.from_dict(await self._request("GET", "/sessions", params=params))
+        return await self._do(plans.sessions(user_id, limit, cursor))
 
     async def session(self, session_id: str) -> SessionView:
         """A session's conversation and runs (``GET /sessions/<id>``)."""
-        return SessionView.from_dict(await self._request("GET", f"/sessions/{session_id}"))
+        return await self._do(plans.session(session_id))
 
     async def schedule(
         self,
@@ -124,29 +112,27 @@ class AsyncClient:
         session_id: str | None = None,
         name: str | None = None,
     ) -> Schedule:
-        body = schedule_body(agent, message, cron, every, session_id, name)
-        return Schedule.from_dict(await self._request("POST", "/schedules", json=body))
+        return await self._do(plans.schedule(agent, message, cron, every, session_id, name))
 
     async def schedules(self) -> list[Schedule]:
-        return [Schedule.from_dict(s) for s in (await self._request("GET", "/schedules"))["schedules"]]
+        return await self._do(plans.schedules())
 
     async def pause_schedule(self, schedule_id: str, paused: bool = True) -> Schedule:
-        action = "pause" if paused else "resume"
-        return Schedule.from_dict(await self._request("POST", f"/schedules/{schedule_id}/{action}"))
+        return await self._do(plans.pause_schedule(schedule_id, paused))
 
     async def delete_schedule(self, schedule_id: str) -> None:
-        await self._request("DELETE", f"/schedules/{schedule_id}")
+        await self._do(plans.delete(f"/schedules/{schedule_id}"))
 
     async def delete_run(self, run_id: str) -> None:
         """Delete an ended run (``DELETE /runs/<id>``); RunLiveError while it has not ended."""
-        await self._request("DELETE", f"/runs/{run_id}")
+        await self._do(plans.delete(f"/runs/{run_id}"))
 
     async def delete_session(self, session_id: str) -> None:
         """Delete a session and its runs (``DELETE /sessions/<id>``); SessionBusyError while a run of it is live."""
-        await self._request("DELETE", f"/sessions/{session_id}")
+        await self._do(plans.delete(f"/sessions/{session_id}"))
 
     async def get(self, run_id: str) -> RunView:
-        return RunView.from_dict(await self._request("GET", f"/runs/{run_id}"))
+        return await self._do(plans.get(run_id))
 
     async def stream(
         self,
@@ -159,32 +145,17 @@ class AsyncClient:
         until_pause: bool = True,
         start_after: float | None = None,
     ) -> AsyncRunStream:
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        body = start_body(message, session_id, user_id, start_after)
-        out = await self._request("POST", f"/agents/{agent}/runs", json=body, headers=headers)
-        return AsyncRunStream(self, out["run_id"], agent, out.get("session_id"), -1, until_pause)
+        plan = plans.start(agent, message, session_id, user_id, idempotency_key, until_pause, start_after)
+        return AsyncRunStream(self, *await self._do(plan))
 
     async def get_stream(self, run_id: str) -> AsyncRunStream:
-        view = await self.get(run_id)
-        return AsyncRunStream(self, run_id, view.agent_id, view.session_id, -1, True)
+        return AsyncRunStream(self, *await self._do(plans.get_stream(run_id)))
 
     async def continue_run(self, run_id: str, decisions: Sequence[dict[str, Any]] | None = None) -> AsyncRunStream:
-        run = await self.get(run_id)
-        path, body = f"/agents/{run.agent_id}/runs/{run_id}/continue", continue_body(decisions)
-        for delay in BUSY_RETRIES:  # the worker that paused the run may hold its lease for a moment
-            try:
-                await self._request("POST", path, json=body)
-                break
-            except RunBusyError:
-                if delay is None:
-                    raise
-                await asyncio.sleep(delay)
-        return AsyncRunStream(self, run_id, run.agent_id, run.session_id, run.last_offset, True)
+        return AsyncRunStream(self, *await self._do(plans.continue_run(run_id, decisions)))
 
     async def stop(self, run_id: str, reason: str = "stopped by request") -> RunView:
-        agent = (await self.get(run_id)).agent_id
-        await self._request("POST", f"/agents/{agent}/runs/{run_id}/cancel", data={"reason": reason})
-        return await self.get(run_id)
+        return await self._do(plans.stop(run_id, reason))
 
     async def run(self, agent: str, message: str, *, timeout: float | None = None, **kwargs: Any) -> RunView:
         stream = await self.stream(agent, message, **kwargs)
@@ -195,9 +166,7 @@ class AsyncClient:
         except TimeoutError:
             with contextlib.suppress(RunFinishedError):
                 await self.stop(stream.run_id, "caller gave up")
-            raise RunTimeoutError(
-                f"run {stream.run_id!r} did not finish within {timeout}s; stopped", stream.run_id
-            ) from None
+            raise plans.gave_up(stream.run_id, timeout) from None
         return await self.get(stream.run_id)
 
     async def _events(self, stream: AsyncRunStream) -> AsyncIterator[Event]:
@@ -215,19 +184,15 @@ class AsyncClient:
                 await asyncio.sleep(delay)
 
     async def _connect(self, cursor: Cursor) -> AsyncIterator[Event]:
-        params, headers = cursor.request()
-        async with self._http.stream("GET", f"/runs/{cursor.run_id}/events", params=params, headers=headers) as resp:
-            if resp.status_code == 204:
-                cursor.done = True
+        path, options = cursor.request()
+        async with self._http.stream("GET", path, **options) as response:
+            if cursor.ended(response.status_code):
                 return
-            if resp.status_code >= 400:
-                error = error_from_response(resp.status_code, await resp.aread())
-                raise Retry(str(error)) if resp.status_code in RETRY_STATUSES else error
-            parser = SSEParser()
-            async for line in resp.aiter_lines():
-                frame = parser.feed(line)
-                event = event_from_frame(frame) if frame is not None else None
-                if event is not None and cursor.accept(event):
+            if response.status_code >= 400:
+                raise plans.refusal(response.status_code, await response.aread())
+            reader = cursor.reader()
+            async for line in response.aiter_lines():
+                if (event := reader.feed(line)) is not None:
                     yield event
                     if cursor.done:
                         return

@@ -1,6 +1,11 @@
-"""What the sync and async HTTP clients share: SSE parsing, the reconnect cursor, errors from responses.
+"""Everything the sync and async HTTP clients share, as httpx's ``BaseClient`` is for its twins: the URLs, bodies
+and headers of every request, reading replies into RunViews, pages and schedules, errors from replies, SSE frame
+parsing and the reconnect cursor.
 
-No I/O here; :mod:`.sync` and :mod:`.aio` make the requests with httpx.
+No I/O here. A method of the clients is a *plan* (:data:`Plan`): a generator that yields the :class:`Call` to
+make (or a :class:`Sleep`), is sent the reply's JSON back (or has the reply's exception thrown in) and returns
+the method's result. :mod:`.sync` and :mod:`.aio` only carry the plans out (:class:`Driving`) with httpx, and
+read the event streams.
 """
 
 from __future__ import annotations
@@ -8,17 +13,30 @@ from __future__ import annotations
 import json
 import os
 import random
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, NamedTuple, TypeVar
 
-from ..errors import AgentsCeleryError, APIError, ConnectionLostError, StreamGapError, reply_class
+import httpx
+
+from ..errors import (
+    AgentsCeleryError,
+    APIError,
+    ConnectionLostError,
+    RunBusyError,
+    RunTimeoutError,
+    StreamGapError,
+    ValidationError,
+    reply_class,
+)
 from ..events import Event, EventType, parse_position
+from ..runs import RunPage, RunView, SessionPage, SessionView
+from ..schedule import Schedule
+
+T = TypeVar("T")
 
 #: Statuses worth retrying while following a stream (a proxy hiccup, Redis restarting).
 RETRY_STATUSES = frozenset({502, 503, 504})
-#: Waits between retries of a continue answered 409 ``run_busy``; None: give up.
-BUSY_RETRIES: tuple[float | None, ...] = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, None)
 
 
 def error_from_response(status: int, body: bytes) -> AgentsCeleryError:
@@ -162,12 +180,42 @@ class Cursor:
             ) from exc
         return backoff.delay(failures)
 
-    def request(self) -> tuple[dict[str, Any], dict[str, str]]:
-        """Query parameters and headers of the (re)connecting ``GET /runs/<id>/events``."""
+    def request(self) -> tuple[str, dict[str, Any]]:
+        """The path and options (query parameters, headers) of the (re)connecting ``GET /runs/<id>/events``."""
         position = f"{self.last_offset}.{self.last_tag}" if self.last_tag else str(self.last_offset)
         params: dict[str, Any] = {"after": position, "until": "pause" if self.until_pause else "end"}
         headers = {"Last-Event-ID": position} if self.last_offset >= 0 else {}
-        return params, headers
+        return f"/runs/{self.run_id}/events", {"params": params, "headers": headers}
+
+    def ended(self, status: int) -> bool:
+        """True when the events request answered 204: nothing more will come (the stream is done)."""
+        if status == 204:
+            self.done = True
+        return self.done
+
+    def reader(self) -> LineReader:
+        """What turns the lines of one connection's stream into the events to deliver."""
+        return LineReader(self)
+
+
+def refusal(status: int, body: bytes) -> Exception:
+    """What to raise when the events request answered an error: Retry for a retryable status, else its error."""
+    error = error_from_response(status, body)
+    return Retry(str(error)) if status in RETRY_STATUSES else error
+
+
+class LineReader:
+    """SSE lines of one connection in, the events to deliver out (deduped and gap-checked by the cursor)."""
+
+    def __init__(self, cursor: Cursor) -> None:
+        self.cursor = cursor
+        self.parser = SSEParser()
+
+    def feed(self, line: str) -> Event | None:
+        """The event this line completes, if it is one to deliver (the stream is over once ``cursor.done``)."""
+        frame = self.parser.feed(line)
+        event = event_from_frame(frame) if frame is not None else None
+        return event if event is not None and self.cursor.accept(event) else None
 
 
 @dataclass
@@ -183,35 +231,190 @@ class Backoff:
         return base * (0.5 + random.random() / 2)
 
 
-def auth_headers(api_key: str | None) -> dict[str, str]:
+# -- the stream handles ------------------------------------------------------------------------------------
+
+
+class Opened(NamedTuple):
+    """Where a stream handle starts: its run, and the offset after which it reads."""
+
+    run_id: str
+    agent_id: str | None
+    session_id: str | None
+    after: int
+    until_pause: bool
+
+
+class StreamHandle:
+    """What the sync and async stream handles share: the run, and the cursor of what was delivered."""
+
+    def __init__(
+        self, client: Any, run_id: str, agent_id: str | None, session_id: str | None, after: int, until_pause: bool
+    ) -> None:
+        self.client = client
+        self.run_id = run_id
+        self.agent_id = agent_id
+        self.session_id = session_id
+        self.cursor = Cursor(run_id, after, until_pause)
+        #: How many times the stream reconnected.
+        self.reconnects = 0
+
+    @property
+    def id(self) -> str:
+        """The run id (``run_id``)."""
+        return self.run_id
+
+    @property
+    def last_offset(self) -> int:
+        """Offset of the last event delivered (-1: none yet)."""
+        return self.cursor.last_offset
+
+    def _from(self, offset: int | str | None, until_pause: bool) -> None:
+        if offset is not None:
+            tag = None
+            if isinstance(offset, str):  # a position: "140.1a2b3c4d"
+                try:
+                    offset, tag = parse_position(offset)
+                except ValueError as exc:
+                    raise ValidationError(str(exc)) from None
+            if type(offset) is not int or offset < -1:
+                raise ValidationError(f"offset must be -1 (from the start) or an offset >= 0, got {offset!r}")
+            self.cursor.last_offset = offset
+            self.cursor.last_tag = tag or ""
+        self.cursor.until_pause = until_pause
+        self.cursor.done = False
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(run_id={self.run_id!r}, last_offset={self.last_offset})"
+
+
+# -- plans: the requests of each client method, and what their replies become -------------------------------
+
+
+@dataclass(frozen=True)
+class Call:
+    """One HTTP request to make: ``options`` are httpx's (``params``, ``json``, ``data``, ``headers``)."""
+
+    method: str
+    path: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Sleep:
+    """Wait this long before the plan goes on."""
+
+    seconds: float
+
+
+#: A client method without its I/O: yields Calls and Sleeps, is sent each Call's JSON reply (None for a Sleep or
+#: an empty body), has a reply's error thrown in, and returns the method's result.
+Plan = Generator[Call | Sleep, Any, T]
+
+
+class Driving(Generic[T]):
+    """Steps a plan: set ``sent`` (what the last step gave) or ``error`` (what it raised), then :meth:`next`."""
+
+    def __init__(self, plan: Plan[T]) -> None:
+        self.plan = plan
+        self.sent: Any = None
+        self.error: AgentsCeleryError | None = None
+        self.result: T
+
+    def next(self) -> Call | Sleep | None:
+        """The next step to carry out; None once the plan returned (its value is ``result``)."""
+        sent, error, self.sent, self.error = self.sent, self.error, None, None
+        try:
+            return self.plan.throw(error) if error is not None else self.plan.send(sent)
+        except StopIteration as done:
+            self.result = done.value
+            return None
+
+
+def answer(response: httpx.Response) -> Any:
+    """A (read) reply's JSON; its error raised for a status of 400 or more."""
+    if response.status_code >= 400:
+        raise error_from_response(response.status_code, response.content)
+    return response.json() if response.content else None
+
+
+def http_options(base_url: str | None, api_key: str | None, timeout: float) -> dict[str, Any]:
+    """The httpx client's options: the API root (default ``AGENTS_CELERY_API_URL``, else
+    ``http://127.0.0.1:7777``), the bearer key (default ``AGENTS_CELERY_API_KEY``) and the timeout."""
     key = api_key if api_key is not None else os.environ.get("AGENTS_CELERY_API_KEY")
-    return {"Authorization": f"Bearer {key}"} if key else {}
+    base = base_url or os.environ.get("AGENTS_CELERY_API_URL") or "http://127.0.0.1:7777"
+    return {"base_url": base, "headers": {"Authorization": f"Bearer {key}"} if key else {}, "timeout": timeout}
 
 
-def base_url_of(base_url: str | None) -> str:
-    return base_url or os.environ.get("AGENTS_CELERY_API_URL") or "http://127.0.0.1:7777"
+def _query(**params: Any) -> dict[str, Any]:
+    """Query parameters of a listing: the ones given (a RunStatus as its value)."""
+    return {k: str(getattr(v, "value", v)) for k, v in params.items() if v is not None}
 
 
-def continue_body(decisions: Sequence[dict[str, Any]] | None) -> dict[str, Any]:
-    return {"tools": list(decisions or []), "stream": False, "background": True}
+def agents() -> Plan[list[dict[str, Any]]]:
+    result: list[dict[str, Any]] = yield Call("GET", "/agents")
+    return result
 
 
-def schedule_body(
-    agent: str,
-    message: str,
-    cron: str | None,
-    every: float | None,
+def runs(
+    status: str | None,
+    agent_id: str | None,
     session_id: str | None,
-    name: str | None,
-) -> dict[str, Any]:
+    user_id: str | None,
+    limit: int,
+    cursor: str | None,
+) -> Plan[RunPage]:
+    params = _query(
+        status=status, agent_id=agent_id, session_id=session_id, user_id=user_id, limit=limit, cursor=cursor
+    )
+    return RunPage.from_dict((yield Call("GET", "/runs", {"params": params})))
+
+
+def sessions(user_id: str | None, limit: int, cursor: str | None) -> Plan[SessionPage]:
+    params = _query(user_id=user_id, limit=limit, cursor=cursor)
+    return SessionPage.from_dict((yield Call("GET", "/sessions", {"params": params})))
+
+
+def session(session_id: str) -> Plan[SessionView]:
+    return SessionView.from_dict((yield Call("GET", f"/sessions/{session_id}")))
+
+
+def schedule(
+    agent: str, message: str, cron: str | None, every: float | None, session_id: str | None, name: str | None
+) -> Plan[Schedule]:
     body = {"agent_id": agent, "message": message, "cron": cron, "every_seconds": every}
     body.update({"session_id": session_id, "name": name})
-    return {k: v for k, v in body.items() if v is not None}
+    body = {k: v for k, v in body.items() if v is not None}
+    return Schedule.from_dict((yield Call("POST", "/schedules", {"json": body})))
 
 
-def start_body(
-    message: str, session_id: str | None, user_id: str | None, start_after: float | None = None
-) -> dict[str, Any]:
+def schedules() -> Plan[list[Schedule]]:
+    return [Schedule.from_dict(s) for s in (yield Call("GET", "/schedules"))["schedules"]]
+
+
+def pause_schedule(schedule_id: str, paused: bool) -> Plan[Schedule]:
+    action = "pause" if paused else "resume"
+    return Schedule.from_dict((yield Call("POST", f"/schedules/{schedule_id}/{action}")))
+
+
+def delete(path: str) -> Plan[None]:
+    """``DELETE`` a schedule, a run or a session."""
+    yield Call("DELETE", path)
+
+
+def get(run_id: str) -> Plan[RunView]:
+    return RunView.from_dict((yield Call("GET", f"/runs/{run_id}")))
+
+
+def start(
+    agent: str,
+    message: str,
+    session_id: str | None,
+    user_id: str | None,
+    idempotency_key: str | None,
+    until_pause: bool,
+    start_after: float | None,
+) -> Plan[Opened]:
+    """Start a run: its stream from the first event."""
     body: dict[str, Any] = {"message": message, "stream": False, "background": True}
     if start_after is not None:
         body["start_after"] = start_after
@@ -219,20 +422,44 @@ def start_body(
         body["session_id"] = session_id
     if user_id:
         body["user_id"] = user_id
-    return body
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+    out = yield Call("POST", f"/agents/{agent}/runs", {"json": body, "headers": headers})
+    return Opened(out["run_id"], agent, out.get("session_id"), -1, until_pause)
 
 
-def accepted(cursor: Cursor, lines: Iterable[str]) -> Iterator[Event]:
-    parser = SSEParser()
-    for line in lines:
-        frame = parser.feed(line)
-        event = event_from_frame(frame) if frame is not None else None
-        if event is not None and cursor.accept(event):
-            yield event
-            if cursor.done:
-                return
+def get_stream(run_id: str) -> Plan[Opened]:
+    """An existing run's stream, from its first event (RunNotFoundError otherwise)."""
+    view = yield from get(run_id)
+    return Opened(run_id, view.agent_id, view.session_id, -1, True)
 
 
-def query(**params: Any) -> dict[str, Any]:
-    """Query parameters of a listing: the ones given (a RunStatus as its value)."""
-    return {k: str(getattr(v, "value", v)) for k, v in params.items() if v is not None}
+#: Waits between retries of a continue answered 409 ``run_busy``; None: give up.
+BUSY_RETRIES: tuple[float | None, ...] = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, None)
+
+
+def continue_run(run_id: str, decisions: Sequence[dict[str, Any]] | None) -> Plan[Opened]:
+    """Answer a paused run: its stream from the pause on."""
+    run = yield from get(run_id)
+    path = f"/agents/{run.agent_id}/runs/{run_id}/continue"
+    body = {"tools": list(decisions or []), "stream": False, "background": True}
+    for delay in BUSY_RETRIES:  # the worker that paused the run may hold its lease for a moment
+        try:
+            yield Call("POST", path, {"json": body})
+            break
+        except RunBusyError:
+            if delay is None:
+                raise
+            yield Sleep(delay)
+    return Opened(run_id, run.agent_id, run.session_id, run.last_offset, True)
+
+
+def stop(run_id: str, reason: str) -> Plan[RunView]:
+    """Stop a run (by its agent's route) and read it back."""
+    agent = (yield from get(run_id)).agent_id
+    yield Call("POST", f"/agents/{agent}/runs/{run_id}/cancel", {"data": {"reason": reason}})
+    return (yield from get(run_id))
+
+
+def gave_up(run_id: str, timeout: float | None) -> RunTimeoutError:
+    """What ``run`` raises once it stopped a run that outlived its timeout."""
+    return RunTimeoutError(f"run {run_id!r} did not finish within {timeout}s; stopped", run_id)

@@ -1,4 +1,8 @@
-"""The synchronous HTTP client (httpx): the Runtime's names and return types, over the HTTP API."""
+"""The synchronous HTTP client (httpx): the Runtime's names and return types, over the HTTP API.
+
+Each method carries out a plan of :mod:`.protocol` (which builds the requests and reads the replies); what is
+here is the I/O: the requests, the waits, and reading the event streams.
+"""
 
 from __future__ import annotations
 
@@ -6,73 +10,18 @@ import contextlib
 import time
 from collections.abc import Iterator, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
-from ..errors import RunBusyError, RunFinishedError, RunTimeoutError, ValidationError
-from ..events import Event, parse_position
+from ..errors import AgentsCeleryError, RunFinishedError
+from ..events import Event
 from ..runs import RunPage, RunView, SessionPage, SessionView
 from ..schedule import Schedule
-from .protocol import (
-    BUSY_RETRIES,
-    RETRY_STATUSES,
-    Backoff,
-    Cursor,
-    Retry,
-    StreamBroken,
-    accepted,
-    auth_headers,
-    base_url_of,
-    continue_body,
-    error_from_response,
-    query,
-    schedule_body,
-    start_body,
-)
+from . import protocol as plans
+from .protocol import Backoff, Call, Cursor, Driving, Plan, Retry, Sleep, StreamBroken, StreamHandle
 
-
-class StreamHandle:
-    """What the sync and async stream handles share: the run, and the cursor of what was delivered."""
-
-    def __init__(
-        self, client: Any, run_id: str, agent_id: str | None, session_id: str | None, after: int, until_pause: bool
-    ) -> None:
-        self.client = client
-        self.run_id = run_id
-        self.agent_id = agent_id
-        self.session_id = session_id
-        self.cursor = Cursor(run_id, after, until_pause)
-        #: How many times the stream reconnected.
-        self.reconnects = 0
-
-    @property
-    def id(self) -> str:
-        """The run id (``run_id``)."""
-        return self.run_id
-
-    @property
-    def last_offset(self) -> int:
-        """Offset of the last event delivered (-1: none yet)."""
-        return self.cursor.last_offset
-
-    def _from(self, offset: int | str | None, until_pause: bool) -> None:
-        if offset is not None:
-            tag = None
-            if isinstance(offset, str):  # a position: "140.1a2b3c4d"
-                try:
-                    offset, tag = parse_position(offset)
-                except ValueError as exc:
-                    raise ValidationError(str(exc)) from None
-            if type(offset) is not int or offset < -1:
-                raise ValidationError(f"offset must be -1 (from the start) or an offset >= 0, got {offset!r}")
-            self.cursor.last_offset = offset
-            self.cursor.last_tag = tag or ""
-        self.cursor.until_pause = until_pause
-        self.cursor.done = False
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(run_id={self.run_id!r}, last_offset={self.last_offset})"
+T = TypeVar("T")
 
 
 class RunStream(StreamHandle):
@@ -122,20 +71,26 @@ class Client:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.backoff = backoff or Backoff()
-        self._http = httpx.Client(
-            base_url=base_url_of(base_url), headers=auth_headers(api_key), timeout=timeout, transport=transport
-        )
+        self._http = httpx.Client(**plans.http_options(base_url, api_key, timeout), transport=transport)
 
-    def _request(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = self._http.request(method, path, **kwargs)
-        if response.status_code >= 400:
-            raise error_from_response(response.status_code, response.content)
-        return response.json() if response.content else None
+    def _do(self, plan: Plan[T]) -> T:
+        """Carry out a plan of :mod:`.protocol`: its calls over HTTP, its waits asleep."""
+        driving = Driving(plan)
+        while (step := driving.next()) is not None:
+            try:
+                driving.sent = self._perform(step)
+            except AgentsCeleryError as exc:
+                driving.error = exc
+        return driving.result
+
+    def _perform(self, step: Call | Sleep) -> Any:
+        if isinstance(step, Sleep):
+            return time.sleep(step.seconds)
+        return plans.answer(self._http.request(step.method, step.path, **step.options))
 
     def agents(self) -> list[dict[str, Any]]:
         """The manifests of the agents the workers serve."""
-        result: list[dict[str, Any]] = self._request("GET", "/agents")
-        return result
+        return self._do(plans.agents())
 
     def runs(
         self,
@@ -148,19 +103,15 @@ class Client:
         cursor: str | None = None,
     ) -> RunPage:
         """Runs the caller may see, newest first (``GET /runs``); see :meth:`agents_celery.Runtime.runs`."""
-        params = query(
-            status=status, agent_id=agent_id, session_id=session_id, user_id=user_id, limit=limit, cursor=cursor
-        )
-        return RunPage.from_dict(self._request("GET", "/runs", params=params))
+        return self._do(plans.runs(status, agent_id, session_id, user_id, limit, cursor))
 
     def sessions(self, *, user_id: str | None = None, limit: int = 20, cursor: str | None = None) -> SessionPage:
         """Sessions, most recently active first (``GET /sessions``)."""
-        params = query(user_id=user_id, limit=limit, cursor=cursor)
-        return SessionPage.from_dict(self._request("GET", "/sessions", params=params))
+        return self._do(plans.sessions(user_id, limit, cursor))
 
     def session(self, session_id: str) -> SessionView:
         """A session's conversation and runs (``GET /sessions/<id>``)."""
-        return SessionView.from_dict(self._request("GET", f"/sessions/{session_id}"))
+        return self._do(plans.session(session_id))
 
     def schedule(
         self,
@@ -173,30 +124,28 @@ class Client:
         name: str | None = None,
     ) -> Schedule:
         """Schedule runs (``POST /schedules``), as :meth:`agents_celery.Runtime.schedule`."""
-        body = schedule_body(agent, message, cron, every, session_id, name)
-        return Schedule.from_dict(self._request("POST", "/schedules", json=body))
+        return self._do(plans.schedule(agent, message, cron, every, session_id, name))
 
     def schedules(self) -> list[Schedule]:
-        return [Schedule.from_dict(s) for s in self._request("GET", "/schedules")["schedules"]]
+        return self._do(plans.schedules())
 
     def pause_schedule(self, schedule_id: str, paused: bool = True) -> Schedule:
-        action = "pause" if paused else "resume"
-        return Schedule.from_dict(self._request("POST", f"/schedules/{schedule_id}/{action}"))
+        return self._do(plans.pause_schedule(schedule_id, paused))
 
     def delete_schedule(self, schedule_id: str) -> None:
-        self._request("DELETE", f"/schedules/{schedule_id}")
+        self._do(plans.delete(f"/schedules/{schedule_id}"))
 
     def delete_run(self, run_id: str) -> None:
         """Delete an ended run (``DELETE /runs/<id>``); RunLiveError while it has not ended."""
-        self._request("DELETE", f"/runs/{run_id}")
+        self._do(plans.delete(f"/runs/{run_id}"))
 
     def delete_session(self, session_id: str) -> None:
         """Delete a session and its runs (``DELETE /sessions/<id>``); SessionBusyError while a run of it is live."""
-        self._request("DELETE", f"/sessions/{session_id}")
+        self._do(plans.delete(f"/sessions/{session_id}"))
 
     def get(self, run_id: str) -> RunView:
         """The run's committed state and where its log stands."""
-        return RunView.from_dict(self._request("GET", f"/runs/{run_id}"))
+        return self._do(plans.get(run_id))
 
     def stream(
         self,
@@ -211,36 +160,21 @@ class Client:
     ) -> RunStream:
         """Start a run (it executes on the workers) and return its stream, from the first event; ``start_after``
         (seconds) delays it (``scheduled`` until then)."""
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        body = start_body(message, session_id, user_id, start_after)
-        out = self._request("POST", f"/agents/{agent}/runs", json=body, headers=headers)
-        return RunStream(self, out["run_id"], agent, out.get("session_id"), -1, until_pause)
+        plan = plans.start(agent, message, session_id, user_id, idempotency_key, until_pause, start_after)
+        return RunStream(self, *self._do(plan))
 
     def get_stream(self, run_id: str) -> RunStream:
         """A stream handle for an existing run, from its first event (RunNotFoundError otherwise)."""
-        view = self.get(run_id)
-        return RunStream(self, run_id, view.agent_id, view.session_id, -1, True)
+        return RunStream(self, *self._do(plans.get_stream(run_id)))
 
     def continue_run(self, run_id: str, decisions: Sequence[dict[str, Any]] | None = None) -> RunStream:
         """Answer a paused run (``{"tool_call_id", "confirmed", "confirmation_note", "tool_args"}`` each; None
         approves all) and return its stream from the pause on."""
-        run = self.get(run_id)
-        path, body = f"/agents/{run.agent_id}/runs/{run_id}/continue", continue_body(decisions)
-        for delay in BUSY_RETRIES:  # the worker that paused the run may hold its lease for a moment
-            try:
-                self._request("POST", path, json=body)
-                break
-            except RunBusyError:
-                if delay is None:
-                    raise
-                time.sleep(delay)
-        return RunStream(self, run_id, run.agent_id, run.session_id, run.last_offset, True)
+        return RunStream(self, *self._do(plans.continue_run(run_id, decisions)))
 
     def stop(self, run_id: str, reason: str = "stopped by request") -> RunView:
         """Stop a run whatever state it is in; RunFinishedError if it already ended."""
-        agent = self.get(run_id).agent_id
-        self._request("POST", f"/agents/{agent}/runs/{run_id}/cancel", data={"reason": reason})
-        return self.get(run_id)
+        return self._do(plans.stop(run_id, reason))
 
     def run(self, agent: str, message: str, *, timeout: float | None = None, **kwargs: Any) -> RunView:
         """Start a run and block until it ends or pauses; on a timeout (RunTimeoutError) the run is stopped."""
@@ -250,7 +184,7 @@ class Client:
             if deadline is not None and time.monotonic() > deadline:
                 with contextlib.suppress(RunFinishedError):
                     self.stop(stream.run_id, "caller gave up")
-                raise RunTimeoutError(f"run {stream.run_id!r} did not finish within {timeout}s; stopped", stream.run_id)
+                raise plans.gave_up(stream.run_id, timeout)
         return self.get(stream.run_id)
 
     # -- following ----------------------------------------------------------------------------------------
@@ -270,15 +204,18 @@ class Client:
                 time.sleep(delay)
 
     def _connect(self, cursor: Cursor) -> Iterator[Event]:
-        params, headers = cursor.request()
-        with self._http.stream("GET", f"/runs/{cursor.run_id}/events", params=params, headers=headers) as response:
-            if response.status_code == 204:
-                cursor.done = True
+        path, options = cursor.request()
+        with self._http.stream("GET", path, **options) as response:
+            if cursor.ended(response.status_code):
                 return
             if response.status_code >= 400:
-                error = error_from_response(response.status_code, response.read())
-                raise Retry(str(error)) if response.status_code in RETRY_STATUSES else error
-            yield from accepted(cursor, response.iter_lines())
+                raise plans.refusal(response.status_code, response.read())
+            reader = cursor.reader()
+            for line in response.iter_lines():
+                if (event := reader.feed(line)) is not None:
+                    yield event
+                    if cursor.done:
+                        return
 
     def close(self) -> None:
         self._http.close()
