@@ -127,6 +127,6 @@ def test_a_worker_and_the_operator_commands_load_without_httpx_and_rich() -> Non
     the CLI's printer must not need them. tests/test_fresh_install.py proves it in a clean venv."""
     code = (
         "import agents_celery.broker.worker, agents_celery.broker.webhooks\n"
-        "from agents_celery.cli.main import _Printer\n_Printer().line('plain')"
+        "from agents_celery.cli.render import Printer\nPrinter().line('plain')"
     )
     assert loaded_after(code, without=("httpx", "rich", "flask", "werkzeug", "django")) <= {"celery", "kombu", "redis"}
