@@ -243,6 +243,13 @@ def test_our_broker_connection_gets_short_health_checks_a_hosts_own_is_left_alon
         apps.append(Celery("own", broker=TEST_BROKER_URL, set_as_current=False))
         configure(apps[-1], settings, agents={})
         assert not apps[-1].conf.broker_transport_options
+        from kombu.exceptions import OperationalError
+
+        from agents_celery.broker.extension import broker_blips
+
+        blips = broker_blips(apps[-1])
+        assert OperationalError in blips and redis.ConnectionError in blips  # what losing the broker raises
+        assert OSError not in blips  # what a bug raises too
     finally:
         for app in apps:
             app.close()

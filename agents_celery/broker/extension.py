@@ -209,6 +209,7 @@ class AgentsCelery:
                     idle_check=fast.idle_check,
                 )
                 self._engine = Engine(store, self.agents, self.enqueue, self.hooks, self.publisher.notify)
+                self._engine.blips = (*self._engine.blips, *broker_blips(self.app))
                 self._pid = pid()
             return self._engine
 
@@ -230,6 +231,17 @@ class AgentsCelery:
     def on_worker_shutdown(self) -> None:
         if self.sweeper is not None:
             self.sweeper.stop()
+
+
+def broker_blips(app: Celery) -> tuple[type[BaseException], ...]:
+    """The broker's connection errors (kombu's public ``connection_errors`` and ``OperationalError``): a step
+    that loses the broker is given back like one losing Redis. Builtins (``OSError``) are left out: they are
+    what a bug raises too."""
+    from kombu.exceptions import OperationalError
+
+    with app.connection_for_write() as conn:  # not connected: only its transport's error classes are read
+        errors = [e for e in conn.connection_errors if e.__module__ != "builtins"]
+    return (OperationalError, *errors)
 
 
 # -- the engine's side of one delivered message (fast paths) -----------------------------------------------

@@ -137,6 +137,14 @@ class Engine:
         self.leases = Leases(store.redis, store.keys)
         s = self.settings
         self.keeper = LeaseKeeper(self.leases, s.lease_ttl_ms, s.heartbeat_seconds, s.stop_poll_seconds)
+        #: What counts as a blip: :data:`BLIPS`, plus the broker's connection errors (the broker layer adds them:
+        #: a step that sends a task, a child run's first step, and loses the broker retries like one losing Redis).
+        self.blips: tuple[type[BaseException], ...] = BLIPS
+
+    @property
+    def _away(self) -> tuple[type[BaseException], ...]:
+        """Redis or the broker away: the errors an attempt is given back for."""
+        return (RedisUnavailableError, redis.RedisError, *self.blips)
 
     def fresh_claim(self, run_id: str, step: int) -> tuple[str, Claim]:
         """A new lease token and the claim of an attempt at ``step`` made with it."""
@@ -150,6 +158,7 @@ class Engine:
             log.info("run=%s step=%d: nothing to do (%s)", run_id, step, claim.outcome.lower())
             return claim.outcome.lower()
         outcome, blip = "failed", False
+        away = self._away
         try:
             result, info, hooks = self._do_step(run_id, step, token, claim)
             try:
@@ -168,13 +177,16 @@ class Engine:
         except CallAbandoned as exc:  # the worker shuts down while a call runs: another worker takes the step
             log.warning("run=%s step=%d: %s; step given back", run_id, step, exc)
             outcome = "given back"
-        except (RedisUnavailableError, redis.RedisError) as exc:
+        except away as exc:
             # A reset connection, a failover, Redis restarting: not the run's failure. The step is given back
             # (a blip, not counted against its attempts) and sent again at once; the sweeper covers a send lost.
             log.warning(
-                "run=%s step=%d: Redis failed under this attempt (%s); the step is given back", run_id, step, exc
+                "run=%s step=%d: Redis or the broker failed under this attempt (%s); the step is given back",
+                run_id,
+                step,
+                exc,
             )
-            outcome, blip = "given back", isinstance(exc, BLIPS)
+            outcome, blip = "given back", isinstance(exc, self.blips)
         finally:
             if outcome != "committed":  # the commit gave the lease up in the same round trip
                 self.store.states.forget(run_id)
@@ -336,8 +348,10 @@ class Engine:
             raise  # the worker shuts down: the step is given back
         except StopStep as exc:
             return failed(ctx, ctx.state, exc)
-        except (FencedError, RunFinishedError, StateError, RedisUnavailableError, redis.RedisError):
-            raise  # superseded, or Redis away: the sweeper gives the step to another attempt
+        except (FencedError, RunFinishedError, StateError):
+            raise  # superseded: another attempt owns the run
+        except self._away:
+            raise  # superseded, or Redis or the broker away: the step goes to another attempt
         except Exception as exc:
             # A bug in a model adapter, a hook or here: another attempt would fail the same way, so fail the
             # run now with the reason instead of burning its attempts.
