@@ -324,3 +324,53 @@ def test_runs_and_sessions_through_both_clients(api: ApiServer, fake_openai: Any
             assert (await aclient.runs(session_id=session)).runs == []
 
     asyncio.run(with_async_client())
+
+
+class BusyThenAccepted:
+    """A mock API: ``GET /runs/r`` (paused at offset 4), and a continue answered 409 ``run_busy`` ``busy`` times,
+    then 202. Records every request as ``METHOD path``."""
+
+    def __init__(self, busy: int) -> None:
+        self.busy = busy
+        self.seen: list[str] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.seen.append(f"{request.method} {request.url.path}")
+        if request.method == "GET":
+            view = {"run_id": "r", "agent_id": "a", "session_id": "s", "status": "paused", "last_offset": 4}
+            return httpx.Response(200, json=view)
+        if self.busy:
+            self.busy -= 1
+            return httpx.Response(409, json={"detail": "a worker holds the run", "code": "run_busy"})
+        assert request.read() == b'{"tools":[],"stream":false,"background":true}'
+        return httpx.Response(202, json={"run_id": "r", "session_id": "s", "status": "queued"})
+
+
+@pytest.mark.parametrize("busy", [2, 7])
+def test_both_clients_retry_a_busy_continue_then_give_up(busy: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The twins carry out one plan: the continue is retried while the run is busy (6 retries), then RunBusyError;
+    the stream starts at the pause's offset."""
+    from agents_celery.client import protocol
+    from agents_celery.errors import RunBusyError
+
+    monkeypatch.setattr(protocol, "BUSY_RETRIES", (0.001,) * 6 + (None,))  # the same count, without the waits
+    continue_path = "POST /agents/a/runs/r/continue"
+    sync_api, async_api = BusyThenAccepted(busy), BusyThenAccepted(busy)
+    with Client("http://api", transport=httpx.MockTransport(sync_api)) as client:
+        if busy > 6:
+            with pytest.raises(RunBusyError, match="holds the run"):
+                client.continue_run("r")
+        else:
+            assert client.continue_run("r").last_offset == 4
+
+    async def continue_async() -> int:
+        async with AsyncClient("http://api", transport=httpx.MockTransport(async_api)) as client:
+            return (await client.continue_run("r")).last_offset
+
+    if busy > 6:
+        with pytest.raises(RunBusyError, match="holds the run"):
+            asyncio.run(continue_async())
+    else:
+        assert asyncio.run(continue_async()) == 4
+    expected = ["GET /runs/r"] + [continue_path] * min(busy + 1, 7)
+    assert sync_api.seen == async_api.seen == expected

@@ -41,9 +41,9 @@ BEFORE = (
 def instance(cls: type[AgentsCeleryError], message: str) -> AgentsCeleryError:
     """An instance of ``cls``, with the extra arguments its constructor wants."""
     if cls is RunTimeoutError:
-        return cls(message, "run-1")  # type: ignore[call-arg]
+        return cls(message, "run-1")
     if cls is ConnectionLostError:
-        return cls(message, "run-1", 3)  # type: ignore[call-arg]
+        return cls(message, "run-1", 3)
     if issubclass(cls, APIError):
         return cls(message, 502)
     return cls(message)
