@@ -372,6 +372,34 @@ def test_show_a_run_tree(worker: Any, worker_env: dict[str, str], fake_openai: A
     assert f"parent:   {view.run_id}" in cli(worker_env, "show", child["run_id"]).stdout
 
 
+# -- the prompt, without a worker -------------------------------------------------------------------------
+
+
+def test_the_prompt_asks_each_pending_call_until_it_gets_an_answer(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """y approves, n rejects with a note, e edits the arguments (asked again until they are a JSON object), any
+    other answer is asked again; the end of input leaves every call undecided."""
+    import io
+
+    from agents_celery.cli.live import ask_decisions
+    from agents_celery.cli.render import Printer
+    from agents_celery.runs import ToolCall
+
+    calls = [ToolCall(id=f"c{i}", name="delete_file", arguments='{"path": "/tmp/x"}') for i in range(3)]
+    answers = 'maybe\ny\nn\ntoo risky\ne\nnot json\n[1]\n{"path": "/tmp/y"}\n'
+    monkeypatch.setattr("sys.stdin", io.StringIO(answers))
+    assert ask_decisions(calls, Printer()) == [
+        {"tool_call_id": "c0", "confirmed": True},
+        {"tool_call_id": "c1", "confirmed": False, "confirmation_note": "too risky"},
+        {"tool_call_id": "c2", "confirmed": True, "tool_args": {"path": "/tmp/y"}},
+    ]
+    printed = capsys.readouterr().out
+    assert printed.count("please answer y, n or e") == 1 and "not JSON" in printed and "a JSON object" in printed
+    monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))
+    assert ask_decisions(calls, Printer()) is None  # the input ended at the second call
+
+
 # -- without the [cli] extra; `agents-celery api` open by default? -------------------------------------------
 
 #: The CLI in a fresh interpreter where rich cannot be imported, as with the core install alone.
