@@ -272,6 +272,8 @@ class Proc:
         self.log = Path(tempfile.mkstemp(prefix=f"bench-{name}-", suffix=".log")[1])
         self._out = self.log.open("wb")
         self.proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=self._out, stderr=subprocess.STDOUT)
+        #: Something else that must hold before the process counts as ready (see :func:`agents_worker`).
+        self.also_ready: Callable[[redis.Redis], bool] = lambda r: True
         _LIVE.append(self)
 
     @property
@@ -283,7 +285,7 @@ class Proc:
         r = client()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if r.exists(ready_key(self.prefix, self.name)):
+            if r.exists(ready_key(self.prefix, self.name)) and self.also_ready(r):
                 r.close()
                 return self
             if self.proc.poll() is not None:
@@ -336,8 +338,15 @@ def celery_worker(
 def agents_worker(
     prefix: str, queue: str, name: str, extra: dict[str, str] | None = None, pool: str = "threads"
 ) -> Proc:
-    """A real agents-celery worker (threads pool by default, concurrency 1) serving :mod:`bench.agents`."""
-    return celery_worker("bench.worker", bench_env(prefix, queue, extra), queue, name, pool=pool)
+    """A real agents-celery worker (threads pool by default, concurrency 1) serving :mod:`bench.agents`; ready once
+    its agents' manifests are published too (the worker does that on the same worker_ready signal as
+    :func:`mark_ready`, in no set order, and a Runtime refuses an agent it finds no manifest for)."""
+    from agents_celery.storage.keys import Keys
+
+    proc = celery_worker("bench.worker", bench_env(prefix, queue, extra), queue, name, pool=pool)
+    agents_key = Keys(prefix).agents
+    proc.also_ready = lambda r: bool(r.hlen(agents_key))
+    return proc
 
 
 def cpu_seconds(pid: int) -> float:
