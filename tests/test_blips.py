@@ -308,3 +308,49 @@ def test_a_broker_reset_delays_a_run_by_seconds_and_queues_few_duplicates(
         runtime.close()
         worker.stop()
         proxy.close()
+
+
+def test_a_tool_step_given_back_before_its_call_ran_runs_it_next_time(r: redis.Redis, settings: Settings) -> None:
+    """The claim of a tool step starts its calls in the effect ledger. When Redis fails before a call was invoked,
+    the attempt's give-back forgets those entries: the next attempt runs the call (once), instead of pausing the
+    run to ask a human whether a call that never ran may have run."""
+    from agents_celery import Agent, ScriptedModel, tool
+    from agents_celery.engine.engine import Engine
+
+    ran: list[str] = []
+
+    @tool
+    def note(text: str) -> str:
+        """Notes something down."""
+        ran.append(text)
+        return "noted"
+
+    model = ScriptedModel([ScriptedTurn("", [ScriptedToolCall("note", {"text": "x"})]), "Done."])
+    agent = Agent(name="blipper", instructions="Note.", model=model, tools=[note])
+    private = settings.model_copy(update={"key_prefix": f"{settings.key_prefix}:ledger-{new_id()[:6]}"})
+    store = RunStore(redis.Redis.from_url(TEST_REDIS_URL), private, own_connections=True)
+    sent: list[tuple[str, int, str]] = []
+    engine = Engine(store, {"blipper": agent}, lambda *a: sent.append(a))
+    run_id = new_id()
+    state = RunState(run_id=run_id, agent_id="blipper", session_id="s", messages=[{"role": "user", "content": "go"}])
+    store.create(state, [make_event(EventType.RUN_STARTED, thread_id="s", run_id=run_id)])
+    try:
+        assert engine.execute(run_id, 0) == "committed"  # the turn asks for the call
+        decide = engine._decide
+
+        def blip(*args: Any) -> Any:
+            raise redis.ConnectionError("Connection reset by peer")
+
+        engine._decide = blip  # type: ignore[method-assign]
+        assert engine.execute(run_id, 1) == "given back"  # after the claim started the call, before it ran
+        assert sent[-1] == (run_id, 1, "blipper") and not ran  # sent again at once
+        engine._decide = decide  # type: ignore[method-assign]
+        assert engine.execute(run_id, 1) == "committed"
+        assert ran == ["x"]
+        assert engine.execute(run_id, 2) == "committed"
+        view, _ = store.load(run_id)
+        assert view.status == RunStatus.COMPLETED, view.status
+    finally:
+        engine.keeper.close()
+        _cleanup(r, store, run_id)
+        store.redis.close()

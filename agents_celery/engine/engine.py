@@ -158,9 +158,10 @@ class Engine:
             log.info("run=%s step=%d: nothing to do (%s)", run_id, step, claim.outcome.lower())
             return claim.outcome.lower()
         outcome, blip = "failed", False
+        not_run: list[str] = []  # the tool calls of an attempt given back that it never invoked
         away = self._away
         try:
-            result, info, hooks = self._do_step(run_id, step, token, claim)
+            result, info, hooks = self._do_step(run_id, step, token, claim, not_run)
             try:
                 outcome = self._commit(run_id, step, token, result, delivery)
             except InboxGrew:  # a user message came while the last turn ran: it gets a turn of its own
@@ -192,7 +193,7 @@ class Engine:
                 self.store.states.forget(run_id)
                 if blip:
                     assert claim.state is not None
-                    self._blip(run_id, step, token, claim.state.agent_id)
+                    self._blip(run_id, step, token, claim.state.agent_id, not_run)
                 else:
                     try:
                         self.leases.release(run_id, token)
@@ -227,20 +228,20 @@ class Engine:
             log.warning("run=%s step=%d: the claim failed again (%s); the sweeper retries", run_id, step, exc)
             return token, Claim("BUSY")
 
-    def _blip(self, run_id: str, step: int, token: str, agent_id: str) -> None:
+    def _blip(self, run_id: str, step: int, token: str, agent_id: str, not_run: list[str]) -> None:
         """An attempt died of a connection error: drop the process's idle connections (all broken alike), give
-        the lease back as a blip and send the step again at once."""
+        the lease back as a blip (with the tool calls it never invoked) and send the step again at once."""
         self.store.connection_lost()
-        if self._give_back(run_id, step, token):
+        if self._give_back(run_id, step, token, not_run):
             self._send_again(run_id, step, agent_id)
 
-    def _give_back(self, run_id: str, step: int, token: str) -> bool | None:
+    def _give_back(self, run_id: str, step: int, token: str, not_run: Sequence[str] = ()) -> bool | None:
         """Give the lease back as a blip (:meth:`RunStore.give_back`), retried a few times on fresh connections;
         whether it was recorded as one, None when Redis did not answer (the lease then expires by itself)."""
         for pause in GIVE_BACK_PAUSES:
             time.sleep(pause)
             try:
-                return self.store.give_back(run_id, step, token)
+                return self.store.give_back(run_id, step, token, not_run)
             except BLIPS as exc:
                 self.store.connection_lost()
                 error = exc
@@ -258,8 +259,11 @@ class Engine:
         else:
             log.info("run=%s step=%d: sent again after a connection error", run_id, step)
 
-    def _do_step(self, run_id: str, step: int, token: str, claim: Claim) -> tuple[StepResult, StepInfo, list[Hooks]]:
-        """The step's work under the lease: the result to commit (with the events not yet appended)."""
+    def _do_step(
+        self, run_id: str, step: int, token: str, claim: Claim, not_run: list[str]
+    ) -> tuple[StepResult, StepInfo, list[Hooks]]:
+        """The step's work under the lease: the result to commit (with the events not yet appended). When it
+        fails, ``not_run`` gets the tool calls it never invoked."""
         assert claim.state is not None
         state = claim.state
         agent = self.agents.get(state.active_agent or state.agent_id)
@@ -268,6 +272,7 @@ class Engine:
         hooks = [*self.hooks, *(agent.hooks if agent else [])]
         holding = self.keeper.hold(run_id, token)
         sent: list[Pending] = []  # ledger results sent during the step; their replies are read before the commit
+        ctx: StepContext | None = None
         try:
             with EventWriter(self.store.log, run_id, token) as writer:
                 # agent may be None: _decide fails the run before anything uses it
@@ -291,6 +296,8 @@ class Engine:
                 call.wait()  # the results are in the ledger before the checkpoint that relies on them
         except BaseException:
             _read_quietly(sent)
+            if kind == "tools" and ctx is not None:
+                not_run += [c.id for c in state.tool_calls if not c.done and not c.agent and c.id not in ctx.invoked]
             raise
         finally:
             self.keeper.drop(holding)

@@ -67,6 +67,8 @@ class StepContext:
     inbox: int = 0
     #: Attempts of this step that died of a connection error: not counted in ``max_step_attempts``.
     blips: int = 0
+    #: Tool calls this attempt invoked (or was about to): an attempt given back forgets the others' ledger entries.
+    invoked: set[str] = field(default_factory=set)
     #: Sends a step's task, ``send(run_id, step, agent_id)``: a child run's first step (agents as tools).
     send: Callable[[str, int, str], None] | None = None
 
@@ -524,6 +526,7 @@ def _run_call(ctx: StepContext, call: ToolCall, ahead: bool = False) -> ToolCall
 
 
 def _invoke(ctx: StepContext, call: ToolCall, tool: Tool, ahead: bool) -> ToolCall:
+    ctx.invoked.add(call.id)
     args = call.args
     call_hooks(ctx.hooks, "before_tool_call", ctx.info, call.name, args)
     context = ToolContext(ctx.state.run_id, call.id, ctx.attempt, ctx.state.client)

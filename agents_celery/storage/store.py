@@ -311,12 +311,13 @@ class RunStore:
             blips=int(reply[10]) if len(reply) > 10 else 0,
         )
 
-    def give_back(self, run_id: str, step: int, token: str) -> bool:
+    def give_back(self, run_id: str, step: int, token: str, not_run: Sequence[str] = ()) -> bool:
         """Give up the lease of an attempt at ``step`` that died of a connection error, recording it as a blip
-        (not counted as an attempt) while the step has blips left (``max_step_blips``); whether it was."""
+        (not counted as an attempt) while the step has blips left (``max_step_blips``); whether it was.
+        ``not_run``: tool calls the attempt never invoked, whose ``started`` entries it wrote are forgotten."""
         k = self.keys.run(run_id)
-        args: list[str | int] = [token, step, self.settings.max_step_blips]
-        return int(self._give_back(keys=[k.run, k.lease], args=args, client=self._client())) == 2
+        args: list[str | int] = [token, step, self.settings.max_step_blips, *not_run]
+        return int(self._give_back(keys=[k.run, k.lease, k.effects], args=args, client=self._client())) == 2
 
     def connection_lost(self) -> None:
         """A command failed with a connection error: drop the pool's idle connections and have every thread's
