@@ -354,3 +354,43 @@ def test_a_tool_step_given_back_before_its_call_ran_runs_it_next_time(r: redis.R
         engine.keeper.close()
         _cleanup(r, store, run_id)
         store.redis.close()
+
+
+def test_a_redis_that_keeps_failing_ends_the_run_after_the_blips_and_the_attempts(
+    r: redis.Redis, settings: Settings
+) -> None:
+    """Blips are bounded: past ``max_step_blips`` they count as attempts, and the run fails with
+    AbandonedRunError saying how many were connection errors, instead of retrying for ever."""
+    from agents_celery import Agent, ScriptedModel
+    from agents_celery.engine.engine import Engine
+
+    agent = Agent(name="never", instructions="-", model=ScriptedModel(["never said"]))
+    private = settings.model_copy(
+        update={"key_prefix": f"{settings.key_prefix}:budget-{new_id()[:6]}", "max_step_blips": 2}
+    )
+    store = RunStore(redis.Redis.from_url(TEST_REDIS_URL), private, own_connections=True)
+    engine = Engine(store, {"never": agent}, lambda *a: None)
+    run_id = new_id()
+    state = RunState(run_id=run_id, agent_id="never", session_id="s", messages=[{"role": "user", "content": "go"}])
+    store.create(state, [make_event(EventType.RUN_STARTED, thread_id="s", run_id=run_id)])
+    decide = engine._decide
+
+    def blip(*args: Any) -> Any:
+        raise redis.ConnectionError("Connection reset by peer")
+
+    try:
+        engine._decide = blip  # type: ignore[method-assign]
+        outcomes = [engine.execute(run_id, 0) for _ in range(2 + 3)]  # two blips, then three counted attempts
+        assert outcomes == ["given back"] * 5
+        engine._decide = decide  # type: ignore[method-assign]
+        assert engine.execute(run_id, 0) == "committed"
+        view, _ = store.load(run_id)
+        assert view.status == RunStatus.FAILED
+        assert view.error is not None and view.error.type == "AbandonedRunError"
+        assert "attempted 3 times without committing (and interrupted 2 times by connection errors)" in str(
+            view.error.message
+        )
+    finally:
+        engine.keeper.close()
+        _cleanup(r, store, run_id)
+        store.redis.close()
