@@ -191,11 +191,9 @@ def readme_section(rows: Sequence[Row], info: RunInfo) -> str:
     mode = ", quick mode" if info.quick else ""
     return (
         "## Performance\n\n"
-        f"From the latest `make bench` ({when}{load_text}{mode}; {info.machine.split(';')[0]}), each figure against "
-        "a floor measured in the same run; every row, the method and the machine: "
-        f"[docs/benchmarks.md](docs/benchmarks.md). Result: {verdict(rows)}\n\n"
-        + format_table(picked, padded=False)
-        + "\n"
+        f"The latest `make bench` ({when}{load_text}{mode}; {info.machine.split(';')[0]}), figures against floors "
+        "measured in the same run; all rows and the method: [docs/benchmarks.md](docs/benchmarks.md). "
+        f"Result: {verdict(rows)}\n\n" + format_table(picked, padded=False) + "\n"
     )
 
 

@@ -365,7 +365,7 @@ def run(quick: bool) -> list[Row]:
         Row("engine step in-process, no Celery (info)", engine * ms, "ms",
             "bare Celery chain hop", result["hop"] * ms, "<=", None),
         Row("Redis commands per durable step", durable_per_step, "cmds",
-            "Redis commands per Celery hop", hop_per, "<=", None, readme=True),
+            "Redis commands per Celery hop", hop_per, "<=", None),
         # Both workers are CPU-bound (their threads take turns on the GIL): CPU per step is most of the story.
         Row("worker CPU per durable step (info)", result["cpu"][0] * ms, "ms",
             "hop worker CPU per hop", result["cpu"][1] * ms, "<=", None),
