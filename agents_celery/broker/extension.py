@@ -139,6 +139,7 @@ class AgentsCelery:
                 self.settings.max_abandoned_threads,
                 counts["refused_steps"],
             )
+            self.engine.store.delivered(run_id)  # consumed, not claimed: the sweeper may send it again
             return "refused"
         outcome = self.engine.execute(run_id, step, delivery)
         if outcome == "notfound":

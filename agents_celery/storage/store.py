@@ -319,6 +319,11 @@ class RunStore:
         args: list[str | int] = [token, step, self.settings.max_step_blips, *not_run]
         return int(self._give_back(keys=[k.run, k.lease, k.effects], args=args, client=self._client())) == 2
 
+    def delivered(self, run_id: str) -> None:
+        """A step message of the run was consumed but handed back unclaimed (a worker refusing work): the
+        sweeper's copy is no longer queued, so it may send another (see :mod:`agents_celery.engine.sweeper`)."""
+        self.redis.delete(self.keys.run(run_id).sent)
+
     def connection_lost(self) -> None:
         """A command failed with a connection error: drop the pool's idle connections and have every thread's
         kept one made again before its next command. A reset (a Redis restart, a failover, a load balancer that
