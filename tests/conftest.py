@@ -76,8 +76,10 @@ def wait_event(rt: Runtime, run_id: str, pred: Callable[[Event], bool], timeout:
 def kill_connections(r: redis.Redis, *last_commands: str) -> int:
     """CLIENT KILL every connection (but ``r``'s own) whose last command was one of ``last_commands``, as a
     Redis restart or an idle timeout would drop them; returns how many were killed."""
-    mine = r.client_id()
-    ids = [c["id"] for c in r.client_list() if c["cmd"] in last_commands and int(c["id"]) != mine]
+    mine, db = r.client_id(), str(r.connection_pool.connection_kwargs.get("db", 0))
+    # Only this database's: a bench or another suite on the same Redis keeps its connections.
+    clients = [c for c in r.client_list() if str(c.get("db")) == db]
+    ids = [c["id"] for c in clients if c["cmd"] in last_commands and int(c["id"]) != mine]
     for client_id in ids:
         r.client_kill_filter(_id=client_id)
     return len(ids)
