@@ -42,6 +42,7 @@ class ResettingProxy:
         self._server = socket.create_server(("127.0.0.1", 0))
         self.port = self._server.getsockname()[1]
         self._open: list[_Pair] = []
+        self._forgotten: list[_Pair] = []  # half-open: their client sockets are closed by close() at the latest
         self._lock = threading.Lock()
         self.resets = 0
         #: Connections accepted so far.
@@ -98,6 +99,8 @@ class ResettingProxy:
             if half_open:
                 pair.forgotten = True
                 _rst(pair.upstream)
+                with self._lock:
+                    self._forgotten.append(pair)
             else:
                 _rst(pair.client)
                 _rst(pair.upstream)
@@ -107,3 +110,7 @@ class ResettingProxy:
     def close(self) -> None:
         self._server.close()
         self.reset()
+        with self._lock:
+            forgotten, self._forgotten = self._forgotten, []
+        for pair in forgotten:
+            _rst(pair.client)
