@@ -135,9 +135,7 @@ async def protocol_request(request: HttpRequest, api: API) -> Request | HttpResp
         refused = _csrf_refusal(request)
         if refused is not None:
             return refused
-    return Request(
-        request.method or "GET", headers, request.GET, body, user_id, run_url, _rule(user_id, staff, user)
-    )
+    return Request(request.method or "GET", headers, request.GET, body, user_id, run_url, _rule(user_id, staff, user))
 
 
 def _chunked_body(request: HttpRequest, kind: str, limits: Limits) -> dict[str, Any]:
