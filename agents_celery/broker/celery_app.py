@@ -30,11 +30,11 @@ from ..errors import ConfigurationError
 from ..hooks import Hooks, LoggingHooks
 from ..settings import Settings, load_settings, settings_from
 from . import webhooks
-from .extension import AgentsCelery
+from .extension import EXTENSION, AgentsCelery, extension
 from .fastpaths import StepRequest
+from .observability import register_metrics
 from .publisher import OWN_TASK_OPTIONS, STEP_TASK
 
-EXTENSION = "agents_celery"
 #: kombu Redis transport options for a consumer that must not go deaf (kombu 5.7's docs: "a consumer stuck on a
 #: half-open connection recovers within about ``brpop_timeout + 2 * health_check_interval`` seconds", 51 s by its
 #: default of 25): 7 s with ours. ``socket_timeout`` bounds a publish on a dead connection (kombu's default waits
@@ -182,6 +182,7 @@ def _register_step(app: Celery, ext: AgentsCelery) -> None:
     @signals.worker_ready.connect(weak=False)  # type: ignore[untyped-decorator]
     def _ready(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is app:
+            register_metrics()
             ext.on_worker_ready(getattr(sender, "pool", None))
 
     @signals.worker_shutting_down.connect(weak=False)  # type: ignore[untyped-decorator]
@@ -219,11 +220,3 @@ def create_celery_app(
     _with_broker_health(app)
     configure(app, settings, agents=agents, hooks=hooks)
     return app
-
-
-def extension(app: Celery) -> AgentsCelery:
-    """The AgentsCelery attached by :func:`configure`."""
-    ext = getattr(app, EXTENSION, None)
-    if not isinstance(ext, AgentsCelery):
-        raise RuntimeError("this Celery app is not configured for agents-celery; call configure(app) first")
-    return ext

@@ -44,6 +44,8 @@ from .publisher import StepPublisher
 
 log = logging.getLogger(__name__)
 
+#: The attribute of a Celery app ``configure`` puts its :class:`AgentsCelery` in (``app.agents_celery``).
+EXTENSION = "agents_celery"
 #: The Celery apps :func:`configure <agents_celery.configure>` joined in this process (weakly), newest last.
 JOINED: list[weakref.ref[Celery]] = []
 
@@ -61,7 +63,7 @@ def host_app(settings: Settings, candidates: Iterable[Any] = ()) -> Celery | Non
         return None
     joined = [r() for r in reversed(JOINED)]
     for app in [*candidates, *joined]:
-        ext = getattr(app, "agents_celery", None)
+        ext = getattr(app, EXTENSION, None)
         if isinstance(app, Celery) and isinstance(ext, AgentsCelery) and ext.app is app:
             mine = ext.settings
             if (mine.redis_url, mine.key_prefix) == (settings.redis_url, settings.key_prefix):
@@ -215,10 +217,8 @@ class AgentsCelery:
             return self._engine
 
     def on_worker_ready(self, pool: Any = None) -> None:
-        """Publish manifests, start the sweeper and answer metrics requests (in the worker's main process)."""
-        from .observability import register_metrics  # it imports this module's importer
-
-        register_metrics()
+        """Publish manifests and start the sweeper (in the worker's main process; the worker_ready handler
+        :func:`configure <agents_celery.configure>` connects registers the metrics command first)."""
         store = self.engine.store
         store.publish_manifests([a.manifest() for a in self.agents.values()])
         self.sweeper = SweeperThread(store, self.resend, self.backlog, self.publisher.notify)
@@ -232,6 +232,14 @@ class AgentsCelery:
     def on_worker_shutdown(self) -> None:
         if self.sweeper is not None:
             self.sweeper.stop()
+
+
+def extension(app: Celery) -> AgentsCelery:
+    """The AgentsCelery attached by :func:`configure <agents_celery.configure>`."""
+    ext = getattr(app, EXTENSION, None)
+    if not isinstance(ext, AgentsCelery):
+        raise RuntimeError("this Celery app is not configured for agents-celery; call configure(app) first")
+    return ext
 
 
 def broker_blips(app: Celery) -> tuple[type[BaseException], ...]:

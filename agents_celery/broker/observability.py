@@ -32,7 +32,7 @@ from celery import Celery, signals
 
 from ..engine.calls import ABANDONED, THREAD_NAME
 from ..hooks import Hooks, StepInfo
-from .celery_app import extension
+from .extension import extension
 from .publisher import STEP_TASK
 
 log = logging.getLogger(__name__)

@@ -21,16 +21,12 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from ..agent import AgentTool
+from ..agent import Agent, AgentTool
 from ..errors import RunExpiredError, RunNotFoundError, StateError
 from ..events import EventType, NewEvent, make_event
 from ..runs import RunState, RunStatus, ToolCall
 from ..storage.store import RunStore
-
-if TYPE_CHECKING:
-    from .steps import StepContext
 
 log = logging.getLogger(__name__)
 
@@ -41,40 +37,63 @@ Send = Callable[[str, int, str], None]
 @dataclass
 class Collected:
     """What a tool step found of its agent calls: the calls as they stand (by id), the SUBAGENT events to
-    commit, and the calls of the paused children waiting for decisions (by child run id)."""
+    commit, the calls of the paused children waiting for decisions (by child run id), and the run's state with
+    the children started so far (None: unchanged). ``halted``: the exception (a stop, a lost lease) that
+    ended the collecting early; the step takes ``state`` first, then raises it."""
 
     calls: dict[str, ToolCall] = field(default_factory=dict)
     events: list[NewEvent] = field(default_factory=list)
     paused: dict[str, list[ToolCall]] = field(default_factory=dict)
+    state: RunState | None = None
+    halted: BaseException | None = None
 
 
 #: What a tool step without agent calls found: nothing (shared, read only).
 NONE = Collected()
 
 
-def collect(ctx: StepContext, calls: list[ToolCall]) -> Collected:
+@dataclass(frozen=True)
+class Starter:
+    """What starting child runs takes: the store, the send of a child's first step (None: no broker here), the
+    agent whose tools the calls are, the limits, and ``check`` (raises when the step must end: a stop, a lost
+    lease), asked before each start."""
+
+    store: RunStore
+    send: Send | None
+    agent: Agent
+    max_depth: int
+    max_children: int
+    check: Callable[[], None]
+
+
+def collect(starter: Starter, state: RunState, calls: list[ToolCall]) -> Collected:
     """Start the child runs of ``calls`` not started yet (within the limits) and look at the others.
 
-    ``ctx.state`` lists a child as soon as it is started, so a step that ends early (a stop) still knows it.
+    ``Collected.state`` lists a child as soon as it is started, so a step that ends early (a stop, in
+    ``Collected.halted``) still knows it.
     """
-    got, s = Collected(), ctx.settings
+    got = Collected(state=state)
     for call in calls:
-        tool = ctx.agent.tools.get(call.name)
+        tool = starter.agent.tools.get(call.name)
         if call.child_run_id is not None:
-            got.calls[call.id], events, pending = look(ctx.store, call)
+            got.calls[call.id], events, pending = look(starter.store, call)
             got.events += events
             if pending:
                 got.paused[call.child_run_id] = pending
-        elif not isinstance(tool, AgentTool) or ctx.send is None:
+        elif not isinstance(tool, AgentTool) or starter.send is None:
             why = f"agent tool {call.name!r} is not served here"
             got.calls[call.id] = _ended(call, f"Error: {why}", why)
-        elif refused := refusal(ctx.state, s.max_agent_depth, s.max_children):
+        elif refused := refusal(state, starter.max_depth, starter.max_children):
             got.calls[call.id] = _ended(call, f"Error: {refused}", refused)
         else:
-            ctx.check()
-            got.events.append(start(ctx.store, ctx.send, ctx.state, call, tool))
-            child_id = child_run_id(ctx.state.run_id, call.id)
-            ctx.state = ctx.state.model_copy(update={"children": [*ctx.state.children, child_id]})
+            try:
+                starter.check()
+            except BaseException as exc:  # the step keeps the children started so far, then raises it
+                got.halted = exc
+                return got
+            got.events.append(start(starter.store, starter.send, state, call, tool))
+            child_id = child_run_id(state.run_id, call.id)
+            got.state = state = state.model_copy(update={"children": [*state.children, child_id]})
             got.calls[call.id] = call.model_copy(update={"child_run_id": child_id})
     return got
 

@@ -77,6 +77,11 @@ class StepContext:
         s = self.settings
         return Watch(self.stop, self.lost, s.stop_grace_seconds, min(s.stop_poll_seconds, 0.2))
 
+    def starter(self) -> children.Starter:
+        """What the step's agent calls start their child runs with (:func:`agents_celery.engine.children.collect`)."""
+        s = self.settings
+        return children.Starter(self.store, self.send, self.agent, s.max_agent_depth, s.max_children, self.check)
+
     def check(self) -> None:
         """Raise Cancelled when a stop was requested, FencedError once the heartbeat lost the lease."""
         if self.lost.is_set():
@@ -462,7 +467,10 @@ def tool_step(ctx: StepContext) -> StepResult:
     agents = [c for c in todo if c.agent]
     got, finished, notes = children.NONE, {}, []
     if agents:  # started or looked at first: the children work while the plain calls run
-        got = children.collect(ctx, agents)
+        got = children.collect(ctx.starter(), ctx.state, agents)
+        ctx.state = got.state or ctx.state
+        if got.halted is not None:
+            raise got.halted
         finished, notes, todo = got.calls, got.events, [c for c in todo if not c.agent]
     if len(todo) == 1:  # no pool for the common case
         finished[todo[0].id] = _run_call(ctx, todo[0], ahead=True)
