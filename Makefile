@@ -30,6 +30,8 @@ lint: install
 	$(VENV)/bin/ruff format --check agents_celery api tests bench examples
 	$(VENV)/bin/lint-imports
 	$(PY) scripts/check-cycles
+	command -v luacheck >/dev/null 2>&1 || scripts/apt-install lint lua-check  # Debian's luacheck
+	$(PY) scripts/lint-lua
 
 typecheck: install
 	$(VENV)/bin/mypy

@@ -1,8 +1,11 @@
 """The Lua scripts: every state change of a run happens inside Redis, atomically, in one of ``lua/*.lua``.
 
-Each file documents its KEYS and ARGV at the top. A line ``-- @include _name.lua`` pulls in a helper
-(``_append``, ``_guard``, ``_expire``); :func:`source` expands them once and caches the text. Key layout is in
-:mod:`agents_celery.storage.keys`. Scripts signal refusals with an error reply whose first word is a code
+Each file documents its KEYS and ARGV at the top and names them as locals before its first command (no
+``KEYS[i]`` or ``ARGV[i]`` below that, except a variadic tail read by a named start index). A line
+``-- @include _name.lua`` pulls in a helper (``_append``, ``_guard``, ``_expire``: local functions taking their
+keys as arguments); :func:`source` expands them once and caches the text. ``make lint`` runs luacheck over that
+expanded text (``scripts/lint-lua``, which maps each finding back to the file and line it comes from). Key layout
+is in :mod:`agents_celery.storage.keys`. Scripts signal refusals with an error reply whose first word is a code
 (``FENCED``, ``NOTFOUND``, ``ENDED``, ``EXISTS``, ``CONFLICT``, ``BUSY``, ``INBOX``); :func:`refusal` turns it into the
 matching exception. Each script touches the keys of one run (or one session) only: one hash tag, one slot.
 """
@@ -19,17 +22,23 @@ from ..errors import AgentsCeleryError, FencedError, RunBusyError, RunFinishedEr
 _INCLUDE = "-- @include "
 
 
+def expanded(name: str) -> list[tuple[str, str, int]]:
+    """The lines of ``lua/<name>.lua`` with its ``@include`` lines replaced by the helpers they name, each with
+    the file and line number it comes from (what the Lua linter reports against)."""
+    text = files(__package__).joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
+    lines: list[tuple[str, str, int]] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith(_INCLUDE):
+            lines += expanded(line[len(_INCLUDE) :].strip().removesuffix(".lua"))
+        else:
+            lines.append((line, f"{name}.lua", number))
+    return lines
+
+
 @functools.cache
 def source(name: str) -> str:
     """The text of ``lua/<name>.lua`` with its ``@include`` lines replaced by the helpers they name."""
-    text = files(__package__).joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
-    lines = []
-    for line in text.splitlines():
-        if line.startswith(_INCLUDE):
-            lines.append(source(line[len(_INCLUDE) :].strip().removesuffix(".lua")))
-        else:
-            lines.append(line)
-    return "\n".join(lines) + "\n"
+    return "".join(f"{line}\n" for line, _, _ in expanded(name))
 
 
 def register(client: redis.Redis, name: str) -> redis.commands.core.Script:

@@ -1,57 +1,68 @@
 -- Compare-and-set of the run state on its step number, with events and the log status, atomically.
+-- (agents_celery.storage.store.CommitArgs builds ARGV 1-18 by these names.)
 -- KEYS: run, events, lease, effects, gone, stop, messages, inbox[, step queue, unacked index, unacked hash]
--- ARGV:  1 token             2 expected_step     3 new_step          4 state_json      5 log_status
---        6 retention_ms      7 tombstone_ms      8 release ('1'|'0') 9 next_kind       10 now_ms
---       11 state_id         12 next step's task message or ''      13 ledger calls JSON
---       14 keep (messages list elements to keep, -1: all)          15 m (messages to append)
---       16 delivery tag to ack or ''                              17 id of the task committing, or ''
---       18 inbox messages the state took in, or '' (checked when the run completes)
---       19 .. 18+m messages to append, then events...
+-- ARGV: token, expected_step, new_step, state_json, log_status, retention_ms, tombstone_ms, release ('1'|'0'),
+--       next_kind, now_ms, state_id, task_message (the next step's, or ''), ledger_calls (JSON list),
+--       keep (elements of the messages list to keep, -1: all), m (messages to append), ack_tag (delivery tag to
+--       ack, or ''), task_id (of the task committing, or ''), inbox_taken (inbox messages the state took in, or
+--       '': checked when the run completes); then the m messages to append, then the events...
 -- -> first offset of the events; errors NOTFOUND | ENDED | FENCED | CONFLICT | INBOX
 --
--- A completing commit (ARGV 18 given) is refused with INBOX when the run's inbox holds more messages than the
--- state took in: a user message sent while the last turn ran is never left behind by the run's end.
+-- A completing commit (``inbox_taken`` given) is refused with INBOX when the run's inbox holds more messages
+-- than the state took in: a user message sent while the last turn ran is never left behind by the run's end.
 --
 -- With a task message (the broker is this Redis), it is LPUSHed to the step queue only if the commit
 -- succeeds: the checkpoint and the next step's task are written together, and there is no window in which a
 -- crash leaves a committed step without its next task. With a delivery tag, the step's own message leaves
 -- kombu's unacked index and hash (what the Redis transport's ack does) in the same call: a committed step's
 -- message is acked with its checkpoint, and a refused commit acks nothing. Both are fast paths
--- (agents_celery.broker.fastpaths); with them off, KEYS 9-11 are absent and ARGV 12 and 16 are ''.
+-- (agents_celery.broker.fastpaths); with them off, KEYS 9-11 are absent and ``task_message`` and ``ack_tag``
+-- are ''.
 -- With release = '1' the lease is given up in the same call (the attempt has nothing left to write).
 -- ``next_kind`` (model | tools) lets the next claim write its STEP_STARTED; ``committed_ms`` tells the
 -- sweeper how long ago the next step was due to be enqueued; ``state_id`` names this version of the state,
--- so a claim by the process that wrote it can skip sending it back; ``ledger calls`` (a JSON list of tool
+-- so a claim by the process that wrote it can skip sending it back; ``ledger_calls`` (a JSON list of tool
 -- call ids) are the calls the next tool step starts, which its claim records in the effect ledger. The task id
 -- (``last_task``) is the parent of the next step's message, so Flower links the steps of a run.
 -- @include _append.lua
 -- @include _guard.lua
 -- @include _expire.lua
-local refused = guard(KEYS[1], KEYS[3], ARGV[1])
+local run_key, events_key, lease_key, effects_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local gone_key, stop_key, messages_key, inbox_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local queue_key, unacked_index_key, unacked_hash_key = KEYS[9], KEYS[10], KEYS[11]  -- nil without the fast paths
+local token, expected_step, new_step, state_json, log_status = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local retention_ms, tombstone_ms, release = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
+local next_kind, now_ms, state_id, task_message = ARGV[9], ARGV[10], ARGV[11], ARGV[12]
+local ledger_calls, keep, m = ARGV[13], tonumber(ARGV[14]), tonumber(ARGV[15])
+local ack_tag, task_id, inbox_taken = ARGV[16], ARGV[17], ARGV[18]
+local first_message = 19  -- ARGV[19 .. 18 + m]: the messages to append; then the events
+
+local refused = guard(run_key, lease_key, token)
 if refused then return redis.error_reply(refused) end
-local step = redis.call('HGET', KEYS[1], 'step')
-if step ~= ARGV[2] then return redis.error_reply('CONFLICT step is ' .. tostring(step)) end
-if ARGV[18] ~= '' and redis.call('LLEN', KEYS[8]) > tonumber(ARGV[18]) then
+local step = redis.call('HGET', run_key, 'step')
+if step ~= expected_step then return redis.error_reply('CONFLICT step is ' .. tostring(step)) end
+if inbox_taken ~= '' and redis.call('LLEN', inbox_key) > tonumber(inbox_taken) then
   return redis.error_reply('INBOX a user message arrived')
 end
-local keep, m = tonumber(ARGV[14]), tonumber(ARGV[15])
-if keep == 0 then redis.call('DEL', KEYS[7]) elseif keep > 0 then redis.call('LTRIM', KEYS[7], 0, keep - 1) end
-for i = 1, m do redis.call('RPUSH', KEYS[7], ARGV[18 + i]) end
-local first = append(KEYS[1], KEYS[2], 19 + m)
-redis.call('HSET', KEYS[1], 'state', ARGV[4], 'step', ARGV[3], 'log', ARGV[5], 'next_kind', ARGV[9],
-  'committed_ms', ARGV[10], 'state_id', ARGV[11], 'ledger_calls', ARGV[13])
-if ARGV[17] ~= '' then redis.call('HSET', KEYS[1], 'last_task', ARGV[17]) end
-if ARGV[8] == '1' then redis.call('DEL', KEYS[3]) end
-if ARGV[3] ~= ARGV[2] then  -- a new step: attempts (and blips, give_back.lua) start over
-  redis.call('HSET', KEYS[1], 'attempt', 0)
-  redis.call('HDEL', KEYS[1], 'blips')
+if keep == 0 then redis.call('DEL', messages_key)
+elseif keep > 0 then redis.call('LTRIM', messages_key, 0, keep - 1) end
+for i = 0, m - 1 do redis.call('RPUSH', messages_key, ARGV[first_message + i]) end
+local first = append(run_key, events_key, first_message + m)
+redis.call('HSET', run_key, 'state', state_json, 'step', new_step, 'log', log_status, 'next_kind', next_kind,
+  'committed_ms', now_ms, 'state_id', state_id, 'ledger_calls', ledger_calls)
+if task_id ~= '' then redis.call('HSET', run_key, 'last_task', task_id) end
+if release == '1' then redis.call('DEL', lease_key) end
+if new_step ~= expected_step then  -- a new step: attempts (and blips, give_back.lua) start over
+  redis.call('HSET', run_key, 'attempt', 0)
+  redis.call('HDEL', run_key, 'blips')
 end
-if ARGV[5] == 'ended' then
-  expire_run({KEYS[1], KEYS[2], KEYS[4], KEYS[6], KEYS[7], KEYS[8]}, tonumber(ARGV[6]), tonumber(ARGV[7]))
+if log_status == 'ended' then
+  local expiring = {run_key, events_key, effects_key, stop_key, messages_key, inbox_key}
+  expire_run(expiring, gone_key, retention_ms, tombstone_ms)
 end
-if ARGV[12] ~= '' then redis.call('LPUSH', KEYS[9], ARGV[12]) end
-if ARGV[16] ~= '' then
-  redis.call('ZREM', KEYS[10], ARGV[16])
-  redis.call('HDEL', KEYS[11], ARGV[16])
+if task_message ~= '' then redis.call('LPUSH', queue_key, task_message) end
+if ack_tag ~= '' then
+  redis.call('ZREM', unacked_index_key, ack_tag)
+  redis.call('HDEL', unacked_hash_key, ack_tag)
 end
 return first

@@ -2,8 +2,10 @@
 -- KEYS: effects, lease
 -- ARGV: tool_call_id, token
 -- -> the existing entry JSON, or '' after recording {status: 'started', token}; error FENCED
-if redis.call('GET', KEYS[2]) ~= ARGV[2] then return redis.error_reply('FENCED') end
-local entry = redis.call('HGET', KEYS[1], ARGV[1])
+local effects_key, lease_key = KEYS[1], KEYS[2]
+local tool_call_id, token = ARGV[1], ARGV[2]
+if redis.call('GET', lease_key) ~= token then return redis.error_reply('FENCED') end
+local entry = redis.call('HGET', effects_key, tool_call_id)
 if entry then return entry end
-redis.call('HSET', KEYS[1], ARGV[1], cjson.encode({status = 'started', token = ARGV[2]}))
+redis.call('HSET', effects_key, tool_call_id, cjson.encode({status = 'started', token = token}))
 return ''

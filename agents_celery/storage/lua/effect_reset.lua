@@ -2,5 +2,7 @@
 -- KEYS: effects, lease
 -- ARGV: tool_call_id, token
 -- -> 1 forgotten, 0 there was none; error FENCED
-if redis.call('GET', KEYS[2]) ~= ARGV[2] then return redis.error_reply('FENCED') end
-return redis.call('HDEL', KEYS[1], ARGV[1])
+local effects_key, lease_key = KEYS[1], KEYS[2]
+local tool_call_id, token = ARGV[1], ARGV[2]
+if redis.call('GET', lease_key) ~= token then return redis.error_reply('FENCED') end
+return redis.call('HDEL', effects_key, tool_call_id)

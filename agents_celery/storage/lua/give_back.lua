@@ -1,6 +1,6 @@
 -- Gives back the lease of an attempt that died of a connection error (to Redis or to the broker), not of the
 -- run. Such an attempt is recorded as a blip of the step (``blips``), which the step's attempt budget
--- (``max_step_attempts``) does not count, while fewer than ARGV[3] blips were recorded at this step; past
+-- (``max_step_attempts``) does not count, while fewer than ``max_blips`` blips were recorded at this step; past
 -- that it counts as an attempt, so a Redis that keeps failing ends the run (AbandonedRunError) instead of
 -- retrying it forever. A commit starting a new step clears ``blips`` with ``attempt``.
 -- The attempt's ``started`` ledger entries of tool calls it never invoked (ARGV[4...]; the claim starts every
@@ -10,16 +10,19 @@
 -- ARGV: token, step, max blips, tool call ids this attempt never invoked...
 -- -> 2 given back as a blip, 1 given back as an attempt (budget of blips spent, or the step moved on),
 --    0 not ours (the lease expired or another attempt holds it; the attempt counts)
-if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[2])
-for i = 4, #ARGV do
-  local entry = redis.call('HGET', KEYS[3], ARGV[i])
+local run_key, lease_key, effects_key = KEYS[1], KEYS[2], KEYS[3]
+local token, step, max_blips = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local first_not_run = 4  -- ARGV[4...]: the tool call ids never invoked
+if redis.call('GET', lease_key) ~= token then return 0 end
+redis.call('DEL', lease_key)
+for i = first_not_run, #ARGV do
+  local entry = redis.call('HGET', effects_key, ARGV[i])
   if entry then
     local e = cjson.decode(entry)
-    if e.status == 'started' and e.token == ARGV[1] then redis.call('HDEL', KEYS[3], ARGV[i]) end
+    if e.status == 'started' and e.token == token then redis.call('HDEL', effects_key, ARGV[i]) end
   end
 end
-if redis.call('HGET', KEYS[1], 'step') ~= ARGV[2] then return 1 end
-if tonumber(redis.call('HGET', KEYS[1], 'blips') or '0') >= tonumber(ARGV[3]) then return 1 end
-redis.call('HINCRBY', KEYS[1], 'blips', 1)
+if redis.call('HGET', run_key, 'step') ~= step then return 1 end
+if tonumber(redis.call('HGET', run_key, 'blips') or '0') >= max_blips then return 1 end
+redis.call('HINCRBY', run_key, 'blips', 1)
 return 2

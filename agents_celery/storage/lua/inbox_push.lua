@@ -2,7 +2,9 @@
 -- KEYS: run, inbox
 -- ARGV: message JSON
 -- -> the inbox's length; errors NOTFOUND | ENDED
-local log = redis.call('HGET', KEYS[1], 'log')
+local run_key, inbox_key = KEYS[1], KEYS[2]
+local message = ARGV[1]
+local log = redis.call('HGET', run_key, 'log')
 if not log then return redis.error_reply('NOTFOUND') end
 if log == 'ended' then return redis.error_reply('ENDED') end
-return redis.call('RPUSH', KEYS[2], ARGV[1])
+return redis.call('RPUSH', inbox_key, message)

@@ -2,5 +2,7 @@
 -- KEYS: lease
 -- ARGV: token
 -- -> 1 released, 0 not ours
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+local lease_key = KEYS[1]
+local token = ARGV[1]
+if redis.call('GET', lease_key) == token then return redis.call('DEL', lease_key) end
 return 0

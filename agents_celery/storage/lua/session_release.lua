@@ -2,5 +2,7 @@
 -- KEYS: session active
 -- ARGV: run_id
 -- -> 1 freed, 0 not ours
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+local active_key = KEYS[1]
+local run_id = ARGV[1]
+if redis.call('GET', active_key) == run_id then return redis.call('DEL', active_key) end
 return 0

@@ -2,7 +2,9 @@
 -- KEYS: session active
 -- ARGV: run_id, expected previous run_id or ''
 -- -> 1 taken, 0 another run holds the session
-local current = redis.call('GET', KEYS[1])
-if current and current ~= ARGV[2] then return 0 end
-redis.call('SET', KEYS[1], ARGV[1])
+local active_key = KEYS[1]
+local run_id, previous = ARGV[1], ARGV[2]
+local current = redis.call('GET', active_key)
+if current and current ~= previous then return 0 end
+redis.call('SET', active_key, run_id)
 return 1
