@@ -17,6 +17,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     import openai
 
 __all__ = [
+    "STOP_READING",
     "Model",
     "ModelChunk",
     "OpenAIChat",
@@ -80,7 +82,9 @@ class Model(Protocol):
     """Streams one assistant turn.
 
     ``messages`` are Chat Completions message dicts; ``tools`` are :meth:`Tool.openai_schema` dicts and may be
-    empty. Failures raise :class:`~agents_celery.errors.ModelError`.
+    empty. Failures raise :class:`~agents_celery.errors.ModelError`. A model that reads a network stream may
+    look at :data:`STOP_READING` between reads: when it is set and returns True, the caller no longer wants the
+    turn, and the model should stop reading and return.
     """
 
     @property
@@ -285,10 +289,22 @@ class OpenAIChat:
 _TRANSPORT_MODULES = {"httpx", "httpx2", "httpcore", "httpcore2"}
 
 
-#: Set by the engine around a model call: returns True once the caller no longer wants the stream (a stop, a
-#: lost lease, a walked-away turn). A model may look at it between reads; :class:`OpenAIChat` does on every
-#: line, keep-alive comments included, so a server that only sends those cannot keep the read going.
+#: The model adapter's stop signal: the one ambient value of a model call, declared here and nowhere else. The
+#: engine sets it around each model call (:func:`reading_until`, on the thread that reads the model) to a function
+#: that returns True once the caller no longer wants the stream (a stop, a lost lease, a walked-away turn); it is
+#: None outside a call. A model may look at it between reads (see :class:`Model`); :class:`OpenAIChat` does on
+#: every line, keep-alive comments included, so a server that only sends those cannot keep the read going.
 STOP_READING: ContextVar[Callable[[], bool] | None] = ContextVar("agents_celery_stop_reading", default=None)
+
+
+@contextmanager
+def reading_until(unwanted: Callable[[], bool]) -> Iterator[None]:
+    """Set :data:`STOP_READING` to ``unwanted`` for the block (the engine's model call), then restore it."""
+    token = STOP_READING.set(unwanted)
+    try:
+        yield
+    finally:
+        STOP_READING.reset(token)  # the call thread serves other calls next
 
 
 def _sse_data(lines: Iterator[str]) -> Iterator[dict[str, Any]]:

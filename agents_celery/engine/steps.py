@@ -20,7 +20,7 @@ from ..errors import AgentsCeleryError, FencedError, ModelError, StopStep, ToolA
 from ..events import Deltas, EventType, NewEvent, make_event, now_ms
 from ..hooks import Hooks, StepInfo, call_hooks
 from ..ids import random_hex
-from ..models import STOP_READING, TextDelta, ToolCallDelta, TurnAccumulator, Usage
+from ..models import TextDelta, ToolCallDelta, TurnAccumulator, Usage, reading_until
 from ..runs import RunFailure, RunState, RunStatus, ToolCall
 from ..settings import Settings
 from ..storage.eventlog import LogStatus
@@ -315,17 +315,16 @@ def _stream_once(ctx: StepContext, turn: _TurnStream) -> None:
 
     def read() -> None:
         ctx.writer.starting()
-        reading = STOP_READING.set(turn.unwanted)  # seen by OpenAIChat on every line, keep-alives included
-        chunks = model.stream(messages, tools)
-        try:
-            for chunk in chunks:
-                if not turn.offer(chunk):
-                    return  # stopped, lost, or walked away from: stop reading
-        finally:
-            close = getattr(chunks, "close", None)
-            if close is not None:
-                close()  # the model's HTTP stream ends with its generator
-            STOP_READING.reset(reading)  # the call thread serves other calls next
+        with reading_until(turn.unwanted):  # the model's stop signal: OpenAIChat looks on every line
+            chunks = model.stream(messages, tools)
+            try:
+                for chunk in chunks:
+                    if not turn.offer(chunk):
+                        return  # stopped, lost, or walked away from: stop reading
+            finally:
+                close = getattr(chunks, "close", None)
+                if close is not None:
+                    close()  # the model's HTTP stream ends with its generator
 
     limit = ctx.settings.turn_timeout_seconds
     try:
