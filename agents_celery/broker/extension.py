@@ -21,7 +21,8 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,8 +31,9 @@ from celery.concurrency.solo import TaskPool as SoloPool
 from celery.concurrency.thread import TaskPool as ThreadsPool
 
 from ..agent import Agent
+from ..engine.attempt import Carried, Delivery, FreshClaim, first_started
 from ..engine.calls import ABANDONED
-from ..engine.engine import Delivery, Engine, FreshClaim, first_started
+from ..engine.engine import Engine
 from ..engine.sweeper import SweeperThread
 from ..hooks import Hooks
 from ..ids import pid
@@ -298,14 +300,14 @@ class FastDelivery(Delivery):
         """Its claim was sent on receipt (it took an attempt already: the step is not refused then)."""
         return self._ahead is not None
 
-    def next_task(self, run_id: str, step: int, agent_id: str) -> tuple[str, str] | None:
-        return self._next_task(run_id, step, agent_id) if self._next_task is not None else None
-
-    def ack(self) -> Ack | None:
-        return self._ack
-
-    def committing(self, ack: Ack) -> None:
-        commit_acks(ack.tag, False)
-
-    def committed(self, ack: Ack) -> None:
-        commit_acks(ack.tag, True)
+    @contextmanager
+    def committing(self, run_id: str, next_step: int, agent_id: str, push_next: bool) -> Iterator[Carried]:
+        """The commit pushes the next step's message (when the run goes on at once) and acks this one: its
+        prefetch slot is freed as the commit is sent, and the ack is marked done once it succeeded."""
+        task = self._next_task(run_id, next_step, agent_id) if push_next and self._next_task is not None else None
+        ack = self._ack
+        if ack is not None:
+            commit_acks(ack.tag, False)
+        yield Carried(task, ack, self.task_id)
+        if ack is not None:
+            commit_acks(ack.tag, True)

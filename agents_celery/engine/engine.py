@@ -7,9 +7,11 @@ checkpoint by compare-and-set on the step number, fenced by the lease, with the 
 the next step. A delivery for a step that is already committed, or that another attempt holds, does nothing
 and emits nothing.
 
-What the broker adds around an attempt (a claim sent as the message arrived, the next step's message pushed
-by the commit, the step's own message acked by it) comes in one object, the :class:`Delivery`; the engine
-never imports Celery or kombu.
+Each attempt is an :class:`~.attempt.Attempt` (token, number, claim, lease, the step's context), made by the
+claim and passed whole through :meth:`Engine._run` and the commit. What the broker adds around it (a claim sent as
+the message arrived, the next step's message pushed by the commit, the step's own message acked by it) comes in
+one object, the :class:`~.attempt.Delivery`, and the commit only asks it what to carry; the engine never imports
+Celery or kombu.
 """
 
 from __future__ import annotations
@@ -38,8 +40,9 @@ from ..settings import Settings
 from ..storage.leases import LeaseKeeper, Leases, new_token
 from ..storage.pending import Pending
 from ..storage.scripts import InboxGrew
-from ..storage.store import Ack, Claim, RunStore
+from ..storage.store import Claim, RunStore
 from . import children
+from .attempt import PLAIN, Attempt, Delivery, first_started
 from .calls import CallAbandoned
 from .steps import (
     Cancelled,
@@ -63,9 +66,6 @@ log = logging.getLogger(__name__)
 Enqueue = Callable[[str, int, str], None]
 #: Sends a run's webhook: ``notify(state, committed_steps)``.
 Notify = Callable[[RunState, int], None]
-#: Makes a claim the ordinary way: a fresh lease token and the claim it got.
-FreshClaim = Callable[[], "tuple[str, Claim]"]
-
 #: Errors of the connection to Redis rather than of the run (a reset, a timeout, Redis loading after a restart,
 #: a replica after a failover): an attempt that dies of one is a blip, not counted in ``max_step_attempts``.
 BLIPS: tuple[type[Exception], ...] = (
@@ -77,42 +77,6 @@ BLIPS: tuple[type[Exception], ...] = (
 #: Pauses before each try to give a blip's lease back (the first at once, on a fresh connection): about 1.3 s
 #: in all, well inside a lease; past them the lease expires by itself and the attempt counts.
 GIVE_BACK_PAUSES = (0.0, 0.05, 0.25, 1.0)
-
-
-class Delivery:
-    """What the broker does around one attempt. This base is the plain path: the engine claims, commits and
-    enqueues by itself; the broker's fast paths (:class:`agents_celery.broker.celery_app.FastDelivery`)
-    override it. ``task_id``: the delivered task's id, kept by the commit as the parent of the next step's.
-    """
-
-    def __init__(self, task_id: str = "") -> None:
-        self.task_id = task_id
-
-    def claim(self, run_id: str, step: int, fresh: FreshClaim) -> tuple[str, Claim]:
-        """The attempt's lease token and claim (``fresh()`` makes them the ordinary way)."""
-        return fresh()
-
-    def next_task(self, run_id: str, step: int, agent_id: str) -> tuple[str, str] | None:
-        """The step queue's key and the next step's message, for the commit to push; None: enqueue after."""
-        return None
-
-    def ack(self) -> Ack | None:
-        """The delivered message, for the commit to ack; None: the broker acks it the ordinary way."""
-        return None
-
-    def committing(self, ack: Ack) -> None:
-        """The commit that acks ``ack`` is about to be sent."""
-
-    def committed(self, ack: Ack) -> None:
-        """That commit succeeded."""
-
-
-PLAIN = Delivery()
-
-
-def first_started(step: int) -> tuple[NewEvent, NewEvent]:
-    """The STEP_STARTED of a first attempt, as a model turn and as a tool step: the claim writes the one that fits."""
-    return step_started("model", step, 1), step_started("tools", step, 1)
 
 
 class Engine:
@@ -153,32 +117,30 @@ class Engine:
 
     def execute(self, run_id: str, step: int, delivery: Delivery = PLAIN) -> str:
         """Run one attempt of ``step``; return what happened (``committed``, ``stale``, ``busy`` ...)."""
-        token, claim = self._claim(run_id, step, delivery)
-        if claim.outcome != "OK":
-            log.info("run=%s step=%d: nothing to do (%s)", run_id, step, claim.outcome.lower())
-            return claim.outcome.lower()
-        outcome, blip = "failed", False
-        not_run: list[str] = []  # the tool calls of an attempt given back that it never invoked
-        away = self._away
+        attempt = self._claim(run_id, step, delivery)
+        if attempt.claim.outcome != "OK":
+            log.info("run=%s step=%d: nothing to do (%s)", run_id, step, attempt.claim.outcome.lower())
+            return attempt.claim.outcome.lower()
         try:
-            result, info, hooks = self._do_step(run_id, step, token, claim, not_run)
-            try:
-                outcome = self._commit(run_id, step, token, result, delivery)
-            except InboxGrew:  # a user message came while the last turn ran: it gets a turn of its own
-                result = goes_on(result)
-                outcome = self._commit(run_id, step, token, result, delivery)
-            call_hooks(hooks, "after_commit", info)
-            self._after_commit(result, step, enqueued=outcome == "committed+enqueued")
-            call_hooks(hooks, "after_step", info, result.state.status.value)
-            outcome = "committed"
+            self._run(attempt)
+        finally:
+            self._let_go(attempt)
+        return attempt.outcome
+
+    def _run(self, attempt: Attempt) -> None:
+        """The step under the attempt's lease, then its commit; an attempt superseded or given back says so in
+        ``attempt.outcome`` (and ``attempt.blip``)."""
+        run_id, step = attempt.run_id, attempt.step
+        try:
+            self._commit(attempt, self._do_step(attempt))
         except (FencedError, RunFinishedError, StateError) as exc:
             # Superseded: our lease expired and another attempt took over (or already finished the run).
             log.warning("run=%s step=%d: lost the lease; another attempt owns the run (%s)", run_id, step, exc)
-            outcome = "fenced"
+            attempt.outcome = "fenced"
         except CallAbandoned as exc:  # the worker shuts down while a call runs: another worker takes the step
             log.warning("run=%s step=%d: %s; step given back", run_id, step, exc)
-            outcome = "given back"
-        except away as exc:
+            attempt.outcome = "given back"
+        except self._away as exc:
             # A reset connection, a failover, Redis restarting: not the run's failure. The step is given back
             # (a blip, not counted against its attempts) and sent again at once; the sweeper covers a send lost.
             log.warning(
@@ -187,24 +149,27 @@ class Engine:
                 step,
                 exc,
             )
-            outcome, blip = "given back", isinstance(exc, self.blips)
-        finally:
-            if outcome != "committed":  # the commit gave the lease up in the same round trip
-                self.store.states.forget(run_id)
-                if blip:
-                    assert claim.state is not None
-                    self._blip(run_id, step, token, claim.state.agent_id, not_run)
-                else:
-                    try:
-                        self.leases.release(run_id, token)
-                    except redis.RedisError as exc:  # Redis still away: the lease expires by itself
-                        log.warning("run=%s step=%d: could not release the lease (%s)", run_id, step, exc)
-        return outcome
+            attempt.outcome, attempt.blip = "given back", isinstance(exc, self.blips)
 
-    def _claim(self, run_id: str, step: int, delivery: Delivery) -> tuple[str, Claim]:
-        """The attempt's token and claim. A claim whose reply a connection error lost may have taken the lease and
-        counted an attempt: that lease is given back as a blip and the step sent again; when it never ran, the
-        claim is made once more on a fresh connection."""
+    def _let_go(self, attempt: Attempt) -> None:
+        """An attempt that did not commit gives its lease up (the commit gave it up in the same round trip): as
+        a blip when a connection error ended it, else released."""
+        if attempt.outcome == "committed":
+            return
+        run_id, step = attempt.run_id, attempt.step
+        self.store.states.forget(run_id)
+        if attempt.blip:
+            self._blip(attempt)
+            return
+        try:
+            self.leases.release(run_id, attempt.token)
+        except redis.RedisError as exc:  # Redis still away: the lease expires by itself
+            log.warning("run=%s step=%d: could not release the lease (%s)", run_id, step, exc)
+
+    def _claim(self, run_id: str, step: int, delivery: Delivery) -> Attempt:
+        """The attempt, with its token and claim. A claim whose reply a connection error lost may have taken the
+        lease and counted an attempt: that lease is given back as a blip and the step sent again; when it never
+        ran, the claim is made once more on a fresh connection."""
         token = new_token()
         try:
             token, claim = delivery.claim(
@@ -213,35 +178,38 @@ class Engine:
         except BLIPS as exc:
             log.warning("run=%s step=%d: a claim failed on its connection (%s)", run_id, step, exc)
             claim = Claim("BUSY", lost=True)
+        attempt = Attempt(run_id, step, token, claim, delivery)
         if not claim.lost:
-            return token, claim
+            return attempt
+        attempt.claim = Claim("BUSY")
         self.store.connection_lost()
-        given = self._give_back(run_id, step, token)
+        given = self._give_back(attempt)
         if given is None:  # Redis does not answer: the sweeper sends the step again once it does
-            return token, Claim("BUSY")
+            return attempt
         if given:  # the claim had run: its attempt is a blip, handed to a new delivery
             self._send_again(run_id, step)
-            return token, Claim("BUSY")
+            return attempt
         try:  # it had not run (or another attempt holds the lease, and this one finds it BUSY)
-            return self.fresh_claim(run_id, step)
+            attempt.token, attempt.claim = self.fresh_claim(run_id, step)
         except BLIPS as exc:
             log.warning("run=%s step=%d: the claim failed again (%s); the sweeper retries", run_id, step, exc)
-            return token, Claim("BUSY")
+        return attempt
 
-    def _blip(self, run_id: str, step: int, token: str, agent_id: str, not_run: list[str]) -> None:
+    def _blip(self, attempt: Attempt) -> None:
         """An attempt died of a connection error: drop the process's idle connections (all broken alike), give
         the lease back as a blip (with the tool calls it never invoked) and send the step again at once."""
         self.store.connection_lost()
-        if self._give_back(run_id, step, token, not_run):
-            self._send_again(run_id, step, agent_id)
+        if self._give_back(attempt):
+            self._send_again(attempt.run_id, attempt.step, attempt.state.agent_id)
 
-    def _give_back(self, run_id: str, step: int, token: str, not_run: Sequence[str] = ()) -> bool | None:
+    def _give_back(self, attempt: Attempt) -> bool | None:
         """Give the lease back as a blip (:meth:`RunStore.give_back`), retried a few times on fresh connections;
         whether it was recorded as one, None when Redis did not answer (the lease then expires by itself)."""
+        run_id, step = attempt.run_id, attempt.step
         for pause in GIVE_BACK_PAUSES:
             time.sleep(pause)
             try:
-                return self.store.give_back(run_id, step, token, not_run)
+                return self.store.give_back(run_id, step, attempt.token, attempt.not_run)
             except BLIPS as exc:
                 self.store.connection_lost()
                 error = exc
@@ -259,67 +227,96 @@ class Engine:
         else:
             log.info("run=%s step=%d: sent again after a connection error", run_id, step)
 
-    def _do_step(
-        self, run_id: str, step: int, token: str, claim: Claim, not_run: list[str]
-    ) -> tuple[StepResult, StepInfo, list[Hooks]]:
+    def _do_step(self, attempt: Attempt) -> StepResult:
         """The step's work under the lease: the result to commit (with the events not yet appended). When it
-        fails, ``not_run`` gets the tool calls it never invoked."""
-        assert claim.state is not None
-        state = claim.state
+        fails, ``attempt.not_run`` gets the tool calls it never invoked."""
+        state = attempt.state
         agent = self.agents.get(state.active_agent or state.agent_id)
-        kind = state.next
-        info = StepInfo(run_id, state.agent_id, state.session_id, step, kind, claim.attempt)
-        hooks = [*self.hooks, *(agent.hooks if agent else [])]
-        holding = self.keeper.hold(run_id, token)
-        sent: list[Pending] = []  # ledger results sent during the step; their replies are read before the commit
-        ctx: StepContext | None = None
+        attempt.lease = self.keeper.hold(attempt.run_id, attempt.token)
         try:
-            with EventWriter(self.store.log, run_id, token) as writer:
-                # agent may be None: _decide fails the run before anything uses it
-                ctx = StepContext(state, agent, step, claim.attempt, token, self.store, self.settings, writer, info)  # type: ignore[arg-type]
-                ctx.blips = claim.blips
-                ctx.stop, ctx.lost, ctx.sent, ctx.hooks = holding.stop, holding.lost, sent, hooks
-                if claim.stop_reason:
-                    ctx.stop.set()
-                ctx.step_open = claim.attempt == 1  # the claim wrote this attempt's STEP_STARTED
-                ctx.effects = claim.effects
-                ctx.inbox = claim.inbox
-                ctx.send = self.enqueue
-                if claim.attempt > 1:
-                    self._close_abandoned(ctx, claim)
-                    if claim.counted <= self.settings.max_step_attempts:
-                        writer.emit(step_started(kind, step, claim.attempt))
-                        ctx.step_open = True
-                result = with_step_finished(ctx, self._decide(ctx, agent, hooks))
+            with EventWriter(self.store.log, attempt.run_id, attempt.token) as writer:
+                ctx = attempt.ctx = self._context(attempt, agent, writer)
+                if attempt.number > 1:
+                    self._reopen(ctx, attempt.claim)
+                result = with_step_finished(ctx, self._decide(ctx, agent, ctx.hooks))
                 result.events[:0] = writer.take()  # committed with the checkpoint, in the same round trip
-            for call in sent:
+            for call in attempt.sent:
                 call.wait()  # the results are in the ledger before the checkpoint that relies on them
         except BaseException:
-            _read_quietly(sent)
-            if kind == "tools" and ctx is not None:
-                not_run += [c.id for c in state.tool_calls if not c.done and not c.agent and c.id not in ctx.invoked]
+            _read_quietly(attempt.sent)
+            if state.next == "tools" and attempt.ctx is not None:
+                invoked = attempt.ctx.invoked
+                attempt.not_run += [
+                    c.id for c in state.tool_calls if not c.done and not c.agent and c.id not in invoked
+                ]
             raise
         finally:
-            self.keeper.drop(holding)
-        return result, info, hooks
+            self.keeper.drop(attempt.lease)
+            attempt.lease = None
+        return result
 
-    def _commit(self, run_id: str, step: int, token: str, result: StepResult, delivery: Delivery) -> str:
-        """Commit ``result`` as step ``step + 1``; the commit pushes the next step's task when the delivery can."""
-        task = None
-        if result.log_status == "live" and not result.waits:
-            task = delivery.next_task(run_id, step + 1, result.state.agent_id)
+    def _context(self, attempt: Attempt, agent: Agent | None, writer: EventWriter) -> StepContext:
+        """The step's context: the attempt's claim, lease and writer, the agent and its hooks."""
+        claim, state, lease = attempt.claim, attempt.state, attempt.lease
+        assert lease is not None
+        info = StepInfo(attempt.run_id, state.agent_id, state.session_id, attempt.step, state.next, attempt.number)
+        # agent may be None: _decide fails the run before anything uses it
+        step, number, token = attempt.step, attempt.number, attempt.token
+        ctx = StepContext(state, agent, step, number, token, self.store, self.settings, writer, info)  # type: ignore[arg-type]
+        ctx.hooks = [*self.hooks, *(agent.hooks if agent else [])]
+        ctx.blips = claim.blips
+        ctx.stop, ctx.lost, ctx.sent = lease.stop, lease.lost, attempt.sent
+        if claim.stop_reason:
+            ctx.stop.set()
+        ctx.step_open = claim.attempt == 1  # the claim wrote this attempt's STEP_STARTED
+        ctx.effects = claim.effects
+        ctx.inbox = claim.inbox
+        ctx.send = self.enqueue
+        return ctx
+
+    def _reopen(self, ctx: StepContext, claim: Claim) -> None:
+        """A retried attempt: close what the crashed one left open, then write its own STEP_STARTED (unless it is
+        past its attempts: it fails the run at once)."""
+        self._close_abandoned(ctx, claim)
+        if claim.counted <= self.settings.max_step_attempts:
+            ctx.writer.emit(step_started(ctx.info.kind, ctx.step, ctx.attempt))
+            ctx.step_open = True
+
+    def _commit(self, attempt: Attempt, result: StepResult) -> None:
+        """Commit ``result`` as the next step (a user message that came while the turn ran gets a turn of its
+        own), then follow it through: hooks, the next step, the run's end."""
+        assert attempt.ctx is not None
+        info, hooks = attempt.ctx.info, attempt.ctx.hooks
+        try:
+            enqueued = self._commit_once(attempt, result)
+        except InboxGrew:
+            result = goes_on(result)
+            enqueued = self._commit_once(attempt, result)
+        call_hooks(hooks, "after_commit", info)
+        self._after_commit(result, attempt.step, enqueued=enqueued)
+        call_hooks(hooks, "after_step", info, result.state.status.value)
+        attempt.outcome = "committed"  # the commit gave the lease up in the same round trip
+
+    def _commit_once(self, attempt: Attempt, result: StepResult) -> bool:
+        """One commit of ``result`` as step ``step + 1``; whether it pushed the next step's task (the delivery
+        says what the commit carries for the broker)."""
+        state, step = result.state, attempt.step
         if result.awaiting is not None:  # before the commit: a crash between the two leaves a harmless note
-            self.store.await_children(run_id, result.awaiting)
-        ack = delivery.ack()
-        if ack is not None:
-            delivery.committing(ack)
-        state, events = result.state, result.events
-        self.store.commit(
-            state, token, step, step + 1, events, result.log_status, task=task, ack=ack, task_id=delivery.task_id
-        )
-        if ack is not None:
-            delivery.committed(ack)
-        return "committed+enqueued" if task is not None else "committed"
+            self.store.await_children(attempt.run_id, result.awaiting)
+        push = result.log_status == "live" and not result.waits
+        with attempt.delivery.committing(attempt.run_id, step + 1, state.agent_id, push) as carried:
+            self.store.commit(
+                state,
+                attempt.token,
+                step,
+                step + 1,
+                result.events,
+                result.log_status,
+                task=carried.task,
+                ack=carried.ack,
+                task_id=carried.task_id,
+            )
+        return carried.task is not None
 
     def _decide(self, ctx: StepContext, agent: Agent | None, hooks: list[Hooks]) -> StepResult:
         state = ctx.state
