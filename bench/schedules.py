@@ -53,7 +53,7 @@ def ours(prefix: str, ticks: int) -> tuple[list[float], list[float]]:
     beat = _beat("bench.worker", "agents_celery.beat:RunScheduler", bench_env(prefix, queue), "beat-ours")
     runtime = runtime_for(prefix, queue)
     try:
-        _wait("the agents to be published", lambda: runtime.store.manifest("steps") is not None, 60)
+        _wait("the agents to be published", lambda: runtime.store.agents.get("steps") is not None, 60)
         made = runtime.schedule("steps", "0", every=1)
 
         def runs() -> list[str]:

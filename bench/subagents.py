@@ -40,7 +40,7 @@ def run(quick: bool) -> list[Row]:
         rt = runtime_for(prefix, queue)
         try:
             deadline = time.monotonic() + 60
-            while rt.store.manifest("delegate") is None:
+            while rt.store.agents.get("delegate") is None:
                 if time.monotonic() > deadline:
                     raise RuntimeError("subagents bench: the agents were not published within 60 s")
                 time.sleep(0.1)

@@ -33,7 +33,7 @@ def test_a_delayed_run_starts_on_time_across_a_worker_restart(own: tuple[dict[st
     env, runtime = own
     first = Worker(env).wait_ready()
     try:
-        wait_for(lambda: runtime.store.manifest("offline") is not None, what="the agents to be published")
+        wait_for(lambda: runtime.store.agents.get("offline") is not None, what="the agents to be published")
         start = time.time() + 4
         delayed = runtime.stream("offline", "hello later", start_at=start)
         dropped = runtime.stream("offline", "never mind", start_after=60)

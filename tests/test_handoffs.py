@@ -73,7 +73,7 @@ def test_a_handoff_survives_a_kill_before_the_next_turn_ends(
     script(HANDOFF, ANSWER, token_delay=0.05)
     first = Worker(env).wait_ready()
     try:
-        wait_for(lambda: runtime.store.manifest("triage") is not None, what="the agents to be published")
+        wait_for(lambda: runtime.store.agents.get("triage") is not None, what="the agents to be published")
         stream = runtime.stream("triage", "why was I charged twice?")
         handed = False
         for event in stream.events():

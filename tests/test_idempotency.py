@@ -22,13 +22,13 @@ def test_a_retry_that_loses_the_session_to_its_own_run_gets_that_run(runtime: Ru
     check-and-set fails, and it must see that the holder is its own run, not another one."""
     key, session = uuid.uuid4().hex, f"s-{uuid.uuid4().hex[:8]}"
     run_id = _idempotent_run_id(key, None)
-    assert runtime.store.session_take(session, run_id, None)  # the racing first call, not yet created the run
+    assert runtime.store.sessions.take(session, run_id, None)  # the racing first call, not yet created the run
     reads = iter([None])
-    real = runtime.store.session_active
-    monkeypatch.setattr(runtime.store, "session_active", lambda sid: next(reads, real(sid)))  # the stale read
+    real = runtime.store.sessions.active
+    monkeypatch.setattr(runtime.store.sessions, "active", lambda sid: next(reads, real(sid)))  # the stale read
     stream = runtime.stream("offline", "hi", session_id=session, idempotency_key=key)
     assert stream.run_id == run_id
-    assert runtime.store.session_active(session) == run_id
+    assert runtime.store.sessions.active(session) == run_id
 
 
 @pytest.fixture

@@ -62,7 +62,7 @@ def ticks(runtime: Runtime, schedule_id: str) -> list[int]:
 def test_fire_rules_without_beat(own: tuple[dict[str, str], Runtime]) -> None:
     """Driven directly: one run per tick however often it is fired, and a missed stretch fires its last tick."""
     _, runtime = own
-    runtime.store.publish_manifests([{"name": "offline", "tools": []}])  # no worker needed: runs stay queued
+    runtime.store.agents.publish([{"name": "offline", "tools": []}])  # no worker needed: runs stay queued
     made = runtime.schedule("offline", "tick", every=2, name="two-seconds")
     first = made.next_at
     assert first is not None and first == made.created_at + 2000
@@ -96,7 +96,7 @@ def test_two_beats_and_a_kill_start_every_tick_once(own: tuple[dict[str, str], R
     worker = Worker(env).wait_ready()
     beats = [Beat(env), Beat(env)]
     try:
-        wait_for(lambda: runtime.store.manifest("offline") is not None, what="the agents to be published")
+        wait_for(lambda: runtime.store.agents.get("offline") is not None, what="the agents to be published")
         made = runtime.schedule("offline", "tick", every=2)
         wait_for(lambda: len(ticks(runtime, made.schedule_id)) >= 3, timeout=30, what="three ticks")
         beats[0].kill()  # one beat dies mid-schedule; the other goes on

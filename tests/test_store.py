@@ -17,7 +17,8 @@ from agents_celery.errors import FencedError, StateError
 from agents_celery.events import EventType, make_event
 from agents_celery.runs import RunState, RunStatus, ToolCall
 from agents_celery.settings import Settings
-from agents_celery.storage.store import Ack, Effect, RunStore
+from agents_celery.storage.ledger import Effect
+from agents_celery.storage.store import Ack, ClaimReply, CommitArgs, RunStore
 
 from .conftest import new_id, wait_for
 
@@ -157,7 +158,7 @@ def test_a_tool_step_claim_starts_its_calls_in_the_effect_ledger(r: redis.Redis,
         r.delete(store.keys.run(run_id).lease)  # the attempt dies before running the call
         second = store.claim(run_id, 1, "t2", STARTED)
         assert second.attempt == 2 and second.effects == {"call_a": Effect("started")}  # it may have run
-        assert store.effect_done(run_id, "call_a", "t2", "ok", None) is False  # not the attempt that started it
+        assert store.ledger.done(run_id, "call_a", "t2", "ok", None) is False  # not the attempt that started it
     finally:
         _cleanup(r, store, run_id)
 
@@ -250,7 +251,7 @@ def test_a_tool_result_sent_ahead_is_in_the_ledger_before_its_reply_is_read(r: r
     effects = store.keys.run(run_id).effects
     try:
         r.hset(effects, "call_a", json.dumps({"status": "started", "token": "t1"}))
-        sent = store.effect_done_sent(run_id, "call_a", "t1", "ok", None)
+        sent = store.ledger.done_sent(run_id, "call_a", "t1", "ok", None)
         wait_for(lambda: r.hget(effects, "call_a") and b'"done"' in r.hget(effects, "call_a"), what="the result")
         assert sent.wait() == 1
         assert json.loads(r.hget(effects, "call_a"))["result"] == "ok"  # type: ignore[arg-type]
@@ -259,10 +260,10 @@ def test_a_tool_result_sent_ahead_is_in_the_ledger_before_its_reply_is_read(r: r
         # A Redis that lost its scripts (restarted, SCRIPT FLUSH): the call runs again, loading the script.
         r.hset(effects, "call_b", json.dumps({"status": "started", "token": "t1"}))
         r.script_flush()
-        assert store.effect_done_sent(run_id, "call_b", "t1", "fine", "oops").wait() == 1
+        assert store.ledger.done_sent(run_id, "call_b", "t1", "fine", "oops").wait() == 1
         assert json.loads(r.hget(effects, "call_b"))["error"] == "oops"  # type: ignore[arg-type]
         # Only the attempt that started a call records its result.
-        assert store.effect_done_sent(run_id, "call_b", "t2", "other", None).wait() == 0
+        assert store.ledger.done_sent(run_id, "call_b", "t2", "other", None).wait() == 0
     finally:
         _cleanup(r, store, run_id)
 
@@ -275,7 +276,7 @@ def test_a_tool_result_whose_connection_dies_before_the_reply_is_recorded_anyway
     effects = store.keys.run(run_id).effects
     try:
         r.hset(effects, "call_a", json.dumps({"status": "started", "token": "t1"}))
-        sent = _killed_before_it_runs(r, lambda: store.effect_done_sent(run_id, "call_a", "t1", "ok", None))
+        sent = _killed_before_it_runs(r, lambda: store.ledger.done_sent(run_id, "call_a", "t1", "ok", None))
         assert sent.wait() == 1  # the connection failed: run again on a fresh one
         assert json.loads(r.hget(effects, "call_a"))["result"] == "ok"  # type: ignore[arg-type]
         assert r.ping() and len(r.connection_pool._in_use_connections) == 0  # type: ignore[attr-defined]
@@ -372,9 +373,51 @@ def test_with_fast_paths_off_a_result_sent_ahead_is_written_at_once(r: redis.Red
     effects = store.keys.run(run_id).effects
     try:
         r.hset(effects, "call_a", json.dumps({"status": "started", "token": "t1"}))
-        sent = store.effect_done_sent(run_id, "call_a", "t1", "ok", None)
+        sent = store.ledger.done_sent(run_id, "call_a", "t1", "ok", None)
         assert json.loads(r.hget(effects, "call_a"))["result"] == "ok"  # type: ignore[arg-type]  # before wait()
         assert sent.wait() == 1 and len(r.connection_pool._in_use_connections) == 0  # type: ignore[attr-defined]
-        assert store.effect_done_sent(run_id, "call_a", "t2", "other", None).wait() == 0
+        assert store.ledger.done_sent(run_id, "call_a", "t2", "other", None).wait() == 0
+    finally:
+        _cleanup(r, store, run_id)
+
+
+def test_commit_args_are_the_names_commit_lua_gives_its_argv_in_its_order() -> None:
+    """CommitArgs builds commit.lua's ARGV by name: its fields are the locals the script names ARGV 1-18 by (``m``
+    is the count of ``messages``), in the same order, so neither side can move an argument alone."""
+    import dataclasses
+    import re
+    from importlib.resources import files
+
+    text = files("agents_celery.storage").joinpath("lua", "commit.lua").read_text(encoding="utf-8")
+    named: dict[int, str] = {}
+    for line in text.splitlines():
+        if m := re.match(r"^local ([\w, ]+) = (.*\bARGV\[\d+\].*)$", line):
+            values = re.findall(r"ARGV\[(\d+)\]", m[2])
+            named.update(zip((int(v) for v in values), (n.strip() for n in m[1].split(",")), strict=True))
+    assert sorted(named) == list(range(1, 19))
+    fields = [f.name for f in dataclasses.fields(CommitArgs)]
+    assert [named[i] for i in range(1, 19)] == [*fields[:14], "m", *fields[14:17]]
+    assert fields[17:] == ["messages", "events"]
+    args = CommitArgs("t", 3, 4, "{}", "ended", 10, 20, True, "model", 99, "sid", messages=["m1", "m2"], events=["e"])
+    assert args.argv() == [
+        *("t", "3", "4", "{}", "ended", "10", "20", "1", "model", "99", "sid", "", "", "-1", "2", "", "", ""),
+        *("m1", "m2", "e"),
+    ]
+    assert CommitArgs(**{**dataclasses.asdict(args), "inbox_taken": 0}).argv()[17] == "0"  # 0 is checked, None not
+
+
+def test_the_claim_reply_is_read_by_name(r: redis.Redis, settings: Settings) -> None:
+    store = RunStore(r, settings)
+    run_id = _run(store)
+    try:
+        k = store.keys.run(run_id)
+        keys = [k.run, k.lease, k.stop, k.events, k.effects, k.messages, k.inbox]
+        args = ["t0", "0", "5000", STARTED[0].json, STARTED[1].json, ""]
+        reply = ClaimReply.parse(store._claim(keys=keys, args=args))
+        assert (reply.outcome, reply.attempt, reply.step_offset, reply.next_offset) == ("OK", 1, 1, 1)
+        assert json.loads(reply.state_json)["run_id"] == run_id and reply.stop_reason == ""
+        assert (reply.effects, reply.inbox, reply.blips) == ({}, 0, 0)
+        assert ClaimReply.parse(store._claim(keys=keys, args=["t1", *args[1:]])) == ClaimReply("BUSY")
+        assert ClaimReply.parse(store._claim(keys=keys, args=["t0", "7", *args[2:]])).outcome == "STALE"
     finally:
         _cleanup(r, store, run_id)

@@ -287,7 +287,7 @@ def test_depth_and_children_limits_refuse_with_an_error_result(
     limits = {"AGENTS_CELERY_MAX_AGENT_DEPTH": "1", "AGENTS_CELERY_MAX_CHILDREN": "1"}
     worker = Worker({**env, **limits}).wait_ready()
     try:
-        wait_for(lambda: runtime.store.manifest("lead") is not None, what="the agents to be published")
+        wait_for(lambda: runtime.store.agents.get("lead") is not None, what="the agents to be published")
         view = runtime.run("lead", "research a and b", timeout=30)
         assert view.status is RunStatus.COMPLETED
         (kid,) = view.children  # one child per run at most: the second call was refused
@@ -335,7 +335,7 @@ def test_kill_after_the_parent_started_its_children(own: tuple[dict[str, str], R
     fake_openai.responder = by_agent(lead=lead_asks_and_counts(key, seconds=2.0), researcher=researcher_talks)
     first = Worker(env).wait_ready()
     try:
-        wait_for(lambda: runtime.store.manifest("lead") is not None, what="the agents to be published")
+        wait_for(lambda: runtime.store.agents.get("lead") is not None, what="the agents to be published")
         stream = runtime.stream("lead", "research")
         wait_for(lambda: count(runtime, key) == 1, what="the parent's tool step to start its third call")
         kids = [child_run_id(stream.id, "call_r0"), child_run_id(stream.id, "call_r1")]
@@ -371,7 +371,7 @@ def test_kill_of_the_worker_streaming_a_child(own: tuple[dict[str, str], Runtime
     fake_openai.responder = by_agent(lead=lead_asks("gamma"), researcher=researcher_talks)
     first = Worker(env).wait_ready()
     try:
-        wait_for(lambda: runtime.store.manifest("lead") is not None, what="the agents to be published")
+        wait_for(lambda: runtime.store.agents.get("lead") is not None, what="the agents to be published")
         stream = runtime.stream("lead", "research")
         kid = child_run_id(stream.id, "call_r0")
         wait_for(lambda: runtime.store.run_fields(kid, "log")[0] is not None, what="the child to start")
@@ -431,7 +431,7 @@ def test_the_sweeper_wakes_a_parent_whose_child_died_before_waking_it(
     fake_openai.responder = by_agent(lead=lead_asks("delta"), researcher=lambda _t, m: FakeReply(text=f"Found: {m}"))
     workers = [Worker(env).wait_ready(), Worker(env).wait_ready()]
     try:
-        wait_for(lambda: runtime.store.manifest("lead") is not None, what="the agents to be published")
+        wait_for(lambda: runtime.store.agents.get("lead") is not None, what="the agents to be published")
         stream = runtime.stream("lead", "research")
         kid = child_run_id(stream.id, "call_r0")  # armed long before the child's one (final) commit:
         crash = f"{runtime.settings.key_prefix}:test:crash:after_commit:{kid}"  # CrashHooks kill its worker then

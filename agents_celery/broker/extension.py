@@ -222,7 +222,7 @@ class AgentsCelery:
         """Publish manifests and start the sweeper (in the worker's main process; the worker_ready handler
         :func:`configure <agents_celery.configure>` connects registers the metrics command first)."""
         store = self.engine.store
-        store.publish_manifests([a.manifest() for a in self.agents.values()])
+        store.agents.publish([a.manifest() for a in self.agents.values()])
         self.sweeper = SweeperThread(store, self.resend, self.backlog, self.publisher.notify)
         self.sweeper.start()
         fast = self.check_paths(pool)

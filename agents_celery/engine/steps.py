@@ -24,8 +24,9 @@ from ..models import TextDelta, ToolCallDelta, TurnAccumulator, Usage, reading_u
 from ..runs import RunFailure, RunState, RunStatus, ToolCall
 from ..settings import Settings
 from ..storage.eventlog import LogStatus
+from ..storage.ledger import Effect
 from ..storage.pending import Pending
-from ..storage.store import Effect, RunStore
+from ..storage.store import RunStore
 from ..tools import Tool, ToolContext
 from . import children
 from .calls import CallAbandoned, Watch, run_call
@@ -520,11 +521,11 @@ def _run_call(ctx: StepContext, call: ToolCall, ahead: bool = False) -> ToolCall
         return call.model_copy(update={"result": f"Error: {call.error}"})
     tool = ctx.agent.tools[call.name]
     if call.rerun:
-        ctx.store.effect_reset(ctx.state.run_id, call.id, ctx.token)
+        ctx.store.ledger.reset(ctx.state.run_id, call.id, ctx.token)
     if not call.rerun and call.id in ctx.effects:  # the claim started it (one round trip fewer)
         entry = ctx.effects[call.id]
     else:
-        entry = ctx.store.effect_begin(ctx.state.run_id, call.id, ctx.token)
+        entry = ctx.store.ledger.begin(ctx.state.run_id, call.id, ctx.token)
     if entry is not None and entry.status == "done":
         return _with_result(call, entry.result or "", entry.error)
     if entry is not None and not tool.idempotent:
@@ -556,9 +557,9 @@ def _invoke(ctx: StepContext, call: ToolCall, tool: Tool, ahead: bool) -> ToolCa
     except Exception as exc:  # the tool's own failure is the model's business, not a crash
         result, error = f"Error: {type(exc).__name__}: {exc}", f"{type(exc).__name__}: {exc}"
     if ahead:  # the step's only call: its reply is read just before the commit (Engine._attempt)
-        ctx.sent.append(ctx.store.effect_done_sent(ctx.state.run_id, call.id, ctx.token, result, error))
+        ctx.sent.append(ctx.store.ledger.done_sent(ctx.state.run_id, call.id, ctx.token, result, error))
     else:  # calls running side by side: none holds a connection while the others run
-        ctx.store.effect_done(ctx.state.run_id, call.id, ctx.token, result, error)
+        ctx.store.ledger.done(ctx.state.run_id, call.id, ctx.token, result, error)
     call_hooks(ctx.hooks, "after_tool_call", ctx.info, call.name, result, error)
     return _with_result(call, result, error)
 

@@ -165,7 +165,7 @@ def _start_delayed(
 def _wake(store: RunStore, resend: Resend, run_id: str, session_id: str, agent_id: str, queue: str, root: str) -> None:
     """A run waiting for its session: finish its start if it has the session (its starter died half-way), or
     start the first in line if the session is free; otherwise look again later."""
-    if store.session_active(session_id) == run_id:
+    if store.sessions.active(session_id) == run_id:
         store.started_waiting(run_id)
         resend(run_id, 0, agent_id, queue, root, "")
     else:

@@ -26,25 +26,25 @@ SendFirst = Callable[[str, str, str], None]
 def start_next(store: RunStore, send: SendFirst, session_id: str) -> str | None:
     """Start the first run in the session's line if the session is free; the run started (None: none)."""
     leases = Leases(store.redis, store.keys)
-    while (run_id := store.first_in_line(session_id)) is not None:
-        if not store.session_take(session_id, run_id, None):
+    while (run_id := store.sessions.first_in_line(session_id)) is not None:
+        if not store.sessions.take(session_id, run_id, None):
             return None  # a run holds the session: its end calls this again
-        store.leave_line(session_id, run_id)
+        store.sessions.leave_line(session_id, run_id)
         try:
             state, step = store.load(run_id)
         except AgentsCeleryError:  # expired or deleted while it waited
-            store.session_release(session_id, run_id)
+            store.sessions.release(session_id, run_id)
             continue
         if state.status.is_final:  # stopped while it waited
-            store.session_release(session_id, run_id)
+            store.sessions.release(session_id, run_id)
             continue
         token = leases.acquire(run_id, store.settings.lease_ttl_ms)
         if token is None:  # a stop is ending it right now: give the session back, keep its place
-            store.session_release(session_id, run_id)
-            store.leave_line(session_id, run_id, front=True)
+            store.sessions.release(session_id, run_id)
+            store.sessions.leave_line(session_id, run_id, front=True)
             return None
         try:
-            history = store.session_history(session_id)
+            history = store.sessions.history(session_id)
             messages = [*history, *state.messages[state.history_len :]]
             state = state.model_copy(update={"messages": messages, "history_len": len(history)})
             store.commit(state, token, step, step, [], "live", release=False)

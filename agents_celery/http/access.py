@@ -56,12 +56,12 @@ class Access:
             known, owner = self.runtime.session_owner(session_id)
             if not known:
                 return
-        info = SessionInfo(session_id, 0, self.runtime.store.session_active(session_id), owner)
+        info = SessionInfo(session_id, 0, self.runtime.store.sessions.active(session_id), owner)
         self.allow(req, action, info, agent_id)
 
     def may_interrupt(self, req: Request, session_id: str | None, agent_id: str) -> None:
         """An ``interrupt`` start stops the session's live run: the caller must be allowed to stop it."""
-        active = self.runtime.store.session_active(session_id) if session_id and self.rule(req) else None
+        active = self.runtime.store.sessions.active(session_id) if session_id and self.rule(req) else None
         if active is None:
             return
         try:

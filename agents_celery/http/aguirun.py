@@ -148,7 +148,7 @@ class AguiEndpoint:
         inp = parse_input(req.body())
         thread, client_run = inp.thread_id, inp.run_id
         self.access.session(req, thread, "start", agent_id)  # another user's thread: 404, as a hidden run
-        seen = self.store.segment(thread, client_run)
+        seen = self.store.sessions.segment(thread, client_run)
         if seen is not None:
             return self._attach(req, inp, *seen)
         key = f"agui:{thread}:{client_run}"
@@ -162,9 +162,11 @@ class AguiEndpoint:
             return self._resume(req, inp, active)
         answers = trailing_tool_answers(inp.messages)
         if inp.resume or answers:
-            replay = self.store.segment(thread, resume_name({r.interrupt_id for r in inp.resume or []} | set(answers)))
+            replay = self.store.sessions.segment(
+                thread, resume_name({r.interrupt_id for r in inp.resume or []} | set(answers))
+            )
             if replay is not None:
-                self.store.mark_segment(thread, [client_run], *replay)
+                self.store.sessions.mark_segment(thread, [client_run], *replay)
                 return self._attach(req, inp, *replay)
             return self._refuse(inp, "the thread has no open interrupts or tool calls to answer", "nothing_to_resume")
         if active is not None:
@@ -182,11 +184,11 @@ class AguiEndpoint:
             client=_client(inp),
             check_history=history_check(inp.messages[:-1]),
         )
-        self.store.mark_segment(thread, [client_run], stream.run_id, -1)
+        self.store.sessions.mark_segment(thread, [client_run], stream.run_id, -1)
         return self._reply(inp, stream.run_id, -1)
 
     def _active(self, thread: str) -> RunView | None:
-        run_id = self.store.session_active(thread)
+        run_id = self.store.sessions.active(thread)
         if run_id is None:
             return None
         try:
@@ -221,14 +223,14 @@ class AguiEndpoint:
             self.runtime.continue_run(view.run_id, decisions)
         except (RunNotPausedError, RunBusyError):  # the same resume, racing this one, went first
             return self._attach(req, inp, *self._wait_segment(inp.thread_id, names))
-        self.store.mark_segment(inp.thread_id, names, view.run_id, before)
+        self.store.sessions.mark_segment(inp.thread_id, names, view.run_id, before)
         return self._reply(inp, view.run_id, before)
 
     def _wait_segment(self, thread: str, names: list[str]) -> tuple[str, int]:
         deadline = time.monotonic() + RACE_SECONDS
         while True:
             for name in names:
-                if (seen := self.store.segment(thread, name)) is not None:
+                if (seen := self.store.sessions.segment(thread, name)) is not None:
                     return seen
             if time.monotonic() > deadline:
                 raise RunBusyError(f"thread {thread!r} is being resumed by another request; retry with its runId")
@@ -241,8 +243,8 @@ class AguiEndpoint:
         self.runtime.agent_manifest(agent_id)
         inp = parse_input(req.body())
         self.access.session(req, inp.thread_id, "read", agent_id)
-        seen = self.store.segment(inp.thread_id, inp.run_id)
-        run_id = seen[0] if seen else self.store.session_active(inp.thread_id)
+        seen = self.store.sessions.segment(inp.thread_id, inp.run_id)
+        run_id = seen[0] if seen else self.store.sessions.active(inp.thread_id)
         if run_id is None:
             newest = self.runtime.runs(session_id=inp.thread_id, agent_id=agent_id, limit=1).runs
             if not newest:

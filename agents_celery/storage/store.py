@@ -1,16 +1,22 @@
-"""Run store: create, claim, commit and stop runs; sessions, the effect ledger, manifests, the live index.
+"""Run store: create, load, claim, commit and stop runs, and the live index the sweeper works from.
 
 Every write that touches one run goes through a Lua script in :mod:`agents_celery.storage.scripts`, fenced by the
-run's lease token. Session and global keys are written with separate commands (they live in other slots).
+run's lease token; the keys are documented in :mod:`agents_celery.storage.keys` (per run, and ``<p>:live``).
+What crosses to the two busiest scripts is typed: :class:`CommitArgs` builds ``lua/commit.lua``'s ARGV by the
+names the script gives them, :class:`ClaimReply` reads ``lua/claim.lua``'s reply by name.
+
+The other nouns have modules of their own, which the store holds as attributes: ``store.ledger`` (the effect
+ledger, :mod:`.ledger`), ``store.sessions`` (:mod:`.sessions`), ``store.states`` (the state cache,
+:mod:`.states`), ``store.agents`` (manifests, :mod:`.manifests`), ``store.index`` (run and session listings,
+:mod:`.index`) and ``store.log`` (the event log, :mod:`.eventlog`). Session and global keys are written with
+separate commands (they live in other slots).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -26,8 +32,14 @@ from .connections import IdleCheck, ThreadClients, reconnect_if_closed
 from .eventlog import EventLog, LogStatus
 from .index import Entry, RunIndex
 from .keys import Keys
+from .ledger import Effect, Ledger, parse_effect
+from .manifests import Manifests
 from .pending import Pending, SendAhead, call_now
 from .scripts import refusal, register
+from .sessions import Sessions
+from .states import CachedState, StateCache
+
+__all__ = ["Ack", "CachedState", "Claim", "ClaimReply", "CommitArgs", "Effect", "RunStore", "SentClaim", "entry_of"]
 
 log = logging.getLogger(__name__)
 
@@ -69,79 +81,6 @@ class Claim:
 
 
 @dataclass(frozen=True)
-class Effect:
-    """An effect-ledger entry for one tool call."""
-
-    status: Literal["started", "done"]
-    result: str | None = None
-    error: str | None = None
-
-
-@dataclass
-class CachedState:
-    """A run state this process committed (or is committing), and the id of that version."""
-
-    state_id: str
-    state: RunState
-    #: Set once the commit that writes this version has returned; ``committed`` says whether it succeeded.
-    ready: threading.Event = field(default_factory=threading.Event)
-    committed: bool = False
-
-    def wait(self, timeout: float) -> bool:
-        """Whether the version is usable: its commit returned successfully (waiting up to ``timeout``)."""
-        return self.ready.wait(timeout) and self.committed
-
-    def confirm(self) -> None:
-        """Its commit returned successfully: the state may be used."""
-        self.committed = True
-        self.ready.set()
-
-
-class StateCache:
-    """The last few run states this process committed, by run id, with the id of that version.
-
-    Only a claim that finds the same version in Redis (no one committed since) uses an entry; an attempt
-    that ends without committing forgets its run, so nothing it changed in memory is reused. A commit enters
-    its version before it is sent (:meth:`expect`), so the next step's claim may be sent while the commit's
-    reply is on its way; the state is used only once that commit has returned (:meth:`CachedState.wait`).
-    """
-
-    def __init__(self, size: int = 128) -> None:
-        self._size = size
-        self._entries: OrderedDict[str, CachedState] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, run_id: str) -> CachedState | None:
-        with self._lock:
-            return self._entries.get(run_id)
-
-    def expect(self, run_id: str, state_id: str, state: RunState) -> CachedState | None:
-        """Enter the version a commit is about to write (None when this cache keeps nothing)."""
-        if self._size <= 0:
-            return None
-        entry = CachedState(state_id, state)
-        with self._lock:
-            self._entries[run_id] = entry
-            self._entries.move_to_end(run_id)
-            while self._entries and len(self._entries) > self._size:
-                self._entries.popitem(last=False)
-        return entry
-
-    def keep(self, run_id: str, state_id: str, state: RunState) -> None:
-        entry = self.expect(run_id, state_id, state)
-        if entry is not None:
-            entry.confirm()
-
-    def forget(self, run_id: str, entry: CachedState | None = None) -> None:
-        """Drop the run's entry (only ``entry``, when given: a newer one stays)."""
-        with self._lock:
-            if entry is None or self._entries.get(run_id) is entry:
-                self._entries.pop(run_id, None)
-        if entry is not None:
-            entry.ready.set()  # not committed: whoever waits for it loads the state instead
-
-
-@dataclass(frozen=True)
 class SentClaim:
     """A claim sent ahead (:meth:`RunStore.claim_sent`) and the cached state it named."""
 
@@ -150,11 +89,98 @@ class SentClaim:
     known: CachedState | None
 
 
-def _effect(raw: str) -> Effect | None:
-    if not raw:
-        return None
-    entry = json.loads(raw)
-    return Effect(entry["status"], entry.get("result"), entry.get("error"))
+@dataclass(frozen=True)
+class ClaimReply:
+    """``lua/claim.lua``'s reply, read by name (the script's header lists it): only an ``OK`` one has more."""
+
+    outcome: str
+    attempt: int = 0
+    #: The first offset of this step's first attempt ('' in the reply: none yet).
+    step_offset: int | None = None
+    next_offset: int = 0
+    #: The state JSON, '' when the caller named the version Redis holds (``known_state_id``).
+    state_json: str = ""
+    stop_reason: str = ""
+    effects: dict[str, Effect | None] = field(default_factory=dict)
+    #: The run's messages list, sent with the state (schema 2 keeps the conversation there).
+    messages: list[Any] = field(default_factory=list)
+    inbox: int = 0
+    blips: int = 0
+
+    @classmethod
+    def parse(cls, reply: Any) -> ClaimReply:
+        outcome = _text(reply[0])
+        if outcome != "OK":
+            return cls(outcome)
+        (_, attempt, step_offset, next_offset, state_json, stop, ids, entries, messages, inbox, blips) = reply
+        return cls(
+            outcome,
+            attempt=int(_text(attempt)),
+            step_offset=int(_text(step_offset)) if _text(step_offset) else None,
+            next_offset=int(_text(next_offset)),
+            state_json=_text(state_json),
+            stop_reason=_text(stop),
+            effects={_text(i): parse_effect(_text(e)) for i, e in zip(ids or [], entries or [], strict=True)},
+            messages=messages or [],
+            inbox=int(inbox),
+            blips=int(_text(blips)),
+        )
+
+
+@dataclass(frozen=True)
+class CommitArgs:
+    """``lua/commit.lua``'s ARGV, by the names the script gives them (its header says what each means); then
+    the messages to append and the events. :meth:`argv` is the one place they are put in order."""
+
+    token: str
+    expected_step: int
+    new_step: int
+    state_json: str
+    log_status: LogStatus
+    retention_ms: int
+    tombstone_ms: int
+    release: bool
+    next_kind: str
+    now_ms: int
+    state_id: str
+    #: The next step's task message, pushed with the commit (the broker is this Redis), or ''.
+    task_message: str = ""
+    #: JSON list of the tool call ids the next tool step's claim starts, or '' (the run is not live).
+    ledger_calls: str = ""
+    #: Elements of the messages list to keep (-1: all; 0: none).
+    keep: int = -1
+    #: The delivery tag of the step's own message, acked with the commit, or ''.
+    ack_tag: str = ""
+    #: The Celery task committing (the parent of the run's next step message), or ''.
+    task_id: str = ""
+    #: Inbox messages the state took in: checked when the run completes (None: not checked).
+    inbox_taken: int | None = None
+    messages: Sequence[str] = ()
+    events: Sequence[str] = ()
+
+    def argv(self) -> list[str]:
+        return [
+            self.token,
+            str(self.expected_step),
+            str(self.new_step),
+            self.state_json,
+            self.log_status,
+            str(self.retention_ms),
+            str(self.tombstone_ms),
+            "1" if self.release else "0",
+            self.next_kind,
+            str(self.now_ms),
+            self.state_id,
+            self.task_message,
+            self.ledger_calls,
+            str(self.keep),
+            str(len(self.messages)),
+            self.ack_tag,
+            self.task_id,
+            "" if self.inbox_taken is None else str(self.inbox_taken),
+            *self.messages,
+            *self.events,
+        ]
 
 
 def entry_of(state: RunState) -> Entry:
@@ -201,16 +227,12 @@ class RunStore:
         self._give_back = register(client, "give_back")
         self._commit = register(client, "commit")
         self._inbox_push = register(client, "inbox_push")
-        self._effect_begin = register(client, "effect_begin")
-        self._effect_done = register(client, "effect_done")
-        self._effect_reset = register(client, "effect_reset")
-        self._session_take = register(client, "session_take")
-        self._session_release = register(client, "session_release")
-        self._session_sync = register(client, "session_sync")
-        self._session_own = register(client, "session_own")
         #: Versions of live runs' states this process committed: its next claim of the run skips the load.
         self.states = StateCache(cached_states)
         self.index = RunIndex(client, self.keys, settings)
+        self.ledger = Ledger(client, self.keys, self._client, send_ahead)
+        self.sessions = Sessions(client, self.keys, settings, self.index)
+        self.agents = Manifests(client, self.keys)
 
     def _client(self) -> redis.Redis | None:
         """The calling thread's own client, or None (the scripts' registered, shared one)."""
@@ -285,14 +307,11 @@ class RunStore:
         return [k.run, k.lease, k.stop, k.events, k.effects, k.messages, k.inbox], args
 
     def _claimed(self, run_id: str, reply: Any, known: CachedState | None) -> Claim:
-        outcome = _text(reply[0])
-        if outcome != "OK":
-            return Claim(outcome)  # type: ignore[arg-type]
-        _, attempt, previous, nxt, raw, stop = (_text(v) for v in reply[:6])
-        ids, entries = reply[6] or [], reply[7] or []
-        effects = {_text(i): _effect(_text(e)) for i, e in zip(ids, entries, strict=True)}
-        if raw:
-            state = load_state(raw, reply[8])
+        r = ClaimReply.parse(reply)
+        if r.outcome != "OK":
+            return Claim(r.outcome)  # type: ignore[arg-type]
+        if r.state_json:
+            state = load_state(r.state_json, r.messages)
         elif known is not None and known.wait(self.settings.lease_ttl_ms / 1000):
             state = known.state  # Redis holds the version this process committed
         elif known is not None:  # that version is in Redis, but its commit did not return here: read it back
@@ -301,14 +320,14 @@ class RunStore:
             raise StateError(f"run {run_id!r} has no stored state")
         return Claim(
             "OK",
-            attempt=int(attempt),
-            step_offset=int(previous) if previous else None,
-            next_offset=int(nxt),
+            attempt=r.attempt,
+            step_offset=r.step_offset,
+            next_offset=r.next_offset,
             state=state,
-            stop_reason=stop,
-            effects=effects,
-            inbox=int(reply[9]) if len(reply) > 9 else 0,
-            blips=int(reply[10]) if len(reply) > 10 else 0,
+            stop_reason=r.stop_reason,
+            effects=r.effects,
+            inbox=r.inbox,
+            blips=r.blips,
         )
 
     def give_back(self, run_id: str, step: int, token: str, not_run: Sequence[str] = ()) -> bool:
@@ -364,27 +383,27 @@ class RunStore:
         v1 = self.settings.state_schema == 1  # messages inside the JSON; the list is left alone
         if v1:
             keep, new_messages, stored = -1, [], None
-        args = [
-            token,
-            str(expected_step),
-            str(new_step),
-            state.to_json_v1() if v1 else state.to_json(),
-            log_status,
-            str(self.settings.retention_ms),
-            str(self.settings.tombstone_ms),
-            "1" if release else "0",
-            state.next,
-            str(state.updated_at),
-            state_id,
-            task[1] if task else "",
-            json.dumps(state.ledger_calls) if log_status == "live" else "",
-            "-1" if v1 or (stored is not None and keep == len(stored)) else str(keep),
-            str(len(new_messages)),
-            ack.tag if ack else "",
-            task_id,
-            str(state.inbox_taken) if log_status == "ended" and state.status == RunStatus.COMPLETED else "",
-        ]
-        args += [json.dumps(m) for m in new_messages] + [e.json for e in events]
+        args = CommitArgs(
+            token=token,
+            expected_step=expected_step,
+            new_step=new_step,
+            state_json=state.to_json_v1() if v1 else state.to_json(),
+            log_status=log_status,
+            retention_ms=self.settings.retention_ms,
+            tombstone_ms=self.settings.tombstone_ms,
+            release=release,
+            next_kind=state.next,
+            now_ms=state.updated_at,
+            state_id=state_id,
+            task_message=task[1] if task else "",
+            ledger_calls=json.dumps(state.ledger_calls) if log_status == "live" else "",
+            keep=-1 if v1 or (stored is not None and keep == len(stored)) else keep,
+            ack_tag=ack.tag if ack else "",
+            task_id=task_id,
+            inbox_taken=state.inbox_taken if log_status == "ended" and state.status == RunStatus.COMPLETED else None,
+            messages=[json.dumps(m) for m in new_messages],
+            events=[e.json for e in events],
+        )
         keys = [k.run, k.events, k.lease, k.effects, k.gone, k.stop, k.messages, k.inbox]
         if task or ack:  # keys the script does not touch stand in for the missing ones: it reads ARGV first
             keys += [task[0] if task else k.run, *((ack.index_key, ack.hash_key) if ack else (k.run, k.run))]
@@ -393,7 +412,7 @@ class RunStore:
         if entry is None:
             self.states.forget(state.run_id)
         try:
-            first = self._commit_once(state.run_id, state_id, keys, args)
+            first = self._commit_once(state.run_id, state_id, keys, args.argv())
         except BaseException as exc:
             self.states.forget(state.run_id, entry)
             mapped = refusal(exc, state.run_id) if isinstance(exc, redis.ResponseError) else None
@@ -438,38 +457,6 @@ class RunStore:
 
     def stop_requested(self, run_id: str) -> bool:
         return bool(self.redis.exists(self.keys.run(run_id).stop))
-
-    # -- effect ledger -------------------------------------------------------------------------------
-
-    def effect_begin(self, run_id: str, tool_call_id: str, token: str) -> Effect | None:
-        """Record that a tool call starts; return the existing entry instead when there is one."""
-        k = self.keys.run(run_id)
-        try:
-            raw = _text(
-                self._effect_begin(keys=[k.effects, k.lease], args=[tool_call_id, token], client=self._client())
-            )
-        except redis.ResponseError as exc:
-            mapped = refusal(exc, run_id)
-            raise (mapped or exc) from None
-        return _effect(raw)
-
-    def effect_done(self, run_id: str, tool_call_id: str, token: str, result: str, error: str | None) -> bool:
-        """Record a finished tool call's result (only the attempt that started it may)."""
-        entry = json.dumps({"status": "done", "token": token, "result": result, "error": error})
-        k = self.keys.run(run_id)
-        return bool(self._effect_done(keys=[k.effects], args=[tool_call_id, token, entry], client=self._client()))
-
-    def effect_done_sent(self, run_id: str, tool_call_id: str, token: str, result: str, error: str | None) -> Pending:
-        """:meth:`effect_done`, sent now and answered later: Redis records the result as soon as it reads the
-        command, while the step goes on to build its commit; :meth:`Pending.wait` reads the answer."""
-        entry = json.dumps({"status": "done", "token": token, "result": result, "error": error})
-        k = self.keys.run(run_id)
-        return self._send_ahead(self.redis, self._effect_done, [k.effects], [tool_call_id, token, entry], True)
-
-    def effect_reset(self, run_id: str, tool_call_id: str, token: str) -> None:
-        """Forget a started-but-unfinished entry, after a human approved running the call again."""
-        k = self.keys.run(run_id)
-        self._effect_reset(keys=[k.effects, k.lease], args=[tool_call_id, token], client=self._client())
 
     # -- the live index (sweeper) --------------------------------------------------------------------
 
@@ -568,119 +555,43 @@ class RunStore:
             self.index.forget(pipe, entry_of(state))
             pipe.execute()
 
-    def delete_session(self, session_id: str, user_ids: Sequence[str | None]) -> None:
-        """Remove a session's conversation and its index entries (its runs are deleted one by one first)."""
-        sk = self.keys.session(session_id)
-        with self.redis.pipeline(transaction=False) as pipe:
-            pipe.delete(sk.history, sk.synced, sk.agui, sk.owner)
-            self.index.forget_session(pipe, session_id, None)
-            for user_id in {u for u in user_ids if u}:
-                self.index.forget_session(pipe, session_id, user_id)
-            pipe.execute()
-
     def unwatch(self, run_id: str) -> None:
         self.redis.zrem(self.keys.live, run_id)
 
-    # -- sessions ------------------------------------------------------------------------------------
+    # -- what the Runtime still calls by its old names (one line each: the nouns' own modules do the work) ----
 
     def session_active(self, session_id: str) -> str | None:
-        value = self.redis.get(self.keys.session(session_id).active)
-        return _text(value) if value is not None else None
+        return self.sessions.active(session_id)
 
     def session_take(self, session_id: str, run_id: str, previous: str | None) -> bool:
-        """Make ``run_id`` the session's active run if the active one is still ``previous`` (or none)."""
-        key = self.keys.session(session_id).active
-        return bool(self._session_take(keys=[key], args=[run_id, previous or ""]))
+        return self.sessions.take(session_id, run_id, previous)
 
     def session_release(self, session_id: str, run_id: str) -> None:
-        """Free the session if ``run_id`` is still its active run."""
-        key = self.keys.session(session_id).active
-        self._session_release(keys=[key], args=[run_id])
+        self.sessions.release(session_id, run_id)
 
     def session_history(self, session_id: str) -> list[dict[str, Any]]:
-        return [json.loads(m) for m in self.redis.lrange(self.keys.session(session_id).history, 0, -1)]
+        return self.sessions.history(session_id)
 
     def session_sync(self, state: RunState) -> None:
-        """Append a finished run's messages to its session's history, once (idempotent)."""
-        sk = self.keys.session(state.session_id)
-        # A session made for this run alone ends with it: its history is kept as long as the run's log.
-        ttl = str(self.settings.retention_ms if state.own_session else int(self.settings.session_ttl_seconds * 1000))
-        messages = [json.dumps(m) for m in state.new_messages] if state.status == "completed" else []
-        self._session_sync(keys=[sk.history, sk.synced, sk.owner], args=[state.run_id, ttl, *messages])
+        self.sessions.sync(state)
 
     def session_owner(self, session_id: str) -> tuple[bool, str | None]:
-        """Whether the session has an owner recorded, and who (None: a run without a user started it)."""
-        raw = self.redis.get(self.keys.session(session_id).owner)
-        if raw is None:
-            return False, None
-        return True, _owner(_text(raw))
+        return self.sessions.owner(session_id)
 
     def session_own(self, session_id: str, user_id: str | None) -> str | None:
-        """Record ``user_id`` as the session's owner unless it has one; returns the owner as recorded."""
-        ttl = max(int(self.settings.session_ttl_seconds * 1000), self.settings.retention_ms)
-        recorded = self._session_own(keys=[self.keys.session(session_id).owner], args=[_owner_value(user_id), ttl])
-        return _owner(_text(recorded))
+        return self.sessions.own(session_id, user_id)
 
     def wait_in_line(self, session_id: str, run_id: str) -> None:
-        """Put a run at the end of the session's line (it starts when the runs before it ended)."""
-        self.redis.rpush(self.keys.session(session_id).waiting, run_id)
-
-    def first_in_line(self, session_id: str) -> str | None:
-        value = self.redis.lindex(self.keys.session(session_id).waiting, 0)
-        return _text(value) if value is not None else None
+        self.sessions.wait_in_line(session_id, run_id)
 
     def leave_line(self, session_id: str, run_id: str, front: bool = False) -> None:
-        """Take a run out of the session's line (``front``: put it back at the head instead)."""
-        key = self.keys.session(session_id).waiting
-        self.redis.lrem(key, 1, run_id)
-        if front:
-            self.redis.lpush(key, run_id)
+        self.sessions.leave_line(session_id, run_id, front)
 
-    def segment(self, session_id: str, name: str) -> tuple[str, int] | None:
-        """Where the AG-UI stream named ``name`` (a runId, or ``resume:<ids>``) starts: run id and offset."""
-        raw = self.redis.hget(self.keys.session(session_id).agui, name)
-        if raw is None:
-            return None
-        run_id, _, after = _text(raw).partition(" ")
-        return run_id, int(after)
-
-    def mark_segment(self, session_id: str, names: Sequence[str], run_id: str, after: int) -> None:
-        """Record that the AG-UI streams ``names`` start after ``after`` in ``run_id`` (first record wins)."""
-        key = self.keys.session(session_id).agui
-        with self.redis.pipeline(transaction=False) as pipe:
-            for name in names:
-                pipe.hsetnx(key, name, f"{run_id} {after}")
-            pipe.pexpire(key, int(self.settings.session_ttl_seconds * 1000))
-            pipe.execute()
-
-    # -- agents --------------------------------------------------------------------------------------
-
-    def publish_manifests(self, manifests: Sequence[dict[str, Any]]) -> None:
-        """Publish agent manifests (workers do this at start-up), keeping their module order."""
-        if manifests:
-            self.redis.hset(
-                self.keys.agents,
-                mapping={m["name"]: json.dumps({**m, "position": i}) for i, m in enumerate(manifests)},
-            )
+    def delete_session(self, session_id: str, user_ids: Sequence[str | None]) -> None:
+        self.sessions.delete(session_id, user_ids)
 
     def manifests(self) -> list[dict[str, Any]]:
-        """Published manifests, in the order their module defines them."""
-        try:
-            raw = self.redis.hvals(self.keys.agents)
-        except redis.ConnectionError as exc:
-            raise RedisUnavailableError(f"Redis does not answer: {exc}") from exc
-        found = [json.loads(v) for v in raw]
-        return sorted(found, key=lambda m: (m.get("position", 0), m["name"]))
+        return self.agents.all()
 
     def manifest(self, name: str) -> dict[str, Any] | None:
-        raw = self.redis.hget(self.keys.agents, name)
-        return json.loads(raw) if raw else None
-
-
-def _owner_value(user_id: str | None) -> str:
-    """How a session's owner is stored: ``u:<id>``, or ``-`` for none."""
-    return "-" if user_id is None else f"u:{user_id}"
-
-
-def _owner(value: str) -> str | None:
-    return None if value == "-" else value.removeprefix("u:")
+        return self.agents.get(name)

@@ -77,7 +77,7 @@ class InlineRunner:
         self.runtime = Runtime(settings=self.settings, agents=list(agents), enqueue=enqueue)
         store = RunStore(connect(url), self.settings)
         self.engine = Engine(store, {a.name: a for a in agents}, enqueue, hooks)
-        store.publish_manifests([a.manifest() for a in agents])
+        store.agents.publish([a.manifest() for a in agents])
 
     def _queue_step(self, run_id: str, step: int, agent_id: str, *_: Any, **__: Any) -> None:
         self._queue.append((run_id, step, agent_id))  # the queue and the task ids do not matter in process

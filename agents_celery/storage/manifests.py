@@ -1,0 +1,46 @@
+"""Agent manifests: what the workers serve, published at start-up so an API process lists agents without their code.
+
+Keys (see :mod:`agents_celery.storage.keys`): ``<p>:agents``, a hash of agent name -> manifest JSON (with its
+``position`` in the agents module), no TTL.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+
+from ..errors import RedisUnavailableError
+from .keys import Keys
+
+
+class Manifests:
+    """The published manifests (``RunStore.agents``)."""
+
+    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+        self.redis = client
+        self.keys = keys
+
+    def publish(self, manifests: Sequence[dict[str, Any]]) -> None:
+        """Publish agent manifests (workers do this at start-up), keeping their module order."""
+        if manifests:
+            self.redis.hset(
+                self.keys.agents,
+                mapping={m["name"]: json.dumps({**m, "position": i}) for i, m in enumerate(manifests)},
+            )
+
+    def all(self) -> list[dict[str, Any]]:
+        """Published manifests, in the order their module defines them."""
+        try:
+            raw = self.redis.hvals(self.keys.agents)
+        except redis.ConnectionError as exc:
+            raise RedisUnavailableError(f"Redis does not answer: {exc}") from exc
+        found = [json.loads(v) for v in raw]
+        return sorted(found, key=lambda m: (m.get("position", 0), m["name"]))
+
+    def get(self, name: str) -> dict[str, Any] | None:
+        """One agent's manifest (None: no worker published it)."""
+        raw = self.redis.hget(self.keys.agents, name)
+        return json.loads(raw) if raw else None
