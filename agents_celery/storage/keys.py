@@ -4,6 +4,11 @@ All keys start with a configurable prefix (``AGENTS_CELERY_KEY_PREFIX``, default
 one run carries the run id as a hash tag (``{run_id}``), so each Lua script touches a single slot and the
 schema runs unchanged on Redis Cluster. Session keys carry the session id as their hash tag.
 
+Each noun's module documents its keys by pointing here: the run store (:mod:`.store`: the run record, its
+messages, inbox, lease, stop, gone and ``<p>:live``), the event log (:mod:`.eventlog`), the effect ledger
+(:mod:`.ledger`), sessions (:mod:`.sessions`), manifests (:mod:`.manifests`), the indexes (:mod:`.index`), the
+state cache (:mod:`.states`, which keeps versions of ``state`` named by ``state_id`` and has no key of its own).
+
 Per run (``<p>:run:{<run_id>}...``):
 
 - ``<p>:run:{<rid>}`` *hash* — the run record. Fields: ``state`` (RunState JSON), ``step`` (number of
@@ -25,7 +30,7 @@ Per run (``<p>:run:{<run_id>}...``):
   at its next model turn; the state's ``inbox_taken`` counts those taken. Same TTL as the run record.
 - ``<p>:run:{<rid>}:lease`` *string* — token of the attempt that owns the run now. ``PX lease_ttl``,
   renewed by the heartbeat. Every write to the run is refused unless it carries this token.
-- ``<p>:run:{<rid>}:effects`` *hash* — effect ledger, ``tool_call_id`` -> JSON ``{status, token,
+- ``<p>:run:{<rid>}:effects`` *hash* — effect ledger (:mod:`.ledger`), ``tool_call_id`` -> JSON ``{status, token,
   result, error}``; ``status`` is ``started`` or ``done``. Same TTL as the run record.
 - ``<p>:run:{<rid>}:sent`` *string* — ``<step>:<attempt>`` of the step the sweeper last sent again: while no
   claim changed ``attempt`` since, that message is still queued and the sweeper sends no other copy.
@@ -35,7 +40,7 @@ Per run (``<p>:run:{<run_id>}...``):
 - ``<p>:run:{<rid>}:gone`` *string* — tombstone written when the run ends, ``PX retention + tombstone``;
   tells an expired run (410) from one that never existed (404).
 
-Per session (``<p>:session:{<sid>}...``):
+Per session (``<p>:session:{<sid>}...``; :mod:`.sessions`):
 
 - ``<p>:session:{<sid>}:active`` *string* — id of the session's queued/running/paused run.
 - ``<p>:session:{<sid>}:history`` *list* — the session's conversation (OpenAI message JSON), appended when
@@ -53,7 +58,7 @@ Per session (``<p>:session:{<sid>}...``):
 
 Global:
 
-- ``<p>:agents`` *hash* — agent name -> manifest JSON published by workers at start-up. No TTL.
+- ``<p>:agents`` *hash* — agent name -> manifest JSON published by workers at start-up (:mod:`.manifests`). No TTL.
 - ``<p>:runs`` *sorted set* — run id -> creation time (ms), every run: what lists runs (storage/index.py).
 - ``<p>:runs:agent:<name>``, ``<p>:runs:session:<sid>``, ``<p>:runs:user:<uid>`` *sorted sets* — the same, per
   agent, session and user; ``<p>:runs:status:<class>`` per status class (``live``, ``paused``, ``completed``,
