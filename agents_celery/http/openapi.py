@@ -1,15 +1,18 @@
-"""The OpenAPI 3.1 description of the API (``GET /openapi.json``), written out by hand from the body models."""
+"""The OpenAPI 3.1 description of the API (``GET /openapi.json``): its paths from the route table
+(:mod:`.routes`), its bodies from the body models (:mod:`.bodies`); ``/health`` and this document are written here."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import ag_ui.core as agui
+from pydantic import BaseModel
 
 from .. import __version__
 from ..runs import RunStatus
 from ..storage.index import MAX_LIMIT
 from .bodies import ContinueBody, MessageBody, ResumeBody, RunBody, ScheduleBody
+from .routes import COMMON_ERRORS, ROUTES, Route, paths, template
 
 _ERROR = {
     "type": "object",
@@ -30,13 +33,9 @@ _REASONS = {
 }
 
 
-def _errors(*codes: str) -> dict[str, Any]:
+def _errors(*codes: int) -> dict[str, Any]:
     ref = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
-    return {c: {"description": _REASONS[c], "content": ref} for c in ("401", "503", *codes)}
-
-
-def _path(*names: str) -> list[dict[str, Any]]:
-    return [{"name": n, "in": "path", "required": True, "schema": {"type": "string"}} for n in names]
+    return {str(c): {"description": _REASONS[str(c)], "content": ref} for c in (*COMMON_ERRORS, *codes)}
 
 
 def _query(name: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -51,49 +50,78 @@ def _form_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return {**schema, "properties": props}
 
 
-def _body(name: str) -> dict[str, Any]:
-    ref = {"$ref": f"#/components/schemas/{name}"}
-    form = {"$ref": f"#/components/schemas/{name}Form"}
-    return {
-        "required": name != "ResumeBody" and name != "ContinueBody",
-        "content": {
-            "application/json": {"schema": ref},
-            "application/x-www-form-urlencoded": {"schema": form},
-            "multipart/form-data": {"schema": form},
-        },
-    }
+def _body(model: type[BaseModel]) -> dict[str, Any]:
+    """A route's request body: JSON or a form for ours, JSON for AG-UI's RunAgentInput."""
+    name = model.__name__
+    required = any(field.is_required() for field in model.model_fields.values())
+    content: dict[str, Any] = {"application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}}}
+    if model in _FORM_BODIES:
+        form = {"schema": {"$ref": f"#/components/schemas/{name}Form"}}
+        content.update({"application/x-www-form-urlencoded": form, "multipart/form-data": form})
+    return {"required": required, "content": content}
 
 
-def _agui_body() -> dict[str, Any]:
-    return {
-        "required": True,
-        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RunAgentInput"}}},
-    }
+_FORM_BODIES = (RunBody, ContinueBody, ResumeBody, ScheduleBody, MessageBody)
+_TYPES = {"str": "string", "int": "integer"}
 
-
-def _op(summary: str, ok: dict[str, Any], *errors: str, **extra: Any) -> dict[str, Any]:
-    return {"summary": summary, "responses": {**ok, **_errors(*errors)}, **extra}
-
-
-def _paths() -> dict[str, Any]:
-    run = _path("agent_id", "run_id")
-    stream_or_json = {
-        "200": {"description": "SSE (stream=true) or the run as JSON", "content": {**_SSE, **_JSON_OBJECT}},
-        "202": {"description": "background=true: accepted", "content": _JSON_OBJECT},
-    }
-    idem = {"name": "Idempotency-Key", "in": "header", "required": False, "schema": {"type": "string"}}
-    events_params = [
+#: The query and header parameters of the routes that take some (by route name).
+_PAGE = [
+    _query("limit", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}),
+    _query("cursor", {"type": "string", "description": "next_cursor of the previous page"}),
+]
+_INPUTS: dict[str, list[dict[str, Any]]] = {
+    "create_run": [{"name": "Idempotency-Key", "in": "header", "required": False, "schema": {"type": "string"}}],
+    "list_runs": [
+        _query("status", {"enum": [s.value for s in RunStatus]}),
+        _query("agent_id"),
+        _query("session_id"),
+        _query("user_id"),
+    ],
+    "list_sessions": [_query("user_id")],
+    "run_events": [
         {"name": "after", "in": "query", "required": False, "schema": {"type": "integer", "minimum": -1}},
         {"name": "format", "in": "query", "required": False, "schema": {"enum": ["canonical", "agui"]}},
         {"name": "until", "in": "query", "required": False, "schema": {"enum": ["pause", "end"]}},
         {"name": "Last-Event-ID", "in": "header", "required": False, "schema": {"type": "integer", "minimum": -1}},
-    ]
-    page_params = [
-        _query("limit", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}),
-        _query("cursor", {"type": "string", "description": "next_cursor of the previous page"}),
-    ]
-    return {
-        "/health": {
+    ],
+    "agui_connect": [{"name": "Last-Event-ID", "in": "header", "required": False, "schema": {"type": "string"}}],
+}
+assert set(_INPUTS) <= {r.name for r in ROUTES}, "parameters of a route the table does not have"
+
+
+def _answers(route: Route) -> dict[str, Any]:
+    """The success answers of a route, by what it answers."""
+    if route.answer == "wait":
+        return {
+            "200": {"description": "SSE (stream=true) or the run as JSON", "content": {**_SSE, **_JSON_OBJECT}},
+            "202": {"description": "background=true: accepted", "content": _JSON_OBJECT},
+        }
+    if route.status == 204:
+        return {"204": {"description": route.returns}}
+    content = {"sse": _SSE, "list": _JSON_ANY}.get(route.answer, _JSON_OBJECT)
+    ok = {str(route.status): {"description": route.returns, "content": content}}
+    if route.name == "run_events":  # an EventSource stops reconnecting on a 204
+        ok["204"] = {"description": "nothing more will come"}
+    return ok
+
+
+def _operation(route: Route) -> dict[str, Any]:
+    op: dict[str, Any] = {"summary": route.summary, "responses": {**_answers(route), **_errors(*route.errors)}}
+    if route.body is not None:
+        op["requestBody"] = _body(route.body)
+    inputs = _INPUTS.get(route.name, []) + (_PAGE if route.answer == "page" else [])
+    if inputs:
+        op["parameters"] = inputs
+    return op
+
+
+def _openapi_path(path: str) -> str:
+    return template(path, lambda name, kind: "{" + name + "}")
+
+
+def _paths() -> dict[str, Any]:
+    found: dict[str, Any] = {
+        "/health": {  # special: no API key
             "get": {
                 "summary": "Redis reachable?",
                 "responses": {
@@ -104,176 +132,26 @@ def _paths() -> dict[str, Any]:
             }
         },
         "/openapi.json": {"get": _op("this document", {"200": {"description": "spec", "content": _JSON_OBJECT}})},
-        "/agents": {"get": _op("agent manifests", {"200": {"description": "list", "content": _JSON_ANY}})},
-        "/agents/{agent_id}": {
-            "get": _op("one agent", {"200": {"description": "manifest", "content": _JSON_OBJECT}}, "404"),
-            "parameters": _path("agent_id"),
-        },
-        "/agents/{agent_id}/runs": {
-            "post": _op(
-                "start a run",
-                stream_or_json,
-                "400",
-                "404",
-                "409",
-                "422",
-                requestBody=_body("RunBody"),
-                parameters=[idem],
-            ),
-            "parameters": _path("agent_id"),
-        },
-        "/agents/{agent_id}/runs/{run_id}/continue": {
-            "post": _op(
-                "answer a paused run",
-                stream_or_json,
-                "400",
-                "404",
-                "409",
-                "410",
-                "422",
-                requestBody=_body("ContinueBody"),
-            ),
-            "parameters": run,
-        },
-        "/agents/{agent_id}/runs/{run_id}/resume": {
-            "post": _op(
-                "reconnect to a run's events",
-                {"200": {"description": "SSE", "content": _SSE}},
-                "400",
-                "404",
-                "410",
-                "422",
-                requestBody=_body("ResumeBody"),
-            ),
-            "parameters": run,
-        },
-        "/agents/{agent_id}/runs/{run_id}/cancel": {
-            "post": _op(
-                "stop a run", {"200": {"description": "stopping", "content": _JSON_OBJECT}}, "404", "409", "410"
-            ),
-            "parameters": run,
-        },
-        "/agents/{agent_id}/runs/{run_id}/stop": {
-            "post": _op(
-                "alias of cancel", {"200": {"description": "stopping", "content": _JSON_OBJECT}}, "404", "409", "410"
-            ),
-            "parameters": run,
-        },
-        "/runs": {
-            "get": _op(
-                "runs, newest first: {runs, next_cursor}",
-                {"200": {"description": "a page of runs", "content": _JSON_OBJECT}},
-                "400",
-                parameters=[
-                    _query("status", {"enum": [s.value for s in RunStatus]}),
-                    _query("agent_id"),
-                    _query("session_id"),
-                    _query("user_id"),
-                    *page_params,
-                ],
-            )
-        },
-        "/runs/{run_id}": {
-            "get": _op("run state", {"200": {"description": "state", "content": _JSON_OBJECT}}, "404", "410"),
-            "delete": _op("delete an ended run", {"204": {"description": "deleted"}}, "404", "409", "410"),
-            "parameters": _path("run_id"),
-        },
-        "/sessions": {
-            "get": _op(
-                "sessions, most recently active first: {sessions, next_cursor}",
-                {"200": {"description": "a page of sessions", "content": _JSON_OBJECT}},
-                "400",
-                parameters=[_query("user_id"), *page_params],
-            )
-        },
-        "/sessions/{session_id}": {
-            "get": _op(
-                "a session: its conversation and runs",
-                {"200": {"description": "session", "content": _JSON_OBJECT}},
-                "404",
-            ),
-            "delete": _op("delete a session and its runs", {"204": {"description": "deleted"}}, "404", "409"),
-            "parameters": _path("session_id"),
-        },
-        "/runs/{run_id}/messages": {
-            "post": _op(
-                "steer a live run: a user message taken in at its next model turn",
-                {"202": {"description": "accepted", "content": _JSON_OBJECT}},
-                "400",
-                "404",
-                "409",
-                "410",
-                "422",
-                requestBody=_body("MessageBody"),
-            ),
-            "parameters": _path("run_id"),
-        },
-        "/schedules": {
-            "post": _op(
-                "schedule runs: cron (UTC) or every_seconds",
-                {"201": {"description": "the schedule", "content": _JSON_OBJECT}},
-                "400",
-                "404",
-                "422",
-                requestBody=_body("ScheduleBody"),
-            ),
-            "get": _op("every schedule", {"200": {"description": "{schedules}", "content": _JSON_OBJECT}}),
-        },
-        "/schedules/{schedule_id}": {
-            "get": _op("one schedule", {"200": {"description": "the schedule", "content": _JSON_OBJECT}}, "404"),
-            "delete": _op("delete a schedule", {"204": {"description": "deleted"}}, "404"),
-            "parameters": _path("schedule_id"),
-        },
-        "/schedules/{schedule_id}/pause": {
-            "post": _op("pause a schedule", {"200": {"description": "the schedule", "content": _JSON_OBJECT}}, "404"),
-            "parameters": _path("schedule_id"),
-        },
-        "/schedules/{schedule_id}/resume": {
-            "post": _op("resume a schedule", {"200": {"description": "the schedule", "content": _JSON_OBJECT}}, "404"),
-            "parameters": _path("schedule_id"),
-        },
-        "/agui/{agent_id}": {
-            "post": _op(
-                "run, resume or attach to a run in AG-UI's protocol (RunAgentInput in, AG-UI events out)",
-                {"200": {"description": "AG-UI 1.0 events (SSE)", "content": _SSE}},
-                "400",
-                "404",
-                "409",
-                "422",
-                requestBody=_agui_body(),
-            ),
-            "parameters": _path("agent_id"),
-        },
-        "/agui/{agent_id}/connect": {
-            "post": _op(
-                "attach to the thread's run where it stands (AG-UI events)",
-                {"200": {"description": "AG-UI 1.0 events (SSE)", "content": _SSE}},
-                "400",
-                "404",
-                "422",
-                requestBody=_agui_body(),
-                parameters=[{"name": "Last-Event-ID", "in": "header", "required": False, "schema": {"type": "string"}}],
-            ),
-            "parameters": _path("agent_id"),
-        },
-        "/runs/{run_id}/events": {
-            "get": _op(
-                "the run's events (SSE)",
-                {"200": {"description": "SSE", "content": _SSE}, "204": {"description": "nothing more will come"}},
-                "400",
-                "404",
-                "410",
-                parameters=events_params,
-            ),
-            "parameters": _path("run_id"),
-        },
     }
+    for path, routes in paths().items():
+        item: dict[str, Any] = {r.method.lower(): _operation(r) for r in routes}
+        params = routes[0].params
+        if params:
+            item["parameters"] = [
+                {"name": n, "in": "path", "required": True, "schema": {"type": _TYPES[kind]}} for n, kind in params
+            ]
+        found[_openapi_path(path)] = item
+    return found
+
+
+def _op(summary: str, ok: dict[str, Any], *errors: int) -> dict[str, Any]:
+    return {"summary": summary, "responses": {**ok, **_errors(*errors)}}
 
 
 def spec(prefix: str = "") -> dict[str, Any]:
     """The OpenAPI document; ``prefix`` is where the blueprint is mounted."""
     schemas: dict[str, Any] = {"Error": _ERROR}
-    for model in (RunBody, ContinueBody, ResumeBody, ScheduleBody, MessageBody):
+    for model in _FORM_BODIES:
         schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
         for name, sub in schema.pop("$defs", {}).items():
             schemas[name] = sub

@@ -1,6 +1,7 @@
 """The HTTP API, written once: each route is a method of :class:`API` that takes a :class:`Request` and returns
-a :class:`Reply`. The Flask blueprint and the Django app only translate their framework's request into a
-``Request`` and a ``Reply`` into their framework's response (JSON, an SSE stream, or a wait for the run).
+a :class:`Reply`; which path and method calls which is the route table (:mod:`.routes`). The Flask blueprint and
+the Django app only translate their framework's request into a ``Request`` and a ``Reply`` into their framework's
+response (JSON, an SSE stream, or a wait for the run).
 
 Every route validates what it can (agent, run, state, body) *before* it answers, so an unknown run is a 404,
 not a 200 stream carrying an error event. Runs always execute on the workers: a client that disconnects from a
@@ -259,9 +260,12 @@ class API:
     def get_schedule(self, req: Request, schedule_id: str) -> Reply:
         return Reply(200, self._schedule(req, schedule_id, "read").to_dict())
 
-    def pause_schedule(self, req: Request, schedule_id: str, paused: bool) -> Reply:
+    def pause_schedule(self, req: Request, schedule_id: str, paused: bool = True) -> Reply:
         self._schedule(req, schedule_id, "stop" if paused else "start")
         return Reply(200, self.runtime.pause_schedule(schedule_id, paused).to_dict())
+
+    def resume_schedule(self, req: Request, schedule_id: str) -> Reply:
+        return self.pause_schedule(req, schedule_id, False)
 
     def delete_schedule(self, req: Request, schedule_id: str) -> Reply:
         self._schedule(req, schedule_id, "delete")

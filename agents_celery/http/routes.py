@@ -1,0 +1,280 @@
+"""The route table: every route of the HTTP API, written once.
+
+Each :class:`Route` is one operation: a method and a path template, the :class:`~.protocol.API` method it calls
+(with the request and the path's parameters, by name), its name (the Flask endpoint and, for the first route of
+a path, the Django URL name), what it answers, a summary, and what OpenAPI says of it. Three readers:
+
+- the Flask blueprint (:mod:`agents_celery.contrib.flask.routes`) registers one rule per route, one generic view;
+- the Django URLconf (:mod:`agents_celery.contrib.django.urls`) makes one ``path()`` per path template, one
+  generic async view that picks the route by method (405 with ``Allow`` for the others);
+- the OpenAPI document (:mod:`.openapi`) takes its paths, methods, summaries and bodies from here.
+
+A path template names its parameters in braces, typed: ``{run_id}`` is a string without ``/`` (``{n:int}`` an
+integer); :func:`template` spells it the way a framework wants. :data:`SPECIAL` lists the few routes each front
+end writes by hand beside the table (they ask no API key, or call no API method); ``tests/test_routes.py``
+checks that the Flask ``url_map``, the Django ``urlpatterns`` and the OpenAPI ``paths`` are exactly these.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from ag_ui.core import RunAgentInput
+from pydantic import BaseModel
+
+from .bodies import ContinueBody, MessageBody, ResumeBody, RunBody, ScheduleBody
+
+#: What a route answers: ``json`` (an object; a 204 has no body), ``list`` (a JSON array), ``page`` (a page of a
+#: listing, ``{<items>, next_cursor}``, asked with ``limit`` and ``cursor``), ``sse`` (an event stream), ``wait``
+#: (``stream=true``: SSE; ``background=true``: 202; otherwise the run's JSON once it ends or pauses).
+Answer = Literal["json", "list", "page", "sse", "wait"]
+
+#: The error statuses every route may answer (besides its own): no or a wrong API key, Redis down.
+COMMON_ERRORS = (401, 503)
+
+
+@dataclass(frozen=True)
+class Route:
+    """One operation of the API (see the module docs)."""
+
+    method: str
+    path: str
+    name: str
+    answer: Answer
+    summary: str
+    #: The success status and what it carries.
+    status: int = 200
+    returns: str = ""
+    #: The error statuses it answers besides :data:`COMMON_ERRORS`.
+    errors: tuple[int, ...] = ()
+    #: The body model it reads (a form or JSON; AG-UI's RunAgentInput: JSON only).
+    body: type[BaseModel] | None = None
+    #: The :class:`~.protocol.API` method (its name, when not given).
+    call: str = ""
+
+    @property
+    def api_method(self) -> str:
+        return self.call or self.name
+
+    @property
+    def params(self) -> list[tuple[str, str]]:
+        """The path's parameters: (name, type) in order."""
+        return [(name, kind or "str") for name, kind in _PARAM.findall(self.path)]
+
+
+@dataclass(frozen=True)
+class Special:
+    """A route a front end writes by hand, beside the table; ``documented``: it is in the OpenAPI document."""
+
+    method: str
+    path: str
+    name: str
+    why: str
+    documented: bool = False
+
+
+_PARAM = re.compile(r"\{(\w+)(?::(\w+))?\}")
+_RUN = "/agents/{agent_id}/runs/{run_id}"
+
+ROUTES: tuple[Route, ...] = (
+    Route("GET", "/agents", "list_agents", "list", "agent manifests", returns="list"),
+    Route("GET", "/agents/{agent_id}", "get_agent", "json", "one agent", returns="manifest", errors=(404,)),
+    Route(
+        "POST",
+        "/agents/{agent_id}/runs",
+        "create_run",
+        "wait",
+        "start a run",
+        errors=(400, 404, 409, 422),
+        body=RunBody,
+    ),
+    Route(
+        "POST",
+        f"{_RUN}/continue",
+        "continue_run",
+        "wait",
+        "answer a paused run",
+        errors=(400, 404, 409, 410, 422),
+        body=ContinueBody,
+    ),
+    Route(
+        "POST",
+        f"{_RUN}/resume",
+        "resume_run",
+        "sse",
+        "reconnect to a run's events",
+        returns="SSE",
+        errors=(400, 404, 410, 422),
+        body=ResumeBody,
+    ),
+    Route("POST", f"{_RUN}/cancel", "cancel_run", "json", "stop a run", returns="stopping", errors=(404, 409, 410)),
+    Route(
+        "POST",
+        f"{_RUN}/stop",
+        "stop_run",
+        "json",
+        "alias of cancel",
+        returns="stopping",
+        errors=(404, 409, 410),
+        call="cancel_run",
+    ),
+    Route(
+        "GET",
+        "/runs",
+        "list_runs",
+        "page",
+        "runs, newest first: {runs, next_cursor}",
+        returns="a page of runs",
+        errors=(400,),
+    ),
+    Route("GET", "/runs/{run_id}", "get_run", "json", "run state", returns="state", errors=(404, 410)),
+    Route(
+        "DELETE",
+        "/runs/{run_id}",
+        "delete_run",
+        "json",
+        "delete an ended run",
+        status=204,
+        returns="deleted",
+        errors=(404, 409, 410),
+    ),
+    Route(
+        "GET",
+        "/runs/{run_id}/events",
+        "run_events",
+        "sse",
+        "the run's events (SSE)",
+        returns="SSE",
+        errors=(400, 404, 410),
+    ),
+    Route(
+        "POST",
+        "/runs/{run_id}/messages",
+        "send_message",
+        "json",
+        "steer a live run: a user message taken in at its next model turn",
+        status=202,
+        returns="accepted",
+        errors=(400, 404, 409, 410, 422),
+        body=MessageBody,
+    ),
+    Route(
+        "GET",
+        "/sessions",
+        "list_sessions",
+        "page",
+        "sessions, most recently active first: {sessions, next_cursor}",
+        returns="a page of sessions",
+        errors=(400,),
+    ),
+    Route(
+        "GET",
+        "/sessions/{session_id}",
+        "get_session",
+        "json",
+        "a session: its conversation and runs",
+        returns="session",
+        errors=(404,),
+    ),
+    Route(
+        "DELETE",
+        "/sessions/{session_id}",
+        "delete_session",
+        "json",
+        "delete a session and its runs",
+        status=204,
+        returns="deleted",
+        errors=(404, 409),
+    ),
+    Route("GET", "/schedules", "list_schedules", "json", "every schedule", returns="{schedules}"),
+    Route(
+        "POST",
+        "/schedules",
+        "create_schedule",
+        "json",
+        "schedule runs: cron (UTC) or every_seconds",
+        status=201,
+        returns="the schedule",
+        errors=(400, 404, 422),
+        body=ScheduleBody,
+    ),
+    Route(
+        "GET", "/schedules/{schedule_id}", "get_schedule", "json", "one schedule", returns="the schedule", errors=(404,)
+    ),
+    Route(
+        "DELETE",
+        "/schedules/{schedule_id}",
+        "delete_schedule",
+        "json",
+        "delete a schedule",
+        status=204,
+        returns="deleted",
+        errors=(404,),
+    ),
+    Route(
+        "POST",
+        "/schedules/{schedule_id}/pause",
+        "pause_schedule",
+        "json",
+        "pause a schedule",
+        returns="the schedule",
+        errors=(404,),
+    ),
+    Route(
+        "POST",
+        "/schedules/{schedule_id}/resume",
+        "resume_schedule",
+        "json",
+        "resume a schedule",
+        returns="the schedule",
+        errors=(404,),
+    ),
+    Route(
+        "POST",
+        "/agui/{agent_id}",
+        "agui_run",
+        "sse",
+        "run, resume or attach to a run in AG-UI's protocol (RunAgentInput in, AG-UI events out)",
+        returns="AG-UI 1.0 events (SSE)",
+        errors=(400, 404, 409, 422),
+        body=RunAgentInput,
+    ),
+    Route(
+        "POST",
+        "/agui/{agent_id}/connect",
+        "agui_connect",
+        "sse",
+        "attach to the thread's run where it stands (AG-UI events)",
+        returns="AG-UI 1.0 events (SSE)",
+        errors=(400, 404, 422),
+        body=RunAgentInput,
+    ),
+)
+
+#: The routes each front end writes by hand: they ask no API key (``/health``, the inspector's static files, whose
+#: data comes through the API), or are not the API's (this document). Django adds its admin page
+#: (``admin/runs/``, staff only) and a last pattern that answers JSON 404 for any other path.
+SPECIAL: tuple[Special, ...] = (
+    Special("GET", "/health", "health", "open: is Redis reachable (a load balancer's probe)", documented=True),
+    Special("GET", "/openapi.json", "openapi", "this table as OpenAPI, with the prefix it is mounted at", True),
+    Special("GET", "/ui", "ui_root", "open: a redirect to /ui/ (the inspector's pages link relative to it)"),
+    Special("GET", "/ui/", "ui_index", "open: the inspector's list of runs"),
+    Special("GET", "/ui/runs/{run_id}", "ui_run", "open: the inspector's page of one run"),
+    Special("GET", "/ui/{name}", "ui_file", "open: the inspector's script and style"),
+)
+
+
+def paths() -> dict[str, list[Route]]:
+    """The table by path template, in order (a path's routes in their order: GET first)."""
+    found: dict[str, list[Route]] = {}
+    for route in ROUTES:
+        found.setdefault(route.path, []).append(route)
+    return found
+
+
+def template(path: str, param: Callable[[str, str], str]) -> str:
+    """``path`` with each ``{name}`` / ``{name:type}`` spelled ``param(name, type)`` (``type`` defaults to str)."""
+    return _PARAM.sub(lambda m: param(m.group(1), m.group(2) or "str"), path)
