@@ -1,15 +1,17 @@
 """The Flask blueprint: the routes of :class:`agents_celery.http.protocol.API`, translated to Flask.
 
-Each view builds a :class:`~agents_celery.http.protocol.Request` from Flask's request, asks the API, and turns
-its :class:`~agents_celery.http.protocol.Reply` into a Flask response (JSON, an SSE stream, or the run's JSON
-once it ended or paused). The protocol itself (bodies, errors, dialects, SSE) lives in :mod:`agents_celery.http`.
+One rule per route of the table (:mod:`agents_celery.http.routes`), all served by one generic view; written by
+hand beside it: ``/health`` and the inspector's static files (no API key), ``/openapi.json``. Each view builds a
+:class:`~agents_celery.http.protocol.Request` from Flask's request, asks the API, and turns its
+:class:`~agents_celery.http.protocol.Reply` into a Flask response (JSON, an SSE stream, or the run's JSON once it
+ended or paused). The protocol itself (bodies, errors, dialects, SSE) lives in :mod:`agents_celery.http`.
 """
 
 from __future__ import annotations
 
 import io
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import redis
@@ -22,6 +24,7 @@ from ...http import sse
 from ...http.bodies import check_size, fields_of, read_capped
 from ...http.openapi import spec
 from ...http.protocol import API, Headers, Reply, Request, error_reply, status_of
+from ...http.routes import ROUTES, Route, template
 from . import csrf
 
 #: Where ``init_app`` keeps the Runtime, and the API (:class:`~agents_celery.http.protocol.API`).
@@ -167,7 +170,7 @@ def http_error(exc: HTTPException) -> Response:
 blueprint.register_error_handler(HTTPException, http_error)
 
 
-# -- routes ------------------------------------------------------------------------------------------------
+# -- routes: /health and this document, then the table (http/routes.py) ------------------------------------
 
 
 @blueprint.get("/health")
@@ -181,109 +184,23 @@ def openapi() -> Response:
     return respond(Reply(200, spec(prefix)))
 
 
-@blueprint.get("/agents")
-def list_agents() -> Response:
-    return respond(api().list_agents(_request()))
+def _view(route: Route) -> Callable[..., Response]:
+    """The view of one route of the table: the API's method, with the request and the path's parameters."""
+
+    def view(**params: Any) -> Response:
+        return respond(getattr(api(), route.api_method)(_request(), **params))
+
+    return view
 
 
-@blueprint.get("/agents/<agent_id>")
-def get_agent(agent_id: str) -> Response:
-    return respond(api().get_agent(_request(), agent_id))
+def _rule(route: Route) -> str:
+    return template(route.path, lambda name, kind: f"<{_CONVERTERS[kind]}:{name}>")
 
 
-@blueprint.post("/agents/<agent_id>/runs")
-def create_run(agent_id: str) -> Response:
-    return respond(api().create_run(_request(), agent_id))
+_CONVERTERS = {"str": "string", "int": "int"}
 
-
-@blueprint.post("/agents/<agent_id>/runs/<run_id>/continue")
-def continue_run(agent_id: str, run_id: str) -> Response:
-    return respond(api().continue_run(_request(), agent_id, run_id))
-
-
-@blueprint.post("/agents/<agent_id>/runs/<run_id>/resume")
-def resume_run(agent_id: str, run_id: str) -> Response:
-    return respond(api().resume_run(_request(), agent_id, run_id))
-
-
-@blueprint.route("/agents/<agent_id>/runs/<run_id>/cancel", methods=["POST"])
-@blueprint.route("/agents/<agent_id>/runs/<run_id>/stop", methods=["POST"], endpoint="stop_run")
-def cancel_run(agent_id: str, run_id: str) -> Response:
-    return respond(api().cancel_run(_request(), agent_id, run_id))
-
-
-@blueprint.get("/runs")
-def list_runs() -> Response:
-    return respond(api().list_runs(_request()))
-
-
-@blueprint.get("/runs/<run_id>")
-def get_run(run_id: str) -> Response:
-    return respond(api().get_run(_request(), run_id))
-
-
-@blueprint.delete("/runs/<run_id>")
-def delete_run(run_id: str) -> Response:
-    return respond(api().delete_run(_request(), run_id))
-
-
-@blueprint.get("/sessions")
-def list_sessions() -> Response:
-    return respond(api().list_sessions(_request()))
-
-
-@blueprint.get("/sessions/<session_id>")
-def get_session(session_id: str) -> Response:
-    return respond(api().get_session(_request(), session_id))
-
-
-@blueprint.delete("/sessions/<session_id>")
-def delete_session(session_id: str) -> Response:
-    return respond(api().delete_session(_request(), session_id))
-
-
-@blueprint.get("/runs/<run_id>/events")
-def run_events(run_id: str) -> Response:
-    return respond(api().run_events(_request(), run_id))
-
-
-@blueprint.post("/runs/<run_id>/messages")
-def send_message(run_id: str) -> Response:
-    return respond(api().send_message(_request(), run_id))
-
-
-@blueprint.route("/schedules", methods=["GET", "POST"])
-def schedules() -> Response:
-    if request.method == "POST":
-        return respond(api().create_schedule(_request()))
-    return respond(api().list_schedules(_request()))
-
-
-@blueprint.route("/schedules/<schedule_id>", methods=["GET", "DELETE"])
-def schedule(schedule_id: str) -> Response:
-    if request.method == "DELETE":
-        return respond(api().delete_schedule(_request(), schedule_id))
-    return respond(api().get_schedule(_request(), schedule_id))
-
-
-@blueprint.post("/schedules/<schedule_id>/pause")
-def pause_schedule(schedule_id: str) -> Response:
-    return respond(api().pause_schedule(_request(), schedule_id, True))
-
-
-@blueprint.post("/schedules/<schedule_id>/resume")
-def resume_schedule(schedule_id: str) -> Response:
-    return respond(api().pause_schedule(_request(), schedule_id, False))
-
-
-@blueprint.post("/agui/<agent_id>")
-def agui_run(agent_id: str) -> Response:
-    return respond(api().agui_run(_request(), agent_id))
-
-
-@blueprint.post("/agui/<agent_id>/connect")
-def agui_connect(agent_id: str) -> Response:
-    return respond(api().agui_connect(_request(), agent_id))
+for _route in ROUTES:  # the table (http/routes.py); 405 with Allow for a method no rule of a path takes
+    blueprint.add_url_rule(_rule(_route), _route.name, _view(_route), methods=[_route.method])
 
 
 # -- the run inspector -------------------------------------------------------------------------------------
