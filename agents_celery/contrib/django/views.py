@@ -1,5 +1,8 @@
 """The views: each route of :class:`agents_celery.http.protocol.API`, translated to Django (async views).
 
+One generic view per path of the route table (:func:`table_view`, :mod:`agents_celery.http.routes`); written by
+hand: ``/health``, ``/openapi.json``, the inspector's static files and the JSON 404 for any other path.
+
 A view builds the protocol's :class:`~agents_celery.http.protocol.Request` from Django's request (the API key,
 or the Django user and the CSRF check, decide who the caller is and what it may do), calls the API in a
 thread (it speaks to Redis synchronously), and turns the :class:`~agents_celery.http.protocol.Reply` into a
@@ -10,7 +13,7 @@ waits) and with the sync one under WSGI.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from functools import wraps
 from typing import Any
 
@@ -26,6 +29,7 @@ from ...http import sse
 from ...http.bodies import Limits, check_size, fields_of, read_capped
 from ...http.openapi import spec
 from ...http.protocol import API, Action, Headers, Reply, Request, Resource, error_reply
+from ...http.routes import Route
 from .apps import config
 
 View = Callable[..., Awaitable[HttpResponse]]
@@ -153,13 +157,13 @@ def _chunked_body(request: HttpRequest, kind: str, limits: Limits) -> dict[str, 
     return fields_of(kind, form, cached, limits)
 
 
-async def call(request: HttpRequest, name: str, *args: Any) -> HttpResponse:
-    """Ask the API's ``name`` route and answer as it says."""
+async def call(request: HttpRequest, name: str, **params: Any) -> HttpResponse:
+    """Ask the API's ``name`` route (with the path's parameters) and answer as it says."""
     api = config().api
     req = await protocol_request(request, api)
     if isinstance(req, HttpResponse):
         return req
-    reply = await sync_to_async(getattr(api, name), thread_sensitive=False)(req, *args)
+    reply = await sync_to_async(getattr(api, name), thread_sensitive=False)(req, **params)
     if reply.wait is not None:
         reply = await _wait(request, api, reply)
     return respond(request, reply)
@@ -204,7 +208,7 @@ def respond(request: HttpRequest, reply: Reply) -> HttpResponse:
     return _json(reply.status, reply.body, reply.headers)
 
 
-# -- routes ------------------------------------------------------------------------------------------------
+# -- routes: /health and this document, the table's paths (urls.py), any other path ----------------------
 
 
 @route("GET")
@@ -218,94 +222,16 @@ async def openapi(request: HttpRequest) -> HttpResponse:
     return _json(200, spec(request.path.removesuffix("/openapi.json")))
 
 
-@route("GET")
-async def list_agents(request: HttpRequest) -> HttpResponse:
-    return await call(request, "list_agents")
+def table_view(routes: Sequence[Route]) -> View:
+    """The one view of a path of the route table (:mod:`agents_celery.http.routes`): the route of the request's
+    method asks the API (a JSON 405 with ``Allow`` for another method)."""
+    by_method = {r.method: r.api_method for r in routes}
 
+    @route(*by_method)
+    async def view(request: HttpRequest, **params: Any) -> HttpResponse:
+        return await call(request, by_method[request.method or "GET"], **params)
 
-@route("GET")
-async def get_agent(request: HttpRequest, agent_id: str) -> HttpResponse:
-    return await call(request, "get_agent", agent_id)
-
-
-@route("POST")
-async def create_run(request: HttpRequest, agent_id: str) -> HttpResponse:
-    return await call(request, "create_run", agent_id)
-
-
-@route("POST")
-async def continue_run(request: HttpRequest, agent_id: str, run_id: str) -> HttpResponse:
-    return await call(request, "continue_run", agent_id, run_id)
-
-
-@route("POST")
-async def resume_run(request: HttpRequest, agent_id: str, run_id: str) -> HttpResponse:
-    return await call(request, "resume_run", agent_id, run_id)
-
-
-@route("POST")
-async def cancel_run(request: HttpRequest, agent_id: str, run_id: str) -> HttpResponse:
-    return await call(request, "cancel_run", agent_id, run_id)
-
-
-@route("GET")
-async def list_runs(request: HttpRequest) -> HttpResponse:
-    return await call(request, "list_runs")
-
-
-@route("GET", "DELETE")
-async def get_run(request: HttpRequest, run_id: str) -> HttpResponse:
-    return await call(request, "delete_run" if request.method == "DELETE" else "get_run", run_id)
-
-
-@route("GET")
-async def list_sessions(request: HttpRequest) -> HttpResponse:
-    return await call(request, "list_sessions")
-
-
-@route("GET", "DELETE")
-async def get_session(request: HttpRequest, session_id: str) -> HttpResponse:
-    return await call(request, "delete_session" if request.method == "DELETE" else "get_session", session_id)
-
-
-@route("GET")
-async def run_events(request: HttpRequest, run_id: str) -> HttpResponse:
-    return await call(request, "run_events", run_id)
-
-
-@route("POST")
-async def send_message(request: HttpRequest, run_id: str) -> HttpResponse:
-    return await call(request, "send_message", run_id)
-
-
-@route("GET", "POST")
-async def schedules(request: HttpRequest) -> HttpResponse:
-    return await call(request, "create_schedule" if request.method == "POST" else "list_schedules")
-
-
-@route("GET", "DELETE")
-async def schedule(request: HttpRequest, schedule_id: str) -> HttpResponse:
-    return await call(request, "delete_schedule" if request.method == "DELETE" else "get_schedule", schedule_id)
-
-
-@route("POST")
-async def pause_schedule(request: HttpRequest, schedule_id: str) -> HttpResponse:
-    return await call(request, "pause_schedule", schedule_id, True)
-
-
-@route("POST")
-async def resume_schedule(request: HttpRequest, schedule_id: str) -> HttpResponse:
-    return await call(request, "pause_schedule", schedule_id, False)
-
-
-@route("POST")
-async def agui_run(request: HttpRequest, agent_id: str) -> HttpResponse:
-    return await call(request, "agui_run", agent_id)
-
-
-@route("POST")
-async def agui_connect(request: HttpRequest, agent_id: str) -> HttpResponse:
-    return await call(request, "agui_connect", agent_id)
+    return view
 
 
 @route("GET", "POST", "PUT", "PATCH", "DELETE")
