@@ -124,3 +124,11 @@ def test_the_django_urlpatterns_are_the_table() -> None:
         assert names[path] == routes[0].name
         allowed = next(p[2] for p in patterns if braces(p[0]) == path)
         assert allowed == [r.method for r in routes]  # the Allow header lists them in the table's order
+
+
+def test_only_health_and_the_inspectors_files_are_open() -> None:
+    from agents_celery.contrib.flask.routes import OPEN
+
+    opened = {special.name for special in SPECIAL if special.open}
+    assert opened == {"health", "ui_root", "ui_index", "ui_run", "ui_file"}  # no route of the table
+    assert {f"agents_celery.{name}" for name in opened} == OPEN  # Flask lets anyone ask exactly these

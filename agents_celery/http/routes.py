@@ -67,12 +67,14 @@ class Route:
 
 @dataclass(frozen=True)
 class Special:
-    """A route a front end writes by hand, beside the table; ``documented``: it is in the OpenAPI document."""
+    """A route a front end writes by hand, beside the table: ``open`` asks no API key, ``documented`` is in the
+    OpenAPI document."""
 
     method: str
     path: str
     name: str
     why: str
+    open: bool = False
     documented: bool = False
 
 
@@ -258,12 +260,14 @@ ROUTES: tuple[Route, ...] = (
 #: data comes through the API), or are not the API's (this document). Django adds its admin page
 #: (``admin/runs/``, staff only) and a last pattern that answers JSON 404 for any other path.
 SPECIAL: tuple[Special, ...] = (
-    Special("GET", "/health", "health", "open: is Redis reachable (a load balancer's probe)", documented=True),
-    Special("GET", "/openapi.json", "openapi", "this table as OpenAPI, with the prefix it is mounted at", True),
-    Special("GET", "/ui", "ui_root", "open: a redirect to /ui/ (the inspector's pages link relative to it)"),
-    Special("GET", "/ui/", "ui_index", "open: the inspector's list of runs"),
-    Special("GET", "/ui/runs/{run_id}", "ui_run", "open: the inspector's page of one run"),
-    Special("GET", "/ui/{name}", "ui_file", "open: the inspector's script and style"),
+    Special("GET", "/health", "health", "is Redis reachable (a load balancer's probe)", open=True, documented=True),
+    Special(
+        "GET", "/openapi.json", "openapi", "this table as OpenAPI, at the prefix it is mounted at", documented=True
+    ),
+    Special("GET", "/ui", "ui_root", "a redirect to /ui/ (the inspector's pages link relative to it)", open=True),
+    Special("GET", "/ui/", "ui_index", "the inspector's list of runs", open=True),
+    Special("GET", "/ui/runs/{run_id}", "ui_run", "the inspector's page of one run", open=True),
+    Special("GET", "/ui/{name}", "ui_file", "the inspector's script and style", open=True),
 )
 
 

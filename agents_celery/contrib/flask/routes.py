@@ -24,7 +24,7 @@ from ...http import sse
 from ...http.bodies import check_size, fields_of, read_capped
 from ...http.openapi import spec
 from ...http.protocol import API, Headers, Reply, Request, error_reply, status_of
-from ...http.routes import ROUTES, Route, template
+from ...http.routes import ROUTES, SPECIAL, Route, template
 from . import csrf
 
 #: Where ``init_app`` keeps the Runtime, and the API (:class:`~agents_celery.http.protocol.API`).
@@ -106,8 +106,9 @@ def _wait(reply: Reply) -> Reply:
 # -- auth and errors -----------------------------------------------------------------------------------
 
 
-#: Endpoints anyone may ask: the health check, and the inspector's static files (no data in them).
-OPEN = {f"{blueprint.name}.{name}" for name in ("health", "ui_root", "ui_index", "ui_run", "ui_file")}
+#: Endpoints anyone may ask (http/routes.py's open specials): the health check, and the inspector's static files
+#: (no data in them).
+OPEN = {f"{blueprint.name}.{special.name}" for special in SPECIAL if special.open}
 
 
 @blueprint.before_request
