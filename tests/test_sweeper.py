@@ -8,7 +8,7 @@ import redis
 
 from agents_celery.engine.sweeper import sweep
 from agents_celery.events import EventType, make_event
-from agents_celery.runs import RunState
+from agents_celery.runs import RunState, RunStatus
 from agents_celery.settings import Settings
 from agents_celery.storage.leases import Leases
 from agents_celery.storage.store import RunStore
@@ -122,3 +122,33 @@ def test_a_run_is_sent_again_to_its_own_queue_in_its_chain(r: redis.Redis, setti
     r.delete(store.keys.sweeper)
     assert sweep(store, lambda *a: sent.append(a), now_ms=now + 10_000, backlog=lambda q: 0) == [run_id]
     assert sent == [(run_id, 0, "a", "isolated", "task-0", "task-3")]
+
+
+def test_an_end_its_worker_did_not_follow_through_frees_the_session_for_the_next_run(
+    r: redis.Redis, settings: Settings
+) -> None:
+    """A worker committed a run's end and died before following it through (session, line, indexes): the sweeper
+    does what it would have done, so the run waiting for the session starts instead of waiting for ever."""
+    store = RunStore(r, _private(settings))
+    session, first, second = f"s-{new_id()[:8]}", new_id(), new_id()
+    state = RunState(run_id=first, agent_id="a", session_id=session, messages=[{"role": "user", "content": "hi"}])
+    store.create(state, [make_event(EventType.RUN_STARTED, thread_id=session, run_id=first)])
+    assert store.sessions.take(session, first, None)
+    waiting = RunState(run_id=second, agent_id="a", session_id=session, messages=[{"role": "user", "content": "next"}])
+    store.create(waiting, [make_event(EventType.RUN_STARTED, thread_id=session, run_id=second)], {"waiting": "1"})
+    store.sessions.wait_in_line(session, second)
+    store.watch(second, 60)  # not due: only the ended run is looked at
+    token = Leases(r, store.keys).acquire(first, 60_000)
+    assert token
+    answer = {"role": "assistant", "content": "hello"}
+    done = state.model_copy(update={"messages": [*state.messages, answer], "output": "hello"})
+    done = done.moved_to(RunStatus.RUNNING).moved_to(RunStatus.COMPLETED)
+    finished = make_event(EventType.RUN_FINISHED, thread_id=session, run_id=first, outcome={"type": "success"})
+    store.commit(done, token, 0, 1, [finished], "ended")  # ... and the worker dies here
+    store.watch(first, -1)
+    sent: list[tuple[str, ...]] = []
+    sweep(store, lambda *a: sent.append(a), now_ms=int(time.time() * 1000) + 10)
+    assert store.sessions.active(session) == second
+    assert (second, 0, "a", store.settings.queue, "", "") in sent
+    assert store.sessions.history(session) == [{"role": "user", "content": "hi"}, answer]
+    assert first not in {m.decode() for m in r.zrange(store.keys.live, 0, -1)}

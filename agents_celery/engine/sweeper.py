@@ -31,8 +31,8 @@ from typing import Any
 
 import redis
 
-from ..runs import RunState
 from ..storage.store import RunStore
+from .lifecycle import Lifecycle, Notify, by_record
 from .waiting import start_next
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ def sweep(
     resend: Resend,
     now_ms: int | None = None,
     backlog: Backlog | None = None,
-    notify: Callable[[RunState, int], None] | None = None,
+    notify: Notify | None = None,
 ) -> list[str]:
     """One pass; returns the run ids re-enqueued. Skips the pass when another sweeper holds the lock.
 
@@ -105,7 +105,7 @@ def sweep(
         if log_status is None:
             store.unwatch(run_id)
         elif log_status != b"live":  # paused or ended, and its worker died before saying so to the indexes
-            _settle(store, run_id, int(step), notify)
+            _settle(store, resend, run_id, int(step), notify)
         elif start_at is not None:  # a delayed run: its first step goes now, or later
             if _start_delayed(store, resend, run_id, int(start_at), now_ms, agent_id, queue_name, root):
                 requeued.append(run_id)
@@ -173,13 +173,15 @@ def _wake(store: RunStore, resend: Resend, run_id: str, session_id: str, agent_i
     store.watch(run_id, store.settings.enqueue_grace_seconds)
 
 
-def _settle(store: RunStore, run_id: str, step: int, notify: Callable[[RunState, int], None] | None) -> None:
-    """A paused or ended run its worker did not take out of the live index: its webhook (again: at least once)
-    and its indexes."""
-    state = store.load(run_id)[0]
-    if notify is not None and state.webhook_url:
-        notify(state, step)
-    store.status_changed(state)
+def _settle(store: RunStore, resend: Resend, run_id: str, step: int, notify: Notify | None) -> None:
+    """A paused or ended run its worker did not follow through (it died between the commit and that): what the
+    worker would have done (:meth:`Lifecycle.settled`: webhook again, at least once; indexes; for an end the
+    session, the next run in its line and the children; the parent woken)."""
+
+    def first(rid: str, agent_id: str, queue: str) -> None:
+        resend(rid, 0, agent_id, queue, "", "")
+
+    Lifecycle(store, by_record(store, resend), notify, first).settled(store.load(run_id)[0], step)
 
 
 class SweeperThread(threading.Thread):
@@ -190,7 +192,7 @@ class SweeperThread(threading.Thread):
         store: RunStore,
         resend: Resend,
         backlog: Backlog | None = None,
-        notify: Callable[[RunState, int], None] | None = None,
+        notify: Notify | None = None,
     ) -> None:
         super().__init__(name="agents-celery-sweeper", daemon=True)
         self.store, self.resend, self.backlog, self.notify = store, resend, backlog, notify

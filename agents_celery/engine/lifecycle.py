@@ -1,0 +1,141 @@
+"""The run lifecycle: the one place a run's pause or end is followed through, and where a paused run resumes.
+
+As rq's ``job_lifecycle.py`` is for a job: whoever commits a run's end (the engine after a step, the Runtime
+stopping a run nobody works on) or finds one whose worker died before following it through (the sweeper)
+calls :meth:`Lifecycle.settled`, which, in this order:
+
+1. sends the run's webhook (before the run leaves the sweeper's index: a crash here leaves it there, and the
+   sweeper sends it instead; webhooks are at least once);
+2. moves the run in the indexes (out of the live one, into those of its status);
+3. when it ended: appends its messages to its session's history (once), frees the session, starts the next run
+   waiting in the session's line, keeps its ended children as long as itself and stops its live ones;
+4. wakes its parent (a child paused or ended: the parent's step collects it).
+
+Every part is idempotent, so doing it twice (the sweeper after a half-done one) is harmless. :meth:`cancel`
+commits the end of an idle run (stopped while paused, queued, scheduled or between steps); :meth:`resume`
+commits a paused run going on (a continue). No Celery here: steps are sent through the callbacks given.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..errors import AgentsCeleryError
+from ..events import EventType, NewEvent, close_open, make_event
+from ..runs import RunState, RunStatus
+from ..storage.store import RunStore
+from . import children
+from .waiting import SendFirst, start_next
+
+log = logging.getLogger(__name__)
+
+#: Sends a step of an existing run: ``send(run_id, step, agent_id)``.
+Send = Callable[[str, int, str], None]
+#: Sends a run's webhook: ``notify(state, committed_steps)``.
+Notify = Callable[[RunState, int], None]
+
+
+class Lifecycle:
+    """Follows runs through their pauses, ends and resumes, over ``store``.
+
+    Args:
+        send: Sends a step of an existing run (a woken parent, a resumed run).
+        notify: Sends a run's webhook (None: no webhooks from here).
+        first: Sends the first step of a run that waited for its session (default: ``send(run_id, 0, agent)``).
+    """
+
+    def __init__(
+        self, store: RunStore, send: Send, notify: Notify | None = None, first: SendFirst | None = None
+    ) -> None:
+        self.store = store
+        self.send = send
+        self.notify = notify
+        self.first: SendFirst = first or (lambda run_id, agent_id, _queue: send(run_id, 0, agent_id))
+
+    def settled(self, state: RunState, steps: int) -> None:
+        """Follow through a commit that paused or ended the run (``steps``: its committed steps)."""
+        if self.notify is not None and state.webhook_url:
+            self.notify(state, steps)
+        self.store.status_changed(state)
+        if state.status.is_final:
+            self.store.sessions.sync(state)
+            self.store.sessions.release(state.session_id, state.run_id)
+            start_next(self.store, self.first, state.session_id)
+            self._children_follow(state)
+        children.wake_parent(self.store, self.send, state)
+
+    def _children_follow(self, state: RunState) -> None:
+        """A parent run ended: its ended children are kept as long as it is, its live ones are stopped."""
+        for child_id in state.children:
+            try:
+                child, _ = self.store.load(child_id)
+            except AgentsCeleryError:
+                continue
+            if child.status.is_final:
+                self.store.keep_with(child)
+            else:
+                self.store.request_stop(child_id, f"its parent run {state.run_id} ended ({state.status.value})")
+
+    def cancel(self, run_id: str, token: str) -> RunState | None:
+        """End a run nobody works on as cancelled (``token``: its lease), with its final event, and follow that
+        through; the cancelled state, or None when the run had ended already."""
+        state, step = self.store.load(run_id)
+        if state.status.is_final:
+            return None
+        closers = self._left_open(run_id)
+        closers += children.unfinished(state)  # the children it waited for (stopped before it) end with it
+        if state.status == RunStatus.PAUSED:
+            # A paused run's log ends with RUN_FINISHED (interrupt); AG-UI clients accept only a new
+            # RUN_STARTED after it, so the cancellation opens a segment of its own.
+            meta = {"continued": True, "stopping": True}
+            closers.append(make_event(EventType.RUN_STARTED, thread_id=state.session_id, run_id=run_id, metadata=meta))
+        done = make_event(
+            EventType.RUN_FINISHED, thread_id=state.session_id, run_id=run_id, outcome={"type": "cancelled"}
+        )
+        cancelled = state.moved_to(RunStatus.CANCELLED)
+        self.store.commit(cancelled, token, step, step, [*closers, done], "ended")
+        self.store.sessions.leave_line(state.session_id, run_id)  # if it was waiting for its session
+        self.settled(cancelled, step)
+        return cancelled
+
+    def _left_open(self, run_id: str) -> list[NewEvent]:
+        """What a crashed attempt of the run's current step left open (closed before the run ends)."""
+        attempt, step_offset = self.store.run_fields(run_id, "attempt", "step_offset")
+        if not attempt or int(attempt) <= 0 or step_offset is None:
+            return []
+        return close_open(self.store.log.read(run_id, after=int(step_offset) - 1))
+
+    def resume(
+        self,
+        state: RunState,
+        token: str,
+        step: int,
+        metadata: dict[str, Any],
+        *,
+        events: Sequence[NewEvent] = (),
+        awaiting: Sequence[str] | None = None,
+        send: bool = True,
+    ) -> None:
+        """Commit a paused run going on (``state``: as it goes on, running), under its lease ``token``: a new
+        RUN_STARTED with ``metadata`` and ``events``; ``awaiting``: the child runs it waits for from now on;
+        ``send``: send its next step now."""
+        started = make_event(EventType.RUN_STARTED, thread_id=state.session_id, run_id=state.run_id, metadata=metadata)
+        if awaiting is not None:  # before the commit: a crash between the two leaves a harmless note
+            self.store.await_children(state.run_id, list(awaiting))
+        self.store.commit(state, token, step, step, [started, *events], "live")
+        self.store.status_changed(state, watch_in=self.store.settings.enqueue_grace_seconds)
+        if send:
+            self.send(state.run_id, step, state.agent_id)
+
+
+def by_record(store: RunStore, send_to: Callable[[str, int, str, str, str, str], None]) -> Send:
+    """A :data:`Send` that sends to the queue and in the chain of tasks the run's record names:
+    ``send_to(run_id, step, agent_id, queue, root_id, parent_id)`` ('' for an id the record lacks)."""
+
+    def send(run_id: str, step: int, agent_id: str) -> None:
+        queue, root, parent = store.run_fields(run_id, "queue", "root_task", "last_task")
+        send_to(run_id, step, agent_id, queue or store.settings.queue, root or "", parent or "")
+
+    return send
