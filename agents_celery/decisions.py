@@ -7,7 +7,7 @@ them and commits the result.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jsonschema
@@ -119,3 +119,44 @@ def with_edited_args(messages: list[dict[str, Any]], calls: list[ToolCall]) -> l
         for tc in last.get("tool_calls", [])
     ]
     return [*messages[:-1], last]
+
+
+@dataclass(frozen=True)
+class Routing:
+    """Where the decisions of a continue go, for a run paused for calls of its child runs (and maybe its own)."""
+
+    #: The decisions of the run's own pending calls.
+    own: list[Decision]
+    #: Whether the run has pending calls of its own (decided above, or all approved when none were given).
+    has_own: bool
+    #: Child run id -> the decisions of its calls, named as the child names them (without the ``<child id>:``
+    #: prefix its parent shows them with); a grandchild's calls go through the child that holds them.
+    forwarded: dict[str, list[Decision]]
+
+
+def route(state: RunState, paused: dict[str, RunState], decisions: list[Decision]) -> Routing:
+    """Route ``decisions`` of a run paused for its children's calls (``paused``: its paused children by run id)
+    to the runs holding the calls; every pending call decided, or none (none: each holder approves all).
+
+    Raises:
+        DecisionError: a decision names no pending call, or some pending calls are left undecided.
+    """
+    own = {c.id for c in state.tool_calls if c.decision == "pending"}
+    holders = {f"{cid}:{c.id}": cid for cid, child in paused.items() for c in child.pending}
+    given = {d.tool_call_id for d in decisions}
+    pending = own | set(holders)
+    if unknown := sorted(given - pending):
+        raise DecisionError(f"tool calls {unknown} are not pending in run {state.run_id!r}; pending: {sorted(pending)}")
+    if decisions and given != pending:
+        raise DecisionError(
+            f"decide every pending tool call or none (none approves all); missing: {sorted(pending - given)}"
+        )
+    forwarded = {
+        cid: [
+            replace(d, tool_call_id=d.tool_call_id[len(cid) + 1 :])
+            for d in decisions
+            if holders.get(d.tool_call_id) == cid
+        ]
+        for cid in sorted(set(holders.values()))
+    }
+    return Routing([d for d in decisions if d.tool_call_id in own], bool(own), forwarded)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from agents_celery.decisions import Decision, as_decision, decide, with_edited_args
+from agents_celery.decisions import Decision, as_decision, decide, route, with_edited_args
 from agents_celery.errors import DecisionError, ToolArgumentsError
 from agents_celery.runs import RunState, RunStatus, ToolCall
 
@@ -83,3 +83,45 @@ def test_a_client_tool_call_is_answered_with_its_result() -> None:
         decide(state, [Decision("c1"), Decision("f1")], MANIFEST)
     with pytest.raises(DecisionError, match="runs here"):
         decide(state, [Decision("c1", result="made up"), Decision("f1", result="red")], MANIFEST)
+
+
+def _tree() -> tuple[RunState, dict[str, RunState]]:
+    """A parent paused for the calls of two children (``k1`` holding ``a`` and ``b``, ``k2`` holding ``a``) and
+    for one call of its own (``own``)."""
+    own = ToolCall(id="own", name="delete_file", arguments="{}", requires_confirmation=True, decision="pending")
+    waiting = [ToolCall(id=f"t{i}", name="helper", arguments="{}", child_run_id=f"k{i}") for i in (1, 2)]
+    parent = RunState(run_id="p", agent_id="a", session_id="s", status=RunStatus.PAUSED, tool_calls=[own, *waiting])
+
+    def child(run_id: str, *ids: str) -> RunState:
+        calls = [ToolCall(id=i, name="delete_file", arguments="{}", requires_confirmation=True, decision="pending")
+                 for i in ids]  # fmt: skip
+        return RunState(run_id=run_id, agent_id="b", session_id=run_id, status=RunStatus.PAUSED, tool_calls=calls)
+
+    return parent, {"k1": child("k1", "a", "b"), "k2": child("k2", "a")}
+
+
+def test_route_sends_each_decision_to_the_child_holding_it_under_the_childs_own_name() -> None:
+    parent, paused = _tree()
+    decisions = [Decision("own"), Decision("k1:a", confirmed=False, note="no"), Decision("k1:b"), Decision("k2:a")]
+    routing = route(parent, paused, decisions)
+    assert routing.own == [Decision("own")] and routing.has_own
+    assert routing.forwarded == {
+        "k1": [Decision("a", confirmed=False, note="no"), Decision("b")],
+        "k2": [Decision("a")],
+    }
+
+
+def test_route_without_decisions_approves_all_through_every_holder() -> None:
+    parent, paused = _tree()
+    routing = route(parent, paused, [])
+    assert routing.own == [] and routing.has_own and routing.forwarded == {"k1": [], "k2": []}
+    without_own = parent.model_copy(update={"tool_calls": parent.tool_calls[1:]})
+    assert not route(without_own, {}, []).has_own  # a child ended meanwhile: nothing to forward either
+
+
+def test_route_refuses_unknown_calls_and_some_decided_but_not_all() -> None:
+    parent, paused = _tree()
+    with pytest.raises(DecisionError, match="not pending"):
+        route(parent, paused, [Decision("a")])  # a child's call needs its child's prefix
+    with pytest.raises(DecisionError, match="every pending tool call or none"):
+        route(parent, paused, [Decision("own"), Decision("k1:a")])
