@@ -151,6 +151,23 @@ class Watch:
     poll: float
 
 
+def walk_away(
+    now: float, lost: bool, shutting_down: bool, deadline: float | None, stopped_at: float | None, grace: float
+) -> str | None:
+    """Why a step waiting on a call walks away from it now (None: it waits on); no I/O. In this order: the
+    lease was lost, the worker shuts down, the call's ``deadline`` passed, a stop seen at ``stopped_at`` has
+    had its ``grace``."""
+    if lost:
+        return "lost"
+    if shutting_down:
+        return "shutdown"
+    if deadline is not None and now >= deadline:
+        return "deadline"
+    if stopped_at is not None and now - stopped_at >= grace:
+        return "stopped"
+    return None
+
+
 def run_call(fn: Callable[[], T], watch: Watch, *, what: str, deadline: float | None = None) -> T:
     """``fn()`` on the call pool, waited for as the module docs say; its result, or its exception raised here.
 
@@ -163,17 +180,9 @@ def run_call(fn: Callable[[], T], watch: Watch, *, what: str, deadline: float | 
     stopped_at: float | None = None
     while not job.done.wait(watch.poll):
         now = time.monotonic()
-        reason = None
-        if watch.lost.is_set():
-            reason = "lost"
-        elif SHUTTING_DOWN.is_set():
-            reason = "shutdown"
-        elif deadline is not None and now >= deadline:
-            reason = "deadline"
-        elif watch.stop.is_set():
+        if watch.stop.is_set():
             stopped_at = stopped_at or now
-            if now - stopped_at >= watch.stop_grace:
-                reason = "stopped"
+        reason = walk_away(now, watch.lost.is_set(), SHUTTING_DOWN.is_set(), deadline, stopped_at, watch.stop_grace)
         if reason is not None:
             if not job.abandon():
                 break  # it returned just now after all

@@ -25,6 +25,7 @@ import redis
 from ..agent import Agent
 from ..errors import (
     AbandonedRunError,
+    AgentsCeleryError,
     ConfigurationError,
     FencedError,
     RedisUnavailableError,
@@ -40,9 +41,9 @@ from ..storage.leases import LeaseKeeper, Leases, new_token
 from ..storage.pending import Pending
 from ..storage.scripts import InboxGrew
 from ..storage.store import Claim, RunStore
+from . import children
 from .attempt import PLAIN, Attempt, Delivery, first_started
 from .calls import CallAbandoned
-from .lifecycle import Lifecycle
 from .steps import (
     Cancelled,
     StepContext,
@@ -56,6 +57,7 @@ from .steps import (
     user_message_events,
     with_step_finished,
 )
+from .waiting import start_next
 from .writer import EventWriter
 
 log = logging.getLogger(__name__)
@@ -94,8 +96,6 @@ class Engine:
         self.enqueue = enqueue
         #: Sends the run's webhook when it pauses or ends (``notify(state, committed_steps)``).
         self.notify = notify
-        #: Follows a run through its pause or end (webhook, indexes, session, children, parent).
-        self.lifecycle = Lifecycle(store, enqueue, notify)
         #: Worker-level hooks (``configure(app, hooks=...)``): told everything an agent's own hooks are told.
         self.hooks = list(hooks)
         self.leases = Leases(store.redis, store.keys)
@@ -324,16 +324,16 @@ class Engine:
             missing = ConfigurationError(
                 f"no worker here serves agent {(state.active_agent or state.agent_id)!r}; start one with its module"
             )
-            return failed(ctx, state, missing)
+            return failed(state, missing)
         if ctx.attempt - ctx.blips > self.settings.max_step_attempts:
             blips = f" (and interrupted {ctx.blips} times by connection errors)" if ctx.blips else ""
             error = AbandonedRunError(
                 f"step {ctx.step} of run {state.run_id!r} was attempted {ctx.attempt - ctx.blips - 1} times without "
                 f"committing{blips}"
             )
-            return failed(ctx, state, error)
+            return failed(state, error)
         if ctx.stop.is_set():
-            return cancelled(ctx, state)
+            return cancelled(state)
         if state.status in (RunStatus.QUEUED, RunStatus.SCHEDULED):
             delayed = state.status == RunStatus.SCHEDULED
             ctx.state = state = state.moved_to(RunStatus.RUNNING)
@@ -347,11 +347,11 @@ class Engine:
             call_hooks(hooks, "before_step", ctx.info)
             return model_turn(ctx) if state.next == "model" else tool_step(ctx)
         except Cancelled as exc:
-            return cancelled(ctx, ctx.state, _abandoned_event(exc.abandoned))
+            return cancelled(ctx.state, _abandoned_event(exc.abandoned))
         except CallAbandoned:
             raise  # the worker shuts down: the step is given back
         except StopStep as exc:
-            return failed(ctx, ctx.state, exc)
+            return failed(ctx.state, exc)
         except (FencedError, RunFinishedError, StateError):
             raise  # superseded: another attempt owns the run
         except self._away:
@@ -360,7 +360,7 @@ class Engine:
             # A bug in a model adapter, a hook or here: another attempt would fail the same way, so fail the
             # run now with the reason instead of burning its attempts.
             log.exception("run=%s step=%d: unexpected error; the run fails", ctx.state.run_id, ctx.step)
-            return failed(ctx, ctx.state, exc)
+            return failed(ctx.state, exc)
 
     def _take_inbox(self, ctx: StepContext) -> RunState:
         """The user messages sent to the run since its last model turn, taken into the conversation and the log
@@ -401,7 +401,27 @@ class Engine:
             elif not enqueued:
                 self.enqueue(state.run_id, step + 1, state.agent_id)
             return
-        self.lifecycle.settled(state, step + 1)  # webhook, indexes, session, children, parent
+        if self.notify is not None and state.webhook_url:  # before it leaves the sweeper's index: a crash here
+            self.notify(state, step + 1)  # leaves it there, and the sweeper sends the webhook instead
+        self.store.status_changed(state)  # leaves the sweeper's index; the run indexes follow its status
+        if result.log_status == "ended":
+            self.store.session_sync(state)
+            self.store.session_release(state.session_id, state.run_id)
+            start_next(self.store, lambda rid, agent, _queue: self.enqueue(rid, 0, agent), state.session_id)
+            self._children_follow(state)
+        children.wake_parent(self.store, self.enqueue, state)
+
+    def _children_follow(self, state: RunState) -> None:
+        """A parent run ended: its ended children are kept as long as it is, its live ones are stopped."""
+        for child_id in state.children:
+            try:
+                child, _ = self.store.load(child_id)
+            except AgentsCeleryError:
+                continue
+            if child.status.is_final:
+                self.store.keep_with(child)
+            else:
+                self.store.request_stop(child_id, f"its parent run {state.run_id} ended ({state.status.value})")
 
 
 def _abandoned_event(abandoned: CallAbandoned | None) -> list[NewEvent]:

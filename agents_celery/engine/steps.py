@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -128,7 +128,8 @@ def goes_on(result: StepResult) -> StepResult:
     return StepResult(state, events, "live")
 
 
-def completed(ctx: StepContext, state: RunState, events: list[NewEvent]) -> StepResult:
+def completed(state: RunState, events: list[NewEvent]) -> StepResult:
+    """The run completed: RUN_FINISHED with its output."""
     state = state.moved_to(RunStatus.COMPLETED)
     finished = make_event(
         EventType.RUN_FINISHED,
@@ -140,7 +141,8 @@ def completed(ctx: StepContext, state: RunState, events: list[NewEvent]) -> Step
     return StepResult(state, [*events, finished], "ended")
 
 
-def failed(ctx: StepContext, state: RunState, error: BaseException, events: list[NewEvent] = ()) -> StepResult:  # type: ignore[assignment]
+def failed(state: RunState, error: BaseException, events: Sequence[NewEvent] = ()) -> StepResult:
+    """The run failed with ``error``: RUN_ERROR with its message and code."""
     failure = RunFailure(type=type(error).__name__, message=str(error))
     state = state.model_copy(update={"status": RunStatus.FAILED, "error": failure})
     code = getattr(error, "code", None) or type(error).__name__
@@ -148,7 +150,8 @@ def failed(ctx: StepContext, state: RunState, error: BaseException, events: list
     return StepResult(state, [*events, err], "ended")
 
 
-def cancelled(ctx: StepContext, state: RunState, events: list[NewEvent] = ()) -> StepResult:  # type: ignore[assignment]
+def cancelled(state: RunState, events: Sequence[NewEvent] = ()) -> StepResult:
+    """The run was stopped: the children it waited for are told, then RUN_FINISHED (cancelled)."""
     events = [*events, *children.unfinished(state)]  # the children it waited for are stopped with it
     state = state.moved_to(RunStatus.CANCELLED)
     done = make_event(
@@ -157,13 +160,13 @@ def cancelled(ctx: StepContext, state: RunState, events: list[NewEvent] = ()) ->
     return StepResult(state, [*events, done], "ended")
 
 
-def paused(ctx: StepContext, state: RunState, events: list[NewEvent]) -> StepResult:
+def paused(agent: Agent, state: RunState, events: list[NewEvent]) -> StepResult:
     """The run waits: for a human's decisions (an ``interrupt`` outcome, as AG-UI 1.0 has it), or only for the
     client's answers to calls of its own tools (``success`` with ``pending_tool_call_ids``, as AG-UI has it)."""
     state = state.moved_to(RunStatus.PAUSED)
     waiting = [c for c in state.pending if c.pause_reason != "client_tool"]
     if waiting:
-        outcome: dict[str, Any] = {"type": "interrupt", "interrupts": [_interrupt(ctx.agent, c) for c in waiting]}
+        outcome: dict[str, Any] = {"type": "interrupt", "interrupts": [_interrupt(agent, c) for c in waiting]}
     else:
         outcome = {"type": "success", "pending_tool_call_ids": [c.id for c in state.pending]}
     pause = make_event(EventType.RUN_FINISHED, thread_id=state.session_id, run_id=state.run_id, outcome=outcome)
@@ -278,7 +281,7 @@ def model_turn(ctx: StepContext) -> StepResult:
     """Call the model once (with retries), stream its deltas, and decide what comes next."""
     state = ctx.state
     if state.turns >= ctx.settings.max_turns:
-        return failed(ctx, state, AgentsCeleryError(f"the run took more than {ctx.settings.max_turns} model turns"))
+        return failed(state, AgentsCeleryError(f"the run took more than {ctx.settings.max_turns} model turns"))
     turn: _TurnStream | None = None
     for retry in range(ctx.settings.model_retries + 1):
         turn = _TurnStream(ctx)
@@ -288,7 +291,7 @@ def model_turn(ctx: StepContext) -> StepResult:
         except ModelError as exc:
             turn.close()
             if not exc.retryable or retry == ctx.settings.model_retries:
-                return failed(ctx, state, exc, [_step_finished(ctx, "model")])
+                return failed(state, exc, [_step_finished(ctx, "model")])
             ctx.writer.emit(
                 make_event(
                     EventType.CUSTOM,
@@ -409,31 +412,43 @@ def with_step_finished(ctx: StepContext, result: StepResult) -> StepResult:
 def _after_turn(ctx: StepContext, turn: _TurnStream) -> StepResult:
     message = turn.acc.assistant_message()
     call_hooks(ctx.hooks, "after_model_call", ctx.info, message)
-    usage = dict(ctx.state.usage)
-    if isinstance(turn.acc.usage, Usage):
+    return after_turn(ctx.agent, ctx.state, turn.acc, _step_finished(ctx, "model"), message)
+
+
+def after_turn(
+    agent: Agent, state: RunState, acc: TurnAccumulator, finished: NewEvent, message: dict[str, Any] | None = None
+) -> StepResult:
+    """What a model turn's answer (``acc``, as the assistant ``message``) makes of the run, with the turn's
+    STEP_FINISHED (``finished``); no I/O. No tool call: the run completes with the turn's text. A call that
+    waits for a human or for the client: the run pauses. Otherwise the tool step comes next."""
+    usage = dict(state.usage)
+    if isinstance(acc.usage, Usage):
         for name in ("prompt_tokens", "completion_tokens", "total_tokens"):
-            usage[name] = usage.get(name, 0) + getattr(turn.acc.usage, name)
-    client_tools = {t["name"] for t in ctx.state.client_tools}
-    calls = [_new_call(ctx.agent, c, client_tools) for c in turn.acc.tool_calls]
-    state = ctx.state.model_copy(
+            usage[name] = usage.get(name, 0) + getattr(acc.usage, name)
+    client_tools = {t["name"] for t in state.client_tools}
+    calls = [new_call(agent, c, client_tools) for c in acc.tool_calls]
+    state = state.model_copy(
         update={
-            "messages": [*ctx.state.messages, message],
-            "turns": ctx.state.turns + 1,
+            "messages": [*state.messages, message if message is not None else acc.assistant_message()],
+            "turns": state.turns + 1,
             "usage": usage,
             "tool_calls": calls,
             "next": "tools" if calls else "model",
-            "output": turn.acc.text if not calls else ctx.state.output,
+            "output": acc.text if not calls else state.output,
         }
     )
-    events = [_step_finished(ctx, "model")]
+    events = [finished]
     if not calls:
-        return completed(ctx, state, events)
+        return completed(state, events)
     if state.pending:
-        return paused(ctx, state, events)
+        return paused(agent, state, events)
     return StepResult(state, events, "live")
 
 
-def _new_call(agent: Agent, raw: dict[str, str], client_tools: set[str] | None = None) -> ToolCall:
+def new_call(agent: Agent, raw: dict[str, str], client_tools: set[str] | None = None) -> ToolCall:
+    """What a tool call a model turn asked for (``raw``: id, name, arguments) becomes, before anything runs; no
+    I/O: a handoff, a call of the client's own tool (pending), an unknown tool or invalid arguments (an error
+    the model sees), a child run of an agent tool, a call that waits for confirmation, or a plain call."""
     client_tools = client_tools or set()
     call = ToolCall(id=raw["id"], name=raw["name"], arguments=raw.get("arguments") or "{}")
     if call.name in agent.handoffs:  # no side effect of its own: the tool step records the handoff
@@ -465,60 +480,96 @@ def tool_step(ctx: StepContext) -> StepResult:
     ctx.check()
     todo = [c for c in ctx.state.tool_calls if not c.done]
     agents = [c for c in todo if c.agent]
-    got, finished, notes = children.NONE, {}, []
+    got, finished = children.NONE, {}
     if agents:  # started or looked at first: the children work while the plain calls run
         got = children.collect(ctx.starter(), ctx.state, agents)
         ctx.state = got.state or ctx.state
         if got.halted is not None:
             raise got.halted
-        finished, notes, todo = got.calls, got.events, [c for c in todo if not c.agent]
+        finished, todo = got.calls, [c for c in todo if not c.agent]
     if len(todo) == 1:  # no pool for the common case
         finished[todo[0].id] = _run_call(ctx, todo[0], ahead=True)
     elif todo:
         with ThreadPoolExecutor(max_workers=len(todo), thread_name_prefix="tool") as pool:
             finished.update(zip([c.id for c in todo], pool.map(lambda c: _run_call(ctx, c), todo), strict=True))
     calls = [finished.get(c.id, c) for c in ctx.state.tool_calls]
-    state = ctx.state.model_copy(update={"tool_calls": calls, "child_pending": []} if agents else {"tool_calls": calls})
+    result = after_tools(ctx.agent, ctx.state, calls, got, bool(agents), _step_finished(ctx, "tools"))
+    if result.log_status == "live" and not result.waits:
+        ctx.check()  # the results go to the model: not when a stop came meanwhile
+    return result
+
+
+def after_tools(
+    agent: Agent, state: RunState, calls: list[ToolCall], got: children.Collected, looked: bool, finished: NewEvent
+) -> StepResult:
+    """What a tool step's calls (as they stand after it ran them) make of the run, with its STEP_FINISHED
+    (``finished``); no I/O. ``got``: what it found of its child runs (``looked``: it had agent calls).
+
+    Child runs still working: the step ends waiting for them (their ends wake the run). A call that waits
+    for a human (it may have run in a crashed attempt) or a child that paused: the run pauses. Otherwise the
+    results go to the model's next turn, with the agent the turn handed off to, if any.
+    """
+    state = state.model_copy(update={"tool_calls": calls, "child_pending": []} if looked else {"tool_calls": calls})
+    notes = list(got.events)
     waits = [c.child_run_id for c in calls if c.child_run_id and not c.done and c.child_run_id not in got.paused]
     if waits:  # child runs are working: the step ends here, their ends (or pauses) wake the run
-        return StepResult(state, [*notes, _step_finished(ctx, "tools")], "live", waits, awaiting=waits)
+        return StepResult(state, [*notes, finished], "live", waits, awaiting=waits)
     if got.paused:  # every child settled, some wait for decisions: so does this run, with their calls
         state = state.model_copy(update={"child_pending": [c for held in got.paused.values() for c in held]})
         notes += children.suspended(got.paused)
     if state.pending:  # a call may have run in a crashed attempt, or a child run waits: a human decides
-        return paused(ctx, state, [*notes, _step_finished(ctx, "tools")])
-    ctx.check()
+        return paused(agent, state, [*notes, finished])
     results = [
         make_event(EventType.TOOL_CALL_RESULT, message_id=new_id("tool"), tool_call_id=c.id, content=c.result or "")
         for c in calls
     ]
     messages = [{"role": "tool", "tool_call_id": c.id, "content": c.result or ""} for c in calls]
     state = state.model_copy(update={"messages": [*state.messages, *messages], "next": "model", "tool_calls": []})
-    state, handoff = _handed_off(ctx, state, calls)
+    state, handoff = _handed_off(agent, state, calls)
     awaited: list[str] | None = [] if any(c.child_run_id for c in calls) else None  # the record stops saying it waits
-    return StepResult(state, [*notes, *results, *handoff, _step_finished(ctx, "tools")], "live", awaiting=awaited)
+    return StepResult(state, [*notes, *results, *handoff, finished], "live", awaiting=awaited)
 
 
-def _handed_off(ctx: StepContext, state: RunState, calls: list[ToolCall]) -> tuple[RunState, list[NewEvent]]:
+def _handed_off(agent: Agent, state: RunState, calls: list[ToolCall]) -> tuple[RunState, list[NewEvent]]:
     """The state after the turn's handoff, if it asked for one (the first wins): the next turns use that agent."""
-    call = next((c for c in calls if c.name in ctx.agent.handoffs and c.error is None), None)
+    call = next((c for c in calls if c.name in agent.handoffs and c.error is None), None)
     if call is None:
         return state, []
-    target = ctx.agent.handoffs[call.name].name
-    value = {"from": ctx.agent.name, "to": target, "tool_call_id": call.id, "reason": call.args.get("reason")}
+    target = agent.handoffs[call.name].name
+    value = {"from": agent.name, "to": target, "tool_call_id": call.id, "reason": call.args.get("reason")}
     return state.model_copy(update={"active_agent": target}), [
         make_event(EventType.CUSTOM, name="handoff", value=value)
     ]
 
 
-def _run_call(ctx: StepContext, call: ToolCall, ahead: bool = False) -> ToolCall:
-    if call.name in ctx.agent.handoffs and call.error is None:
-        return call.model_copy(update={"result": f"Transferred to {ctx.agent.handoffs[call.name].name}."})
+def answered(agent: Agent, call: ToolCall) -> ToolCall | None:
+    """The call with its result when it does not run (a handoff, a call the user rejected, an error found when
+    the turn asked for it); None: it runs. No I/O."""
+    if call.name in agent.handoffs and call.error is None:
+        return call.model_copy(update={"result": f"Transferred to {agent.handoffs[call.name].name}."})
     if call.decision == "rejected":
         note = f" Note from the user: {call.note}" if call.note else ""
         return call.model_copy(update={"result": f"The user rejected this tool call; it did not run.{note}"})
     if call.error is not None:
         return call.model_copy(update={"result": f"Error: {call.error}"})
+    return None
+
+
+def from_ledger(call: ToolCall, tool: Tool, entry: Effect | None) -> ToolCall | None:
+    """What the effect ledger's entry for a call about to run decides; None: run it (this attempt started it).
+    Done in an earlier attempt: its recorded result. Started in an attempt that crashed, and the tool is not
+    idempotent: the run asks a human (``may_have_run``) rather than run it twice. No I/O."""
+    if entry is not None and entry.status == "done":
+        return _with_result(call, entry.result or "", entry.error)
+    if entry is not None and not tool.idempotent:
+        return call.model_copy(update={"decision": "pending", "pause_reason": "may_have_run"})
+    return None
+
+
+def _run_call(ctx: StepContext, call: ToolCall, ahead: bool = False) -> ToolCall:
+    done = answered(ctx.agent, call)
+    if done is not None:
+        return done
     tool = ctx.agent.tools[call.name]
     if call.rerun:
         ctx.store.ledger.reset(ctx.state.run_id, call.id, ctx.token)
@@ -526,11 +577,8 @@ def _run_call(ctx: StepContext, call: ToolCall, ahead: bool = False) -> ToolCall
         entry = ctx.effects[call.id]
     else:
         entry = ctx.store.ledger.begin(ctx.state.run_id, call.id, ctx.token)
-    if entry is not None and entry.status == "done":
-        return _with_result(call, entry.result or "", entry.error)
-    if entry is not None and not tool.idempotent:
-        return call.model_copy(update={"decision": "pending", "pause_reason": "may_have_run"})
-    return _invoke(ctx, call, tool, ahead)
+    decided = from_ledger(call, tool, entry)
+    return decided if decided is not None else _invoke(ctx, call, tool, ahead)
 
 
 def _invoke(ctx: StepContext, call: ToolCall, tool: Tool, ahead: bool) -> ToolCall:
@@ -556,7 +604,7 @@ def _invoke(ctx: StepContext, call: ToolCall, tool: Tool, ahead: bool) -> ToolCa
         raise
     except Exception as exc:  # the tool's own failure is the model's business, not a crash
         result, error = f"Error: {type(exc).__name__}: {exc}", f"{type(exc).__name__}: {exc}"
-    if ahead:  # the step's only call: its reply is read just before the commit (Engine._attempt)
+    if ahead:  # the step's only call: its reply is read just before the commit (Engine._do_step)
         ctx.sent.append(ctx.store.ledger.done_sent(ctx.state.run_id, call.id, ctx.token, result, error))
     else:  # calls running side by side: none holds a connection while the others run
         ctx.store.ledger.done(ctx.state.run_id, call.id, ctx.token, result, error)

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from ..errors import AgentsCeleryError
+from ..runs import RunState
 from ..storage.leases import Leases
 from ..storage.store import RunStore
 
@@ -45,8 +47,7 @@ def start_next(store: RunStore, send: SendFirst, session_id: str) -> str | None:
             return None
         try:
             history = store.sessions.history(session_id)
-            messages = [*history, *state.messages[state.history_len :]]
-            state = state.model_copy(update={"messages": messages, "history_len": len(history)})
+            state = with_history(state, history)
             store.commit(state, token, step, step, [], "live", release=False)
             store.started_waiting(run_id)
         finally:
@@ -56,3 +57,10 @@ def start_next(store: RunStore, send: SendFirst, session_id: str) -> str | None:
         log.info("session=%s: run %s started after the one before it ended", session_id, run_id)
         return run_id
     return None
+
+
+def with_history(state: RunState, history: list[dict[str, Any]]) -> RunState:
+    """A waiting run as it starts: the session's ``history`` as it is now, in place of the history it was
+    created with (its first ``history_len`` messages), then its own messages. No I/O."""
+    messages = [*history, *state.messages[state.history_len :]]
+    return state.model_copy(update={"messages": messages, "history_len": len(history)})
