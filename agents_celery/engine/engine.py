@@ -25,7 +25,6 @@ import redis
 from ..agent import Agent
 from ..errors import (
     AbandonedRunError,
-    AgentsCeleryError,
     ConfigurationError,
     FencedError,
     RedisUnavailableError,
@@ -41,9 +40,9 @@ from ..storage.leases import LeaseKeeper, Leases, new_token
 from ..storage.pending import Pending
 from ..storage.scripts import InboxGrew
 from ..storage.store import Claim, RunStore
-from . import children
 from .attempt import PLAIN, Attempt, Delivery, first_started
 from .calls import CallAbandoned
+from .lifecycle import Lifecycle
 from .steps import (
     Cancelled,
     StepContext,
@@ -57,7 +56,6 @@ from .steps import (
     user_message_events,
     with_step_finished,
 )
-from .waiting import start_next
 from .writer import EventWriter
 
 log = logging.getLogger(__name__)
@@ -96,6 +94,8 @@ class Engine:
         self.enqueue = enqueue
         #: Sends the run's webhook when it pauses or ends (``notify(state, committed_steps)``).
         self.notify = notify
+        #: Follows a run through its pause or end (webhook, indexes, session, children, parent).
+        self.lifecycle = Lifecycle(store, enqueue, notify)
         #: Worker-level hooks (``configure(app, hooks=...)``): told everything an agent's own hooks are told.
         self.hooks = list(hooks)
         self.leases = Leases(store.redis, store.keys)
@@ -401,27 +401,7 @@ class Engine:
             elif not enqueued:
                 self.enqueue(state.run_id, step + 1, state.agent_id)
             return
-        if self.notify is not None and state.webhook_url:  # before it leaves the sweeper's index: a crash here
-            self.notify(state, step + 1)  # leaves it there, and the sweeper sends the webhook instead
-        self.store.status_changed(state)  # leaves the sweeper's index; the run indexes follow its status
-        if result.log_status == "ended":
-            self.store.session_sync(state)
-            self.store.session_release(state.session_id, state.run_id)
-            start_next(self.store, lambda rid, agent, _queue: self.enqueue(rid, 0, agent), state.session_id)
-            self._children_follow(state)
-        children.wake_parent(self.store, self.enqueue, state)
-
-    def _children_follow(self, state: RunState) -> None:
-        """A parent run ended: its ended children are kept as long as it is, its live ones are stopped."""
-        for child_id in state.children:
-            try:
-                child, _ = self.store.load(child_id)
-            except AgentsCeleryError:
-                continue
-            if child.status.is_final:
-                self.store.keep_with(child)
-            else:
-                self.store.request_stop(child_id, f"its parent run {state.run_id} ended ({state.status.value})")
+        self.lifecycle.settled(state, step + 1)  # webhook, indexes, session, children, parent
 
 
 def _abandoned_event(abandoned: CallAbandoned | None) -> list[NewEvent]:
