@@ -42,15 +42,15 @@ class Inspection:
             return agent.manifest()
         if agent in self.local_agents:
             return self.local_agents[agent].manifest()
-        manifest = self.store.manifest(agent)
+        manifest = self.store.agents.get(agent)
         if manifest is None:
-            known = [m["name"] for m in self.store.manifests()]
+            known = [m["name"] for m in self.store.agents.all()]
             raise UnknownAgentError(f"no agent named {agent!r}; known agents: {known}. Is a worker serving it?")
         return manifest
 
     def agents(self) -> list[dict[str, Any]]:
         """Manifests of every agent workers published (and local ones), in module order."""
-        published = self.store.manifests()
+        published = self.store.agents.all()
         names = {m["name"] for m in published}
         return published + [a.manifest() for a in self.local_agents.values() if a.name not in names]
 
