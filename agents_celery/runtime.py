@@ -323,7 +323,7 @@ class Runtime(Scheduling):
         if state.child_pending:
             return self._continue_tree(state, step, [as_decision(d) for d in decisions or []], manifest)
         calls = decide(state, [as_decision(d) for d in decisions or []], manifest)
-        with self._still_paused(run_id, step) as (state, token):
+        with self.lifecycle.still_paused(run_id, step) as (state, token):
             messages = with_edited_args(state.messages, calls)
             new = state.model_copy(update={"tool_calls": calls, "messages": messages}).moved_to(RunStatus.RUNNING)
             decided = [
@@ -333,24 +333,6 @@ class Runtime(Scheduling):
             ]
             self.lifecycle.resume(new, token, step, {"continued": True, "decisions": decided})
         return RunStream(self, run_id, state.session_id, state.agent_id)
-
-    @contextlib.contextmanager
-    def _still_paused(self, run_id: str, step: int) -> Iterator[tuple[RunState, str]]:
-        """The run's state and lease, the run still paused at ``step``; the lease is released after.
-
-        Raises:
-            RunBusyError: another continue or a stop holds it. RunNotPausedError: it moved on meanwhile.
-        """
-        token = self._idle_lease(run_id)
-        if token is None:
-            raise RunBusyError(f"run {run_id!r} is being continued or stopped by another caller right now")
-        try:
-            state, now = self.store.load(run_id)
-            if state.status != RunStatus.PAUSED or now != step:
-                raise RunNotPausedError(f"run {run_id!r} is {state.status.value}, not paused; nothing to continue")
-            yield state, token
-        finally:
-            self.leases.release(run_id, token)
 
     def _continue_tree(
         self, state: RunState, step: int, decisions: list[Decision], manifest: dict[str, Any]
@@ -368,7 +350,7 @@ class Runtime(Scheduling):
         calls = state.tool_calls
         if routing.has_own:
             calls = decide(state.model_copy(update={"child_pending": []}), routing.own, manifest)
-        with self._still_paused(run_id, step) as (now, token):
+        with self.lifecycle.still_paused(run_id, step) as (now, token):
             new = now.model_copy(update={"tool_calls": calls, "child_pending": []}).moved_to(RunStatus.RUNNING)
             decided = [{"tool_call_id": d.tool_call_id, "confirmed": d.confirmed} for d in decisions]
             # the invocations it still waits for go on in this segment
@@ -412,28 +394,10 @@ class Runtime(Scheduling):
         for child_id in state.children:  # its child runs stop with it
             with contextlib.suppress(RunFinishedError, RunNotFoundError, RunExpiredError):
                 self.stop(child_id, f"its parent run {run_id} was stopped")
-        token = self._idle_lease(run_id)
-        if token is not None:  # nobody is working on it: end it here and now
-            try:
-                cancelled = self.lifecycle.cancel(run_id, token)
-            finally:
-                self.leases.release(run_id, token)
-            if cancelled is not None and cancelled.parent_run_id is not None:
-                self._child_stopped(cancelled, cancelled.parent_run_id)
+        cancelled = self.lifecycle.cancel_idle(run_id)  # nobody works on it: it ends here and now
+        if cancelled is not None and cancelled.parent_run_id is not None:
+            self._child_stopped(cancelled, cancelled.parent_run_id)
         return self.get(run_id)
-
-    def _idle_lease(self, run_id: str) -> str | None:
-        """The lease, if no worker is working on the run. A worker that just paused the run releases it
-        within milliseconds, and nobody else would end a paused run, so for a paused run wait for it."""
-        deadline = time.monotonic() + self.settings.lease_ttl_seconds
-        while True:
-            token = self.leases.acquire(run_id, self.settings.lease_ttl_ms)
-            if token is not None or time.monotonic() > deadline:
-                return token
-            state, _ = self.store.load(run_id)
-            if state.status != RunStatus.PAUSED:
-                return None  # a working step holds it and honours the stop request at its next check
-            time.sleep(0.01)
 
     def _child_stopped(self, child: RunState, parent_id: str) -> None:
         """A child stopped alone (its end woke its parent): a parent paused for that child's calls only goes on."""

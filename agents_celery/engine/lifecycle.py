@@ -11,20 +11,26 @@ calls :meth:`Lifecycle.settled`, which, in this order:
    waiting in the session's line, keeps its ended children as long as itself and stops its live ones;
 4. wakes its parent (a child paused or ended: the parent's step collects it).
 
-Every part is idempotent, so doing it twice (the sweeper after a half-done one) is harmless. :meth:`cancel`
-commits the end of an idle run (stopped while paused, queued, scheduled or between steps); :meth:`resume`
-commits a paused run going on (a continue). No Celery here: steps are sent through the callbacks given.
+Every part is idempotent, so doing it twice (the sweeper after a half-done one) is harmless. The callers'
+side (the Runtime) ends and resumes idle runs here too: :meth:`cancel_idle` takes the lease of a run nobody
+works on (:meth:`idle_lease`) and :meth:`cancel` commits its end (stopped while paused, queued, scheduled or
+between steps); :meth:`still_paused` holds a paused run's lease while :meth:`resume` commits it going on (a
+continue). A run a worker holds ends in the engine (the stop is a request it honours). No Celery here: steps
+are sent through the callbacks given.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from ..errors import AgentsCeleryError
+from ..errors import AgentsCeleryError, RunBusyError, RunNotPausedError
 from ..events import EventType, NewEvent, close_open, make_event
 from ..runs import RunState, RunStatus
+from ..storage.leases import Leases
 from ..storage.store import RunStore
 from . import children
 from .waiting import SendFirst, start_next
@@ -53,6 +59,7 @@ class Lifecycle:
         self.send = send
         self.notify = notify
         self.first: SendFirst = first or (lambda run_id, agent_id, _queue: send(run_id, 0, agent_id))
+        self.leases = Leases(store.redis, store.keys)
 
     def settled(self, state: RunState, steps: int) -> None:
         """Follow through a commit that paused or ended the run (``steps``: its committed steps)."""
@@ -77,6 +84,50 @@ class Lifecycle:
                 self.store.keep_with(child)
             else:
                 self.store.request_stop(child_id, f"its parent run {state.run_id} ended ({state.status.value})")
+
+    def idle_lease(self, run_id: str) -> str | None:
+        """The run's lease, if no worker is working on it. A worker that just paused the run releases it within
+        milliseconds, and nobody else would end a paused run, so for a paused run wait for it (a lease TTL)."""
+        settings = self.store.settings
+        deadline = time.monotonic() + settings.lease_ttl_seconds
+        while True:
+            token = self.leases.acquire(run_id, settings.lease_ttl_ms)
+            if token is not None or time.monotonic() > deadline:
+                return token
+            state, _ = self.store.load(run_id)
+            if state.status != RunStatus.PAUSED:
+                return None  # a working step holds it and honours a stop request at its next check
+            time.sleep(0.01)
+
+    @contextlib.contextmanager
+    def still_paused(self, run_id: str, step: int) -> Iterator[tuple[RunState, str]]:
+        """The run's state and lease, the run still paused at ``step`` (to :meth:`resume` it); the lease is
+        released after.
+
+        Raises:
+            RunBusyError: another continue or a stop holds it. RunNotPausedError: it moved on meanwhile.
+        """
+        token = self.idle_lease(run_id)
+        if token is None:
+            raise RunBusyError(f"run {run_id!r} is being continued or stopped by another caller right now")
+        try:
+            state, now = self.store.load(run_id)
+            if state.status != RunStatus.PAUSED or now != step:
+                raise RunNotPausedError(f"run {run_id!r} is {state.status.value}, not paused; nothing to continue")
+            yield state, token
+        finally:
+            self.leases.release(run_id, token)
+
+    def cancel_idle(self, run_id: str) -> RunState | None:
+        """End the run as cancelled if no worker is working on it (a worker holding it honours the stop request
+        at its next check); the cancelled state, or None when a worker holds it or it had ended."""
+        token = self.idle_lease(run_id)
+        if token is None:
+            return None
+        try:
+            return self.cancel(run_id, token)
+        finally:
+            self.leases.release(run_id, token)
 
     def cancel(self, run_id: str, token: str) -> RunState | None:
         """End a run nobody works on as cancelled (``token``: its lease), with its final event, and follow that
