@@ -18,7 +18,7 @@ from agents_celery.events import EventType, make_event
 from agents_celery.runs import RunState, RunStatus, ToolCall
 from agents_celery.settings import Settings
 from agents_celery.storage.ledger import Effect
-from agents_celery.storage.store import Ack, ClaimReply, CommitArgs, RunStore
+from agents_celery.storage.store import Ack, ClaimArgs, ClaimReply, CommitArgs, RunStore
 
 from .conftest import new_id, wait_for
 
@@ -381,29 +381,37 @@ def test_with_fast_paths_off_a_result_sent_ahead_is_written_at_once(r: redis.Red
         _cleanup(r, store, run_id)
 
 
-def test_commit_args_are_the_names_commit_lua_gives_its_argv_in_its_order() -> None:
-    """CommitArgs builds commit.lua's ARGV by name: its fields are the locals the script names ARGV 1-18 by (``m``
-    is the count of ``messages``), in the same order, so neither side can move an argument alone."""
-    import dataclasses
+def _argv_names(script: str) -> list[str]:
+    """The names a script gives ARGV 1, 2, ... in the ``local`` lines at its top."""
     import re
     from importlib.resources import files
 
-    text = files("agents_celery.storage").joinpath("lua", "commit.lua").read_text(encoding="utf-8")
     named: dict[int, str] = {}
-    for line in text.splitlines():
+    for line in files("agents_celery.storage").joinpath("lua", f"{script}.lua").read_text("utf-8").splitlines():
         if m := re.match(r"^local ([\w, ]+) = (.*\bARGV\[\d+\].*)$", line):
             values = re.findall(r"ARGV\[(\d+)\]", m[2])
             named.update(zip((int(v) for v in values), (n.strip() for n in m[1].split(",")), strict=True))
-    assert sorted(named) == list(range(1, 19))
+    assert sorted(named) == list(range(1, len(named) + 1))
+    return [named[i] for i in sorted(named)]
+
+
+def test_the_argument_records_are_the_names_the_scripts_give_their_argv_in_their_order() -> None:
+    """CommitArgs and ClaimArgs build commit.lua's and claim.lua's ARGV by name: their fields are the locals the
+    scripts name their ARGV by (``m`` is the count of ``messages``), in the same order, so neither side can move
+    an argument alone."""
+    import dataclasses
+
     fields = [f.name for f in dataclasses.fields(CommitArgs)]
-    assert [named[i] for i in range(1, 19)] == [*fields[:14], "m", *fields[14:17]]
+    assert _argv_names("commit") == [*fields[:14], "m", *fields[14:17]]
     assert fields[17:] == ["messages", "events"]
+    assert _argv_names("claim") == [f.name for f in dataclasses.fields(ClaimArgs)]
     args = CommitArgs("t", 3, 4, "{}", "ended", 10, 20, True, "model", 99, "sid", messages=["m1", "m2"], events=["e"])
     assert args.argv() == [
         *("t", "3", "4", "{}", "ended", "10", "20", "1", "model", "99", "sid", "", "", "-1", "2", "", "", ""),
         *("m1", "m2", "e"),
     ]
     assert CommitArgs(**{**dataclasses.asdict(args), "inbox_taken": 0}).argv()[17] == "0"  # 0 is checked, None not
+    assert ClaimArgs("t", 2, 500, "{m}", "{t}").argv() == ["t", "2", "500", "{m}", "{t}", ""]
 
 
 def test_the_claim_reply_is_read_by_name(r: redis.Redis, settings: Settings) -> None:
@@ -412,7 +420,7 @@ def test_the_claim_reply_is_read_by_name(r: redis.Redis, settings: Settings) -> 
     try:
         k = store.keys.run(run_id)
         keys = [k.run, k.lease, k.stop, k.events, k.effects, k.messages, k.inbox]
-        args = ["t0", "0", "5000", STARTED[0].json, STARTED[1].json, ""]
+        args = ClaimArgs("t0", 0, 5000, STARTED[0].json, STARTED[1].json).argv()
         reply = ClaimReply.parse(store._claim(keys=keys, args=args))
         assert (reply.outcome, reply.attempt, reply.step_offset, reply.next_offset) == ("OK", 1, 1, 1)
         assert json.loads(reply.state_json)["run_id"] == run_id and reply.stop_reason == ""

@@ -2,8 +2,9 @@
 
 Every write that touches one run goes through a Lua script in :mod:`agents_celery.storage.scripts`, fenced by the
 run's lease token; the keys are documented in :mod:`agents_celery.storage.keys` (per run, and ``<p>:live``).
-What crosses to the two busiest scripts is typed: :class:`CommitArgs` builds ``lua/commit.lua``'s ARGV by the
-names the script gives them, :class:`ClaimReply` reads ``lua/claim.lua``'s reply by name.
+What crosses to the two busiest scripts is typed: :class:`CommitArgs` and :class:`ClaimArgs` build
+``lua/commit.lua``'s and ``lua/claim.lua``'s ARGV by the names the scripts give them, :class:`ClaimReply` reads
+the claim's reply by name.
 
 The other nouns have modules of their own, which the store holds as attributes: ``store.ledger`` (the effect
 ledger, :mod:`.ledger`), ``store.sessions`` (:mod:`.sessions`), ``store.states`` (the state cache,
@@ -38,8 +39,6 @@ from .pending import Pending, SendAhead, call_now
 from .scripts import refusal, register
 from .sessions import Sessions
 from .states import CachedState, StateCache
-
-__all__ = ["Ack", "CachedState", "Claim", "ClaimReply", "CommitArgs", "Effect", "RunStore", "SentClaim", "entry_of"]
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +86,30 @@ class SentClaim:
     run_id: str
     sent: Pending
     known: CachedState | None
+
+
+@dataclass(frozen=True)
+class ClaimArgs:
+    """``lua/claim.lua``'s ARGV, by the names the script gives them."""
+
+    token: str
+    step: int
+    ttl_ms: int
+    #: The STEP_STARTED a first attempt writes: of a model turn, of a tool step (the run's ``next_kind`` picks).
+    model_started: str
+    tools_started: str
+    #: The version of the state the caller holds ('' for none): the reply leaves the state out if it is Redis's.
+    known_state_id: str = ""
+
+    def argv(self) -> list[str]:
+        return [
+            self.token,
+            str(self.step),
+            str(self.ttl_ms),
+            self.model_started,
+            self.tools_started,
+            self.known_state_id,
+        ]
 
 
 @dataclass(frozen=True)
@@ -278,14 +301,14 @@ class RunStore:
         """
         known = self.states.get(run_id)
         keys, args = self._claim_call(run_id, step, token, started, known)
-        return self._claimed(run_id, self._claim(keys=keys, args=args, client=self._client()), known)
+        return self._claimed(run_id, self._claim(keys=keys, args=args.argv(), client=self._client()), known)
 
     def claim_sent(self, run_id: str, step: int, token: str, started: tuple[NewEvent, NewEvent]) -> SentClaim:
         """:meth:`claim`, sent now and answered later (:meth:`claim_read`): the worker's consumer sends it as
         it receives the step's message, so the round trip overlaps Celery handing the message to a thread."""
         known = self.states.get(run_id)
         keys, args = self._claim_call(run_id, step, token, started, known)
-        return SentClaim(run_id, self._send_ahead(self.redis, self._claim, keys, [str(a) for a in args], False), known)
+        return SentClaim(run_id, self._send_ahead(self.redis, self._claim, keys, args.argv(), False), known)
 
     def claim_read(self, sent: SentClaim) -> Claim:
         """The claim's outcome; ``BUSY`` when its reply was lost (it may have taken the lease: the sweeper
@@ -300,10 +323,10 @@ class RunStore:
 
     def _claim_call(
         self, run_id: str, step: int, token: str, started: tuple[NewEvent, NewEvent], known: CachedState | None
-    ) -> tuple[list[str], list[str | int]]:
+    ) -> tuple[list[str], ClaimArgs]:
         k = self.keys.run(run_id)
-        args: list[str | int] = [token, step, self.settings.lease_ttl_ms, started[0].json, started[1].json]
-        args.append(known.state_id if known else "")
+        known_id = known.state_id if known else ""
+        args = ClaimArgs(token, step, self.settings.lease_ttl_ms, started[0].json, started[1].json, known_id)
         return [k.run, k.lease, k.stop, k.events, k.effects, k.messages, k.inbox], args
 
     def _claimed(self, run_id: str, reply: Any, known: CachedState | None) -> Claim:
