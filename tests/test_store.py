@@ -18,7 +18,8 @@ from agents_celery.events import EventType, make_event
 from agents_celery.runs import RunState, RunStatus, ToolCall
 from agents_celery.settings import Settings
 from agents_celery.storage.ledger import Effect
-from agents_celery.storage.store import Ack, ClaimArgs, ClaimReply, CommitArgs, RunStore
+from agents_celery.storage.records import ClaimArgs, ClaimReply, CommitArgs
+from agents_celery.storage.store import Ack, RunStore
 
 from .conftest import new_id, wait_for
 

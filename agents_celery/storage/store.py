@@ -2,9 +2,9 @@
 
 Every write that touches one run goes through a Lua script in :mod:`agents_celery.storage.scripts`, fenced by the
 run's lease token; the keys are documented in :mod:`agents_celery.storage.keys` (per run, and ``<p>:live``).
-What crosses to the two busiest scripts is typed: :class:`CommitArgs` and :class:`ClaimArgs` build
-``lua/commit.lua``'s and ``lua/claim.lua``'s ARGV by the names the scripts give them, :class:`ClaimReply` reads
-the claim's reply by name.
+What crosses to the two busiest scripts is typed (:mod:`.records`): ``CommitArgs`` and ``ClaimArgs`` build
+``lua/commit.lua``'s and ``lua/claim.lua``'s ARGV by the names the scripts give them, ``ClaimReply`` reads the
+claim's reply by name.
 
 The other nouns have modules of their own, which the store holds as attributes: ``store.ledger`` (the effect
 ledger, :mod:`.ledger`), ``store.sessions`` (:mod:`.sessions`), ``store.states`` (the state cache,
@@ -33,9 +33,10 @@ from .connections import IdleCheck, ThreadClients, reconnect_if_closed
 from .eventlog import EventLog, LogStatus
 from .index import Entry, RunIndex
 from .keys import Keys
-from .ledger import Effect, Ledger, parse_effect
+from .ledger import Effect, Ledger
 from .manifests import Manifests
 from .pending import Pending, SendAhead, call_now
+from .records import ClaimArgs, ClaimReply, CommitArgs
 from .scripts import refusal, register
 from .sessions import Sessions
 from .states import CachedState, StateCache
@@ -86,124 +87,6 @@ class SentClaim:
     run_id: str
     sent: Pending
     known: CachedState | None
-
-
-@dataclass(frozen=True)
-class ClaimArgs:
-    """``lua/claim.lua``'s ARGV, by the names the script gives them."""
-
-    token: str
-    step: int
-    ttl_ms: int
-    #: The STEP_STARTED a first attempt writes: of a model turn, of a tool step (the run's ``next_kind`` picks).
-    model_started: str
-    tools_started: str
-    #: The version of the state the caller holds ('' for none): the reply leaves the state out if it is Redis's.
-    known_state_id: str = ""
-
-    def argv(self) -> list[str]:
-        return [
-            self.token,
-            str(self.step),
-            str(self.ttl_ms),
-            self.model_started,
-            self.tools_started,
-            self.known_state_id,
-        ]
-
-
-@dataclass(frozen=True)
-class ClaimReply:
-    """``lua/claim.lua``'s reply, read by name (the script's header lists it): only an ``OK`` one has more."""
-
-    outcome: str
-    attempt: int = 0
-    #: The first offset of this step's first attempt ('' in the reply: none yet).
-    step_offset: int | None = None
-    next_offset: int = 0
-    #: The state JSON, '' when the caller named the version Redis holds (``known_state_id``).
-    state_json: str = ""
-    stop_reason: str = ""
-    effects: dict[str, Effect | None] = field(default_factory=dict)
-    #: The run's messages list, sent with the state (schema 2 keeps the conversation there).
-    messages: list[Any] = field(default_factory=list)
-    inbox: int = 0
-    blips: int = 0
-
-    @classmethod
-    def parse(cls, reply: Any) -> ClaimReply:
-        outcome = _text(reply[0])
-        if outcome != "OK":
-            return cls(outcome)
-        (_, attempt, step_offset, next_offset, state_json, stop, ids, entries, messages, inbox, blips) = reply
-        return cls(
-            outcome,
-            attempt=int(_text(attempt)),
-            step_offset=int(_text(step_offset)) if _text(step_offset) else None,
-            next_offset=int(_text(next_offset)),
-            state_json=_text(state_json),
-            stop_reason=_text(stop),
-            effects={_text(i): parse_effect(_text(e)) for i, e in zip(ids or [], entries or [], strict=True)},
-            messages=messages or [],
-            inbox=int(inbox),
-            blips=int(_text(blips)),
-        )
-
-
-@dataclass(frozen=True)
-class CommitArgs:
-    """``lua/commit.lua``'s ARGV, by the names the script gives them (its header says what each means); then
-    the messages to append and the events. :meth:`argv` is the one place they are put in order."""
-
-    token: str
-    expected_step: int
-    new_step: int
-    state_json: str
-    log_status: LogStatus
-    retention_ms: int
-    tombstone_ms: int
-    release: bool
-    next_kind: str
-    now_ms: int
-    state_id: str
-    #: The next step's task message, pushed with the commit (the broker is this Redis), or ''.
-    task_message: str = ""
-    #: JSON list of the tool call ids the next tool step's claim starts, or '' (the run is not live).
-    ledger_calls: str = ""
-    #: Elements of the messages list to keep (-1: all; 0: none).
-    keep: int = -1
-    #: The delivery tag of the step's own message, acked with the commit, or ''.
-    ack_tag: str = ""
-    #: The Celery task committing (the parent of the run's next step message), or ''.
-    task_id: str = ""
-    #: Inbox messages the state took in: checked when the run completes (None: not checked).
-    inbox_taken: int | None = None
-    messages: Sequence[str] = ()
-    events: Sequence[str] = ()
-
-    def argv(self) -> list[str]:
-        return [
-            self.token,
-            str(self.expected_step),
-            str(self.new_step),
-            self.state_json,
-            self.log_status,
-            str(self.retention_ms),
-            str(self.tombstone_ms),
-            "1" if self.release else "0",
-            self.next_kind,
-            str(self.now_ms),
-            self.state_id,
-            self.task_message,
-            self.ledger_calls,
-            str(self.keep),
-            str(len(self.messages)),
-            self.ack_tag,
-            self.task_id,
-            "" if self.inbox_taken is None else str(self.inbox_taken),
-            *self.messages,
-            *self.events,
-        ]
 
 
 def entry_of(state: RunState) -> Entry:
