@@ -17,10 +17,9 @@ from typing import Any
 
 from ..agent import Agent, AgentTool
 from ..errors import AgentsCeleryError, FencedError, ModelError, StopStep, ToolArgumentsError
-from ..events import Deltas, EventType, NewEvent, make_event, now_ms
+from ..events import EventType, NewEvent, make_event, now_ms
 from ..hooks import Hooks, StepInfo, call_hooks
-from ..ids import random_hex
-from ..models import TextDelta, ToolCallDelta, TurnAccumulator, Usage, reading_until
+from ..models import TurnAccumulator, Usage, reading_until
 from ..runs import RunFailure, RunState, RunStatus, ToolCall
 from ..settings import Settings
 from ..storage.eventlog import LogStatus
@@ -30,6 +29,7 @@ from ..storage.store import RunStore
 from ..tools import Tool, ToolContext
 from . import children
 from .calls import CallAbandoned, Watch, run_call
+from .turn import TurnStream, new_id
 from .writer import EventWriter
 
 
@@ -102,10 +102,6 @@ class StepResult:
     waits: list[str] = field(default_factory=list)
     #: What the run's record says it waits for: set to ``waits`` (a list), or left alone (None).
     awaiting: list[str] | None = None
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}_{random_hex()[:16]}"
 
 
 # -- endings -----------------------------------------------------------------------------------------
@@ -203,88 +199,14 @@ def _child_of(call: ToolCall) -> dict[str, str]:
 # -- model turn --------------------------------------------------------------------------------------
 
 
-class _TurnStream:
-    """Turns model chunks into events, remembering what is open so it can be closed on any exit."""
-
-    def __init__(self, ctx: StepContext) -> None:
-        self.ctx = ctx
-        self.message_id = new_id("msg")
-        self.text = Deltas(EventType.TEXT_MESSAGE_CONTENT, self.message_id)
-        self.acc = TurnAccumulator()
-        self.text_open = False
-        self.calls: dict[int, str] = {}
-        self.args: dict[int, Deltas] = {}
-        self.open_calls: list[str] = []
-        # The model is read on a call thread while the step's thread waits: the lock keeps the step's thread
-        # from closing the turn while that thread is feeding a chunk, and a walked-away turn takes no more.
-        self._lock = threading.Lock()
-        self._abandoned = False
-
-    def offer(self, chunk: Any) -> bool:
-        """Feed ``chunk`` from the call thread; False once the step walked away from the turn, or a stop came
-        (or the lease went): the reading ends at once, and the step's thread sees why."""
-        with self._lock:
-            if self.unwanted():
-                return False
-            self.feed(chunk)
-            return True
-
-    def abandon(self) -> None:
-        """The step walked away: the call thread's chunks are dropped from now on."""
-        with self._lock:
-            self._abandoned = True
-
-    def unwanted(self) -> bool:
-        """Whether the model's stream should stop being read (walked away from, stopped, lease lost)."""
-        return self._abandoned or self.ctx.stop.is_set() or self.ctx.lost.is_set()
-
-    def feed(self, chunk: Any) -> None:
-        emit = self.ctx.writer.emit
-        if isinstance(chunk, TextDelta) and chunk.text:
-            if not self.text_open:
-                emit(make_event(EventType.TEXT_MESSAGE_START, message_id=self.message_id, role="assistant"))
-                self.text_open = True
-            emit(self.text(chunk.text))
-        elif isinstance(chunk, ToolCallDelta):
-            if chunk.index not in self.calls:
-                self.close_text()
-                call_id = chunk.id or new_id("call")
-                chunk = ToolCallDelta(chunk.index, call_id, chunk.name, chunk.arguments)
-                self.calls[chunk.index] = call_id
-                self.args[chunk.index] = Deltas(EventType.TOOL_CALL_ARGS, call_id)
-                self.open_calls.append(call_id)
-                emit(
-                    make_event(
-                        EventType.TOOL_CALL_START,
-                        tool_call_id=call_id,
-                        tool_call_name=chunk.name or "unknown",
-                        parent_message_id=self.message_id,
-                    )
-                )
-            if chunk.arguments:
-                emit(self.args[chunk.index](chunk.arguments))
-        self.acc.add(chunk)
-
-    def close_text(self) -> None:
-        if self.text_open:
-            self.ctx.writer.emit(make_event(EventType.TEXT_MESSAGE_END, message_id=self.message_id))
-            self.text_open = False
-
-    def close(self) -> None:
-        self.close_text()
-        for call_id in self.open_calls:
-            self.ctx.writer.emit(make_event(EventType.TOOL_CALL_END, tool_call_id=call_id))
-        self.open_calls = []
-
-
 def model_turn(ctx: StepContext) -> StepResult:
     """Call the model once (with retries), stream its deltas, and decide what comes next."""
     state = ctx.state
     if state.turns >= ctx.settings.max_turns:
         return failed(state, AgentsCeleryError(f"the run took more than {ctx.settings.max_turns} model turns"))
-    turn: _TurnStream | None = None
+    turn: TurnStream | None = None
     for retry in range(ctx.settings.model_retries + 1):
-        turn = _TurnStream(ctx)
+        turn = TurnStream(ctx.writer.emit, ctx.stop, ctx.lost)
         try:
             _stream_once(ctx, turn)
             break
@@ -307,7 +229,7 @@ def model_turn(ctx: StepContext) -> StepResult:
     return _after_turn(ctx, turn)
 
 
-def _stream_once(ctx: StepContext, turn: _TurnStream) -> None:
+def _stream_once(ctx: StepContext, turn: TurnStream) -> None:
     """One model call, read on a call thread (:mod:`.calls`) so the step can walk away from a model that never
     finishes: at a stop (after the grace), when the lease is lost, or at the turn's wall-clock deadline."""
     ctx.check()
@@ -409,7 +331,7 @@ def with_step_finished(ctx: StepContext, result: StepResult) -> StepResult:
     return StepResult(result.state, [_step_finished(ctx, ctx.info.kind), *result.events], result.log_status)
 
 
-def _after_turn(ctx: StepContext, turn: _TurnStream) -> StepResult:
+def _after_turn(ctx: StepContext, turn: TurnStream) -> StepResult:
     message = turn.acc.assistant_message()
     call_hooks(ctx.hooks, "after_model_call", ctx.info, message)
     return after_turn(ctx.agent, ctx.state, turn.acc, _step_finished(ctx, "model"), message)
