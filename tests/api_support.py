@@ -101,13 +101,22 @@ class Frame:
     tag: str | None = None
 
 
-def frames(response: httpx.Response) -> Iterator[Frame]:
-    """The frames of an SSE response, as they arrive (comments skipped). Checks LF-only framing."""
+#: How long a test reads one SSE response before it fails (keep-alive comments keep httpx's read timeout from
+#: ever firing on a stream that never ends).
+SSE_TIMEOUT = 60.0
+
+
+def frames(response: httpx.Response, timeout: float = SSE_TIMEOUT) -> Iterator[Frame]:
+    """The frames of an SSE response, as they arrive (comments skipped). Checks LF-only framing. Fails after
+    ``timeout`` seconds, frames or keep-alives arriving or not (the client's read timeout covers silence)."""
+    deadline = time.monotonic() + timeout
     fid: int | None = None
     tag: str | None = None
     event: str | None = None
     data: list[str] = []
     for line in response.iter_lines():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s reading the SSE stream of {response.request.url}")
         if line == "":
             if data:
                 yield Frame(fid, event, json.loads("\n".join(data)), tag)
@@ -123,11 +132,14 @@ def frames(response: httpx.Response) -> Iterator[Frame]:
             data.append(line[6:])
 
 
-def read_until(response: httpx.Response, stop: set[str], limit: int | None = None) -> list[Frame]:
-    """Frames until one whose event is in ``stop`` (included), or ``limit`` AgentOS events."""
+def read_until(
+    response: httpx.Response, stop: set[str], limit: int | None = None, timeout: float = SSE_TIMEOUT
+) -> list[Frame]:
+    """Frames until one whose event is in ``stop`` (included), or ``limit`` AgentOS events; fails when the stream
+    ends first, or after ``timeout`` seconds."""
     out: list[Frame] = []
-    for f in frames(response):
+    for f in frames(response, timeout):
         out.append(f)
         if f.event in stop or (limit is not None and sum(1 for x in out if x.id is not None) >= limit):
-            break
-    return out
+            return out
+    raise AssertionError(f"the stream ended before {sorted(stop)} (limit {limit}): {[f.event for f in out]}")

@@ -85,21 +85,92 @@ class Worker:
         self._out.close()
 
 
+class Deployment:
+    """A deployment of a test's own: a key prefix and a queue nobody else uses (so its workers can be killed, and
+    its beats fire, without touching the session's), the workers' environment (``extra`` added), the matching
+    Runtime settings (the ``AGENTS_CELERY_*`` entries of ``extra`` included), the worker processes it started,
+    and their cleanup. Tests get one from the ``deploy`` fixture (tests/conftest.py), which closes it.
+
+    ``prefix`` shares an existing key prefix instead (the session's: its keys are the session's to delete);
+    ``broker_url`` puts workers and Runtime on another broker (RabbitMQ). What only the workers see (a fault
+    proxy in front of Redis, a worker-side limit) goes to :meth:`start`'s ``env``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        fake_openai_url: str,
+        extra: dict[str, str] | None = None,
+        *,
+        prefix: str | None = None,
+        broker_url: str | None = None,
+    ) -> None:
+        from agents_celery.settings import load_settings
+
+        from .conftest import TEST_BROKER_URL, TEST_REDIS_URL
+
+        self.prefix = prefix or f"ac{name}-{uuid.uuid4().hex[:8]}"
+        self._owns_prefix = prefix is None
+        self.queue = f"{name}-{uuid.uuid4().hex[:8]}"
+        self.broker_url = broker_url or TEST_BROKER_URL
+        extra = {"FAKE_OPENAI_URL": fake_openai_url, **(extra or {})}
+        self.env = worker_env(TEST_REDIS_URL, self.broker_url, self.prefix, self.queue, extra)
+        variables = {**FAST, **{k: v for k, v in extra.items() if k.startswith("AGENTS_CELERY_")}}
+        overrides = {k.removeprefix("AGENTS_CELERY_").lower(): v for k, v in variables.items()}
+        for given in ("redis_url", "broker_url", "key_prefix", "queue"):
+            overrides.pop(given, None)
+        self.settings = load_settings(
+            redis_url=TEST_REDIS_URL, broker_url=self.broker_url, key_prefix=self.prefix, queue=self.queue, **overrides
+        )
+        self.workers: list[Worker] = []
+        self._runtime: Any = None
+
+    @property
+    def runtime(self) -> Any:
+        """A Runtime on this deployment's settings (made on first use, closed by :meth:`close`)."""
+        if self._runtime is None:
+            from agents_celery import Runtime
+
+            self._runtime = Runtime(settings=self.settings)
+        return self._runtime
+
+    def start(self, n: int = 1, env: dict[str, str] | None = None, **options: Any) -> list[Worker]:
+        """Starts ``n`` workers (``env`` added to the deployment's; ``options`` as :class:`Worker` takes them) and
+        waits until each is ready."""
+        new = [Worker({**self.env, **(env or {})}, **options) for _ in range(n)]
+        self.workers += new  # before waiting, so close() cleans up even a worker that failed to start
+        for w in new:
+            w.wait_ready()
+        return new
+
+    def worker(self, env: dict[str, str] | None = None, **options: Any) -> Worker:
+        """One more worker, ready."""
+        return self.start(1, env, **options)[0]
+
+    def by_pid(self, pid: int) -> Worker:
+        return next(w for w in self.workers if w.proc.pid == pid)
+
+    def close(self) -> None:
+        """Stops every worker it started, closes its Runtime, deletes its keys (when the prefix is its own) and
+        what its queue left in a Redis broker."""
+        for w in self.workers:
+            w.stop()
+        if self._runtime is not None:
+            self._runtime.close()
+        import redis
+
+        from .conftest import TEST_REDIS_URL
+
+        with redis.Redis.from_url(TEST_REDIS_URL) as client:
+            patterns = [f"{self.prefix}:*"] if self._owns_prefix else []
+            if self.broker_url == TEST_REDIS_URL:
+                patterns.append(f"{self.queue}*")  # the queue and its priority lists
+            for pattern in patterns:
+                for key in client.scan_iter(match=pattern, count=1000):
+                    client.delete(key)
+
+
 def own_deployment(name: str, fake_openai_url: str, extra: dict[str, str] | None = None) -> tuple[dict[str, str], Any]:
-    """A key prefix and queue of a test's own, so its workers can be killed (and its beats fire) without touching
-    the shared ones: the workers' environment (``extra`` added) and the matching Runtime settings (the
-    ``AGENTS_CELERY_*`` entries of ``extra`` included)."""
-    from agents_celery.settings import load_settings
-
-    from .conftest import TEST_BROKER_URL, TEST_REDIS_URL
-
-    prefix, queue = f"ac{name}-{uuid.uuid4().hex[:8]}", f"{name}-{uuid.uuid4().hex[:8]}"
-    env = worker_env(
-        TEST_REDIS_URL, TEST_BROKER_URL, prefix, queue, {"FAKE_OPENAI_URL": fake_openai_url, **(extra or {})}
-    )
-    variables = {**FAST, **{k: v for k, v in (extra or {}).items() if k.startswith("AGENTS_CELERY_")}}
-    overrides = {k.removeprefix("AGENTS_CELERY_").lower(): v for k, v in variables.items()}
-    settings = load_settings(
-        redis_url=TEST_REDIS_URL, broker_url=TEST_BROKER_URL, key_prefix=prefix, queue=queue, **overrides
-    )
-    return env, settings
+    """The environment and Runtime settings of a :class:`Deployment` (for a test that starts its workers itself)."""
+    deployment = Deployment(name, fake_openai_url, extra)
+    return deployment.env, deployment.settings

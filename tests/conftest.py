@@ -190,6 +190,23 @@ def worker(worker_env: dict[str, str]) -> Iterator[Any]:
 
 
 @pytest.fixture
+def deploy(fake_openai: Any) -> Iterator[Callable[..., Any]]:
+    """Makes deployments of the test's own, ``deploy(name, extra=None, **options)`` (tests/cluster.py:Deployment:
+    key prefix, queue, settings, workers); each is closed when the test ends, its workers stopped."""
+    from .cluster import Deployment
+
+    made: list[Deployment] = []
+
+    def make(name: str, extra: dict[str, str] | None = None, **options: Any) -> Deployment:
+        made.append(Deployment(name, fake_openai.url, extra, **options))
+        return made[-1]
+
+    yield make
+    for deployment in reversed(made):
+        deployment.close()
+
+
+@pytest.fixture
 def fast_settings(worker_env: dict[str, str]) -> Settings:
     from .cluster import FAST
 

@@ -517,9 +517,12 @@ def test_a_stream_reads_its_live_batches_on_one_connection(monkeypatch: pytest.M
         streams.close()
 
 
-def _read_until(conn: socket.socket, marker: bytes) -> bytes:
-    got = b""
+def _read_until(conn: socket.socket, marker: bytes, timeout: float = 30) -> bytes:
+    """What ``conn`` receives until ``marker`` (or its close); fails after ``timeout`` seconds even while keep-alive
+    comments keep arriving (the socket's own timeout covers silence)."""
+    got, deadline = b"", time.monotonic() + timeout
     while marker not in got:
+        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {marker!r}: {got[-300:]!r}"
         data = conn.recv(65536)
         if not data:
             break

@@ -5,7 +5,6 @@ real Redis, a real kill -9."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,24 +13,23 @@ import pytest
 from agents_celery import RunStatus, Runtime, ValidationError
 from agents_celery.events import EventType
 
-from .cluster import Worker, own_deployment
+from .cluster import Deployment
 from .conftest import wait_for
+from .invariants import assert_run_sound
 
 
 @pytest.fixture
-def own(fake_openai: Any) -> Iterator[tuple[dict[str, str], Runtime]]:
+def own(deploy: Any) -> Deployment:
     """A key prefix and queue of their own, so these workers can die without touching the shared one."""
-    env, settings = own_deployment("delay", fake_openai.url)
-    runtime = Runtime(settings=settings)
-    yield env, runtime
-    runtime.close()
+    deployment: Deployment = deploy("delay")
+    return deployment
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(90)
-def test_a_delayed_run_starts_on_time_across_a_worker_restart(own: tuple[dict[str, str], Runtime]) -> None:
-    env, runtime = own
-    first = Worker(env).wait_ready()
+def test_a_delayed_run_starts_on_time_across_a_worker_restart(own: Deployment) -> None:
+    runtime = own.runtime
+    first = own.worker()
     try:
         wait_for(lambda: runtime.store.agents.get("offline") is not None, what="the agents to be published")
         start = time.time() + 4
@@ -44,7 +42,7 @@ def test_a_delayed_run_starts_on_time_across_a_worker_restart(own: tuple[dict[st
         first.kill()  # the worker that saw it created dies; another comes up before its time
     finally:
         first.stop()
-    second = Worker(env).wait_ready()
+    second = own.worker()
     try:
         view = wait_for(
             lambda: (v := runtime.get(delayed.id)).status.is_final and v, timeout=30, what="the delayed run to end"
@@ -53,7 +51,7 @@ def test_a_delayed_run_starts_on_time_across_a_worker_restart(own: tuple[dict[st
         events = list(delayed.events(until_pause=False))
         step = next(e for e in events if e.type is EventType.STEP_STARTED)
         assert step.timestamp >= int(start * 1000)  # not one step before its time
-        assert [e.offset for e in events] == list(range(len(events)))
+        assert_run_sound(events)
         assert runtime.get(dropped.id).status is RunStatus.CANCELLED
         assert not any(e.type is EventType.STEP_STARTED for e in dropped.events(until_pause=False))
         assert delayed.id not in {r.run_id for r in runtime.runs(status="scheduled").runs}

@@ -27,6 +27,7 @@ from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.testing.openai_server import FailingResponder, FakeReply, ScriptResponder
 
 from .conftest import TEST_REDIS_URL, kill_connections, wait_for
+from .invariants import assert_run_sound
 
 
 def events_of(runtime: Runtime, run_id: str, until_pause: bool = True) -> list[Event]:
@@ -41,15 +42,11 @@ def count(r: redis.Redis, prefix: str, name: str) -> int:
     return int(r.get(f"{prefix}:test:count:{name}") or 0)
 
 
-def assert_contiguous(events: list[Event]) -> None:
-    assert [e.offset for e in events] == list(range(len(events)))
-
-
 def test_streaming_text(runtime: Runtime, script: Any) -> None:
     script("Hello there, durable world!")
     stream = runtime.stream("fake", "Say hello")
     events = events_of(runtime, stream.id)
-    assert_contiguous(events)
+    assert_run_sound(events)
     assert events[0].type is EventType.RUN_STARTED
     assert events[-1].type is EventType.RUN_FINISHED and events[-1].data["outcome"]["type"] == "success"
     assert text_of(events) == "Hello there, durable world!"
@@ -62,7 +59,7 @@ def test_tool_call_then_answer(runtime: Runtime, script: Any, r: redis.Redis, ke
     script(ScriptedTurn("", [ScriptedToolCall("get_time", {"timezone": "CET"})]), "It is noon.")
     stream = runtime.stream("fake", "What time is it?")
     events = events_of(runtime, stream.id)
-    assert_contiguous(events)
+    assert_run_sound(events)
     results = [e for e in events if e.type is EventType.TOOL_CALL_RESULT]
     assert [r.data["content"] for r in results] == ["12:00 in CET"]
     assert text_of(events) == "It is noon."
@@ -138,7 +135,7 @@ def test_hitl_approve(runtime: Runtime, script: Any, r: redis.Redis, key_prefix:
     assert count(r, key_prefix, "delete_file:/tmp/a") == 0
     runtime.continue_run(run_id)
     events = events_of(runtime, run_id)
-    assert_contiguous(events)
+    assert_run_sound(events)
     assert events[len(first)].type is EventType.RUN_STARTED  # the continuation starts a new AG-UI run segment
     assert runtime.get(run_id).status == "completed"
     assert count(r, key_prefix, "delete_file:/tmp/a") == 1
@@ -379,7 +376,7 @@ def test_step_threads_reconnect_after_redis_dropped_their_connections(
     def run_once() -> None:
         script(ScriptedTurn("", [ScriptedToolCall("slow_count", {"key": key})]), "counted.")
         events = events_of(runtime, runtime.stream("fake", "count").id)
-        assert_contiguous(events)
+        assert_run_sound(events)
         assert events[-1].type is EventType.RUN_FINISHED and events[-1].data["outcome"]["type"] == "success"
         attempts = [e.data["metadata"]["attempt"] for e in events if e.type is EventType.STEP_STARTED]
         assert attempts == [1, 1, 1]  # no step failed on a dropped connection and had to be tried again
@@ -512,7 +509,7 @@ def test_async_events_follow_a_run(runtime: Runtime, script: Any) -> None:
         return [e async for e in stream.aevents()]
 
     events = asyncio.run(asyncio.wait_for(collect(), timeout=30))
-    assert_contiguous(events)
+    assert_run_sound(events)
     assert text_of(events) == "Async hello." and events[-1].type is EventType.RUN_FINISHED
 
 

@@ -11,9 +11,9 @@ import pytest
 from agents_celery import Runtime
 from agents_celery.events import EventType
 
-from .cluster import Worker
 from .conftest import TEST_REDIS_URL, wait_for
 from .faults import ResettingProxy
+from .invariants import assert_run_sound
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -22,21 +22,17 @@ TEXT = " ".join(f"word{i}" for i in range(80))
 
 @pytest.mark.parametrize("fast", ["1", "0"], ids=["fast paths", "public APIs only"])
 def test_a_connection_reset_while_a_turn_streams_does_not_fail_the_run(
-    worker_env: dict[str, str], fast_settings: Any, script: Any, fast: str
+    worker_env: dict[str, str], deploy: Any, script: Any, fast: str
 ) -> None:
     """The worker reaches run state through a proxy that resets every connection mid-stream (Redis stays up):
     the step is given back and retried, and the run completes with every offset once and a valid stream."""
     upstream = urlparse(TEST_REDIS_URL)
     proxy = ResettingProxy((upstream.hostname or "127.0.0.1", upstream.port or 6379))
-    queue = f"faults-{uuid.uuid4().hex[:6]}"
-    env = {
-        **worker_env,
-        "AGENTS_CELERY_QUEUE": queue,
-        "AGENTS_CELERY_REDIS_URL": proxy.url(path=upstream.path or "/0"),
-        "AGENTS_CELERY_FAST_PATHS": fast,
-    }
-    worker = Worker(env).wait_ready()
-    runtime = Runtime(settings=fast_settings.model_copy(update={"queue": queue}))
+    own = deploy("faults", prefix=worker_env["AGENTS_CELERY_KEY_PREFIX"])
+    worker = own.worker(
+        {"AGENTS_CELERY_REDIS_URL": proxy.url(path=upstream.path or "/0"), "AGENTS_CELERY_FAST_PATHS": fast}
+    )
+    runtime = own.runtime
     try:
         script(TEXT, token_delay=0.03)
         stream = runtime.stream("fake", "talk for a while")
@@ -50,10 +46,9 @@ def test_a_connection_reset_while_a_turn_streams_does_not_fail_the_run(
         assert view.status == "completed", (view.status, view.error, worker.output())
         assert view.output == TEXT
         events = log.read(stream.run_id)
-        assert [e.offset for e in events] == list(range(len(events)))
+        assert_run_sound(events)
         assert events[-1].type is EventType.RUN_FINISHED and events[-1].data["outcome"]["type"] == "success"
     finally:
-        runtime.close()
         worker.stop()
         proxy.close()
 
@@ -64,13 +59,9 @@ HANGING = {"AGENTS_CELERY_STOP_GRACE_SECONDS": "1", "AGENTS_CELERY_SOFT_SHUTDOWN
 
 
 @pytest.fixture
-def hanging_worker(worker_env: dict[str, str], fast_settings: Any) -> Any:
-    queue = f"hang-{uuid.uuid4().hex[:6]}"
-    worker = Worker({**worker_env, **HANGING, "AGENTS_CELERY_QUEUE": queue}).wait_ready()
-    runtime = Runtime(settings=fast_settings.model_copy(update={"queue": queue}))
-    yield worker, runtime
-    runtime.close()
-    worker.stop()
+def hanging_worker(worker_env: dict[str, str], deploy: Any) -> Any:
+    own = deploy("hang", prefix=worker_env["AGENTS_CELERY_KEY_PREFIX"])
+    return own.worker(HANGING), own.runtime
 
 
 def _stop_and_time(runtime: Runtime, run_id: str) -> float:
@@ -119,16 +110,14 @@ def test_stop_ends_a_run_whose_model_only_sends_keep_alives(hanging_worker: Any,
 
 
 def test_a_turn_past_its_deadline_fails_the_run_and_a_slow_tool_gets_an_error(
-    worker_env: dict[str, str], fast_settings: Any, fake_openai: Any, script: Any
+    worker_env: dict[str, str], deploy: Any, fake_openai: Any, script: Any
 ) -> None:
     from agents_celery import ScriptedToolCall, ScriptedTurn
     from agents_celery.testing import FakeReply
 
-    queue = f"deadline-{uuid.uuid4().hex[:6]}"
-    env = {**worker_env, "AGENTS_CELERY_QUEUE": queue, "AGENTS_CELERY_TURN_TIMEOUT_SECONDS": "1.5",
-           "AGENTS_CELERY_MODEL_RETRIES": "0"}  # fmt: skip
-    worker = Worker(env).wait_ready()
-    runtime = Runtime(settings=fast_settings.model_copy(update={"queue": queue}))
+    own = deploy("deadline", prefix=worker_env["AGENTS_CELERY_KEY_PREFIX"])
+    worker = own.worker({"AGENTS_CELERY_TURN_TIMEOUT_SECONDS": "1.5", "AGENTS_CELERY_MODEL_RETRIES": "0"})
+    runtime = own.runtime
     try:
         fake_openai.responder = lambda request: FakeReply(hang=True, token_delay=0.05)
         view = runtime.run("fake", "say something", timeout=30)
@@ -139,7 +128,6 @@ def test_a_turn_past_its_deadline_fails_the_run_and_a_slow_tool_gets_an_error(
         results = [e for e in runtime.store.log.read(view.run_id) if e.type is EventType.TOOL_CALL_RESULT]
         assert "did not finish within 0.5s" in results[0].data["content"]
     finally:
-        runtime.close()
         worker.stop()
 
 

@@ -3,18 +3,18 @@ same run. Real workers (one killed with -9 right after a handoff), real Redis, t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from agents_celery import Agent, ConfigurationError, RunStatus, Runtime, ScriptedModel
 from agents_celery.agent import handoff_tool
-from agents_celery.events import EventType
+from agents_celery.events import Event, EventType
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 
-from .cluster import Worker, own_deployment
-from .conftest import wait_for
+from .cluster import Deployment
+from .conftest import wait_event, wait_for
+from .invariants import assert_run_sound
 
 pytestmark = pytest.mark.timeout(90)
 HANDOFF = ScriptedTurn("Let me pass you on.", [ScriptedToolCall("transfer_to_billing", {"reason": "a charge"})])
@@ -58,37 +58,36 @@ def test_handoff_definitions_are_checked() -> None:
 
 
 @pytest.fixture
-def own(fake_openai: Any) -> Iterator[tuple[dict[str, str], Runtime]]:
-    env, settings = own_deployment("hand", fake_openai.url)
-    runtime = Runtime(settings=settings)
-    yield env, runtime
-    runtime.close()
+def own(deploy: Any) -> Deployment:
+    deployment: Deployment = deploy("hand")
+    return deployment
 
 
 @pytest.mark.slow
-def test_a_handoff_survives_a_kill_before_the_next_turn_ends(
-    own: tuple[dict[str, str], Runtime], script: Any, fake_openai: Any
-) -> None:
-    env, runtime = own
+def test_a_handoff_survives_a_kill_before_the_next_turn_ends(own: Deployment, script: Any, fake_openai: Any) -> None:
+    runtime = own.runtime
     script(HANDOFF, ANSWER, token_delay=0.05)
-    first = Worker(env).wait_ready()
+    first = own.worker()
     try:
         wait_for(lambda: runtime.store.agents.get("triage") is not None, what="the agents to be published")
         stream = runtime.stream("triage", "why was I charged twice?")
-        handed = False
-        for event in stream.events():
-            handed = handed or (event.type is EventType.CUSTOM and event.data.get("name") == "handoff")
-            if handed and event.type is EventType.TEXT_MESSAGE_CONTENT:
-                break  # billing's turn is streaming: the handoff is committed
+        handed: list[Event] = []
+
+        def billing_streams(event: Event) -> bool:
+            if event.type is EventType.CUSTOM and event.data.get("name") == "handoff":
+                handed.append(event)
+            return bool(handed) and event.type is EventType.TEXT_MESSAGE_CONTENT
+
+        wait_event(runtime, stream.id, billing_streams)  # billing's turn is streaming: the handoff is committed
         first.kill()
     finally:
         first.stop()
-    second = Worker(env).wait_ready()
+    second = own.worker()
     try:
         view = wait_for(lambda: (v := runtime.get(stream.id)).status.is_final and v, timeout=45, what="the end")
         assert view.status is RunStatus.COMPLETED and view.output == ANSWER and view.active_agent == "billing"
         log = list(stream.events(until_pause=False))
-        assert [e.offset for e in log] == list(range(len(log)))
+        assert_run_sound(log)
         handoffs = [e for e in log if e.type is EventType.CUSTOM and e.data.get("name") == "handoff"]
         assert len(handoffs) == 1  # recorded once, with the tool step that committed it
         assert any(e.type is EventType.CUSTOM and e.data.get("name") == "attempt_abandoned" for e in log)

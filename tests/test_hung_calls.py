@@ -5,7 +5,6 @@ in its log and its metrics (``agents_celery_metrics``), and a refused step is ha
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,7 +14,7 @@ from celery import Celery
 from agents_celery import Runtime, ScriptedToolCall
 from agents_celery.testing.openai_server import FakeReply, turn_index
 
-from .cluster import Worker, own_deployment
+from .cluster import Deployment, Worker
 from .conftest import TEST_BROKER_URL, TEST_REDIS_URL, wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -38,22 +37,12 @@ def hang_then_done(request: dict[str, Any]) -> FakeReply:
 
 
 @pytest.fixture
-def deployment(fake_openai: Any, request: pytest.FixtureRequest) -> Iterator[tuple[Worker, Runtime, str]]:
+def deployment(fake_openai: Any, deploy: Any, request: pytest.FixtureRequest) -> tuple[Worker, Runtime, str]:
     cap = getattr(request, "param", CAP)
     extra = {"AGENTS_CELERY_MAX_ABANDONED_THREADS": str(cap), "AGENTS_CELERY_STOP_GRACE_SECONDS": "0.1"}
-    env, settings = own_deployment("hung", fake_openai.url, extra)
+    own: Deployment = deploy("hung", extra)
     fake_openai.responder = hang_then_done
-    worker = Worker(env, concurrency=POOL).wait_ready()
-    runtime = Runtime(settings=settings)
-    try:
-        yield worker, runtime, settings.key_prefix
-    finally:
-        worker.stop()
-        runtime.close()
-        client = redis.Redis.from_url(TEST_REDIS_URL)
-        for key in client.scan_iter(match=f"{settings.key_prefix}:*", count=1000):
-            client.delete(key)
-        client.close()
+    return own.worker(concurrency=POOL), own.runtime, own.prefix
 
 
 def metrics(worker: Worker) -> dict[str, int]:

@@ -13,7 +13,7 @@ from agents_celery import RunStatus, Runtime, SessionBusyError, ValidationError
 from agents_celery.events import EventType
 
 from .api_support import ApiServer
-from .conftest import wait_for
+from .conftest import wait_event, wait_for
 
 pytestmark = pytest.mark.timeout(90)
 WORDS = " ".join(f"w{i}" for i in range(40))
@@ -55,9 +55,7 @@ def test_interrupt_stops_the_live_run_then_starts(runtime: Runtime, script: Any)
     script(WORDS, token_delay=0.05)
     session = uuid.uuid4().hex
     live = runtime.stream("fake", "a long answer please", session_id=session)
-    for event in live.events():
-        if event.type is EventType.TEXT_MESSAGE_CONTENT:
-            break
+    wait_event(runtime, live.id, lambda e: e.type is EventType.TEXT_MESSAGE_CONTENT)
     newer = runtime.stream("fake", "forget that", session_id=session, multitask_strategy="interrupt")
     ended(runtime, live.id, newer.id)
     assert runtime.get(live.id).status is RunStatus.CANCELLED

@@ -22,57 +22,33 @@ from agents_celery.events import Event, EventType
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.testing.openai_server import ScriptResponder
 
-from .cluster import Worker, worker_env
-from .conftest import SEPARATE_BROKER_URL, TEST_BROKER_URL, TEST_REDIS_URL, all_events, wait_event, wait_for
+from .cluster import Deployment
+from .conftest import SEPARATE_BROKER_URL, TEST_REDIS_URL, all_events, wait_event, wait_for
+from .invariants import assert_run_sound, counter_of
 
 pytestmark = pytest.mark.slow
 
 LONG_TEXT = " ".join(f"token{i}" for i in range(120))
 
 
-class Cluster:
-    """Workers on a private queue, so the session's shared worker never picks these runs up."""
-
-    def __init__(self, key_prefix: str, fake_url: str, broker_url: str = TEST_BROKER_URL, **extra: str) -> None:
-        self.queue = f"recovery-{uuid.uuid4().hex[:8]}"
-        self.env = worker_env(
-            TEST_REDIS_URL, broker_url, key_prefix, self.queue, {"FAKE_OPENAI_URL": fake_url, **extra}
-        )
-        self.workers: list[Worker] = []
-
-    def start(self, n: int = 1) -> list[Worker]:
-        new = [Worker(self.env) for _ in range(n)]
-        self.workers += new  # before waiting, so stop() cleans up even a worker that failed to start
-        for w in new:
-            w.wait_ready()
-        return new
-
-    def by_pid(self, pid: int) -> Worker:
-        return next(w for w in self.workers if w.proc.pid == pid)
-
-    def stop(self) -> None:
-        for w in self.workers:
-            w.stop()
-
-
 @pytest.fixture(params=["fast paths", "public APIs only"])
-def cluster(request: pytest.FixtureRequest, key_prefix: str, fake_openai: Any) -> Iterator[Cluster]:
-    """Workers with the fast paths on, then the same test again with them off (AGENTS_CELERY_FAST_PATHS=0)."""
+def cluster(request: pytest.FixtureRequest, key_prefix: str, deploy: Any) -> Deployment:
+    """Workers on a private queue (the session's worker never picks these runs up), with the fast paths on, then
+    the same test again with them off (AGENTS_CELERY_FAST_PATHS=0)."""
     fast = "1" if request.param == "fast paths" else "0"
-    c = Cluster(key_prefix, fake_openai.url, AGENTS_CELERY_FAST_PATHS=fast)
-    yield c
-    c.stop()
+    cluster: Deployment = deploy("recovery", {"AGENTS_CELERY_FAST_PATHS": fast}, prefix=key_prefix)
+    return cluster
 
 
 @pytest.fixture
-def rt(fast_settings: Any, cluster: Cluster) -> Iterator[Runtime]:
+def rt(fast_settings: Any, cluster: Deployment) -> Iterator[Runtime]:
     runtime = Runtime(settings=fast_settings.model_copy(update={"queue": cluster.queue}))
     yield runtime
     runtime.close()
 
 
 def counter(r: redis.Redis, prefix: str, name: str) -> int:
-    return int(r.get(f"{prefix}:test:count:{name}") or 0)
+    return counter_of(r, prefix)(name)
 
 
 def worker_of(r: redis.Redis, prefix: str, run_id: str) -> int:
@@ -83,31 +59,6 @@ def arm(r: redis.Redis, prefix: str, point: str, run_id: str) -> None:
     r.set(f"{prefix}:test:crash:{point}:{run_id}", 1, ex=600)
 
 
-def assert_invariants(events: list[Event]) -> None:
-    """Contiguous offsets and a well-formed AG-UI sequence."""
-    assert [e.offset for e in events] == list(range(len(events))), "gap or duplicate offset"
-    assert events[0].type is EventType.RUN_STARTED
-    open_text: set[str] = set()
-    open_calls: set[str] = set()
-    finished = False
-    for e in events:
-        # AG-UI clients accept nothing after RUN_FINISHED / RUN_ERROR but a new RUN_STARTED.
-        assert not finished or e.type is EventType.RUN_STARTED, f"{e.type} after the run finished, at {e.offset}"
-        finished = e.type in (EventType.RUN_FINISHED, EventType.RUN_ERROR)
-        if e.type is EventType.TEXT_MESSAGE_START:
-            open_text.add(e.data["message_id"])
-        elif e.type is EventType.TEXT_MESSAGE_CONTENT:
-            assert e.data["message_id"] in open_text, f"content outside its message at {e.offset}"
-        elif e.type is EventType.TEXT_MESSAGE_END:
-            open_text.discard(e.data["message_id"])
-        elif e.type is EventType.TOOL_CALL_START:
-            open_calls.add(e.data["tool_call_id"])
-        elif e.type is EventType.TOOL_CALL_END:
-            open_calls.discard(e.data["tool_call_id"])
-        elif e.type in (EventType.RUN_FINISHED, EventType.RUN_ERROR):
-            assert not open_text and not open_calls, f"run finished at {e.offset} with open {open_text or open_calls}"
-
-
 def last_message_text(events: list[Event]) -> str:
     last_id = [e.data["message_id"] for e in events if e.type is EventType.TEXT_MESSAGE_START][-1]
     return "".join(
@@ -116,7 +67,7 @@ def last_message_text(events: list[Event]) -> str:
 
 
 def test_kill_during_model_streaming(
-    rt: Runtime, cluster: Cluster, fake_openai: Any, r: redis.Redis, key_prefix: str
+    rt: Runtime, cluster: Deployment, fake_openai: Any, r: redis.Redis, key_prefix: str
 ) -> None:
     cluster.start(2)
     fake_openai.responder = ScriptResponder([LONG_TEXT], token_delay=0.02)
@@ -128,7 +79,7 @@ def test_kill_during_model_streaming(
     events = all_events(rt, stream.id)
     recovered = next(e for e in events if e.type is EventType.CUSTOM and e.data["name"] == "attempt_abandoned")
     print(f"\nrecovery after kill -9 during streaming: {time.monotonic() - killed:.2f}s to finish")
-    assert_invariants(events)
+    assert_run_sound(events)
     assert recovered.data["value"]["next_attempt"] == 2
     retried = [e for e in events if e.type is EventType.STEP_STARTED and e.data["metadata"]["attempt"] == 2]
     assert len(retried) == 1
@@ -140,7 +91,7 @@ def test_kill_during_model_streaming(
 
 
 def test_kill_during_tool_asks_before_running_again(
-    rt: Runtime, cluster: Cluster, fake_openai: Any, r: redis.Redis, key_prefix: str
+    rt: Runtime, cluster: Deployment, fake_openai: Any, r: redis.Redis, key_prefix: str
 ) -> None:
     cluster.start(2)
     key = f"tool-{uuid.uuid4().hex[:6]}"
@@ -159,12 +110,12 @@ def test_kill_during_tool_asks_before_running_again(
     assert counter(r, key_prefix, key) == 1  # not re-run behind the user's back
     rt.continue_run(stream.id, [{"tool_call_id": interrupt["tool_call_id"], "confirmed": False}])
     events = all_events(rt, stream.id)
-    assert_invariants(events)
-    assert rt.get(stream.id).status == "completed" and counter(r, key_prefix, key) == 1
+    assert_run_sound(events, tool_counts={key: 1}, counter=counter_of(r, key_prefix))
+    assert rt.get(stream.id).status == "completed"
 
 
 def test_kill_during_idempotent_tool_reruns_it(
-    rt: Runtime, cluster: Cluster, fake_openai: Any, r: redis.Redis, key_prefix: str
+    rt: Runtime, cluster: Deployment, fake_openai: Any, r: redis.Redis, key_prefix: str
 ) -> None:
     cluster.start(2)
     key = f"idem-{uuid.uuid4().hex[:6]}"
@@ -179,11 +130,11 @@ def test_kill_during_idempotent_tool_reruns_it(
     # The second run sleeps 30 s too; stop waiting for it by checking the invariants of what exists so far.
     rt.stop(stream.id)
     events = all_events(rt, stream.id)
-    assert_invariants(events)
+    assert_run_sound(events)
 
 
 def test_kill_after_tool_finished_reuses_its_result(
-    rt: Runtime, cluster: Cluster, fake_openai: Any, r: redis.Redis, key_prefix: str
+    rt: Runtime, cluster: Deployment, fake_openai: Any, r: redis.Redis, key_prefix: str
 ) -> None:
     cluster.start(2)
     key = f"done-{uuid.uuid4().hex[:6]}"
@@ -195,22 +146,22 @@ def test_kill_after_tool_finished_reuses_its_result(
     run_id_holder["id"] = stream.id
     arm(r, key_prefix, "after_tool", stream.id)
     events = all_events(rt, stream.id)
-    assert_invariants(events)
+    # The ledger's result was reused, the tool did not run again.
+    assert_run_sound(events, tool_counts={key: 1}, counter=counter_of(r, key_prefix))
     assert rt.get(stream.id).status == "completed"
-    assert counter(r, key_prefix, key) == 1  # the ledger's result was reused, the tool did not run again
     assert any(e.type is EventType.CUSTOM and e.data["name"] == "attempt_abandoned" for e in events)
 
 
 @pytest.mark.parametrize("broker", ["same Redis", "separate Redis"])
 def test_kill_between_commit_and_enqueue(
-    broker: str, fast_settings: Any, fake_openai: Any, r: redis.Redis, key_prefix: str
+    broker: str, fast_settings: Any, fake_openai: Any, r: redis.Redis, key_prefix: str, deploy: Any
 ) -> None:
     """Killed right after a commit. With the broker in the same Redis, the commit pushed the next task
     itself; with a broker elsewhere, the task was never sent and the sweeper sends it. (Even a pushed task
     can be lost: the Redis transport loses a message a dying worker's BRPOP took before recording it as
     unacked. The sweeper covers that too: seen here as a 2 s pause.)"""
     url = TEST_REDIS_URL if broker == "same Redis" else SEPARATE_BROKER_URL
-    cluster = Cluster(key_prefix, fake_openai.url, broker_url=url)
+    cluster = deploy("recovery", prefix=key_prefix, broker_url=url)
     rt = Runtime(settings=fast_settings.model_copy(update={"queue": cluster.queue, "broker_url": url}))
     try:
         cluster.start(2)
@@ -224,17 +175,15 @@ def test_kill_between_commit_and_enqueue(
         events = all_events(rt, stream.id)
         elapsed = time.monotonic() - start
         print(f"\nkill -9 between commit and enqueue ({broker}): finished after {elapsed:.2f}s")
-        assert_invariants(events)
+        assert_run_sound(events, tool_counts={key: 1}, counter=counter_of(r, key_prefix))
         assert rt.get(stream.id).status == "completed"
-        assert counter(r, key_prefix, key) == 1
         assert last_message_text(events) == "Finished."
     finally:
         rt.close()
-        cluster.stop()
 
 
 def test_zombie_worker_writes_are_refused(
-    rt: Runtime, cluster: Cluster, fake_openai: Any, r: redis.Redis, key_prefix: str
+    rt: Runtime, cluster: Deployment, fake_openai: Any, r: redis.Redis, key_prefix: str
 ) -> None:
     cluster.start(2)
     fake_openai.responder = ScriptResponder([LONG_TEXT], token_delay=0.01)
@@ -249,12 +198,12 @@ def test_zombie_worker_writes_are_refused(
     wait_for(lambda: "lost the lease" in zombie.output(), timeout=20, what="the zombie to notice it lost the lease")
     after = all_events(rt, stream.id)
     assert after == events  # nothing written after it woke up
-    assert_invariants(events)
+    assert_run_sound(events)
     assert rt.get(stream.id).status == "completed" and last_message_text(events) == LONG_TEXT
 
 
 def test_sigterm_loses_nothing(
-    rt: Runtime, cluster: Cluster, fake_openai: Any, r: redis.Redis, key_prefix: str
+    rt: Runtime, cluster: Deployment, fake_openai: Any, r: redis.Redis, key_prefix: str
 ) -> None:
     cluster.start(2)
     fake_openai.responder = ScriptResponder([LONG_TEXT], token_delay=0.01)
@@ -262,14 +211,14 @@ def test_sigterm_loses_nothing(
     wait_event(rt, stream.id, lambda e: e.type is EventType.TEXT_MESSAGE_CONTENT)
     cluster.by_pid(worker_of(r, key_prefix, stream.id)).kill(signal.SIGTERM)
     events = all_events(rt, stream.id)
-    assert_invariants(events)
+    assert_run_sound(events)
     assert rt.get(stream.id).status == "completed" and last_message_text(events) == LONG_TEXT
 
 
 def test_step_that_always_crashes_fails_the_run(
-    fast_settings: Any, key_prefix: str, fake_openai: Any, r: redis.Redis
+    fast_settings: Any, key_prefix: str, fake_openai: Any, r: redis.Redis, deploy: Any
 ) -> None:
-    c = Cluster(key_prefix, fake_openai.url, AGENTS_CELERY_MAX_STEP_ATTEMPTS="2")
+    c = deploy("recovery", {"AGENTS_CELERY_MAX_STEP_ATTEMPTS": "2"}, prefix=key_prefix)
     runtime = Runtime(settings=fast_settings.model_copy(update={"queue": c.queue}))
     try:
         c.start(1)
@@ -284,18 +233,17 @@ def test_step_that_always_crashes_fails_the_run(
                     c.start(1)
             time.sleep(0.05)
         events = all_events(runtime, stream.id)
-        assert_invariants(events)
+        assert_run_sound(events)
         assert events[-1].type is EventType.RUN_ERROR and events[-1].data["code"] == "abandoned"
     finally:
-        c.stop()
         runtime.close()
 
 
 @pytest.mark.timeout(300)
 def test_soak_runs_survive_a_worker_killed_every_few_seconds(
-    fast_settings: Any, key_prefix: str, fake_openai: Any, r: redis.Redis
+    fast_settings: Any, key_prefix: str, fake_openai: Any, r: redis.Redis, deploy: Any
 ) -> None:
-    c = Cluster(key_prefix, fake_openai.url, AGENTS_CELERY_MAX_STEP_ATTEMPTS="20")
+    c = deploy("recovery", {"AGENTS_CELERY_MAX_STEP_ATTEMPTS": "20"}, prefix=key_prefix)
     runtime = Runtime(settings=fast_settings.model_copy(update={"queue": c.queue}))
     tag = uuid.uuid4().hex[:6]
 
@@ -336,7 +284,7 @@ def test_soak_runs_survive_a_worker_killed_every_few_seconds(
         print(f"\nsoak: 30 runs, {kills} workers killed with -9")
         for i, rid in enumerate(runs):
             events = all_events(runtime, rid)
-            assert_invariants(events)
+            assert_run_sound(events)
             assert runtime.get(rid).status == "completed", rid
             for part in ("a", "b"):
                 key = f"soak-{tag}-job{i}-{part}"
@@ -345,16 +293,17 @@ def test_soak_runs_survive_a_worker_killed_every_few_seconds(
                 assert counter(r, key_prefix, key) == 1 or (key in declined and counter(r, key_prefix, key) == 0)
         assert kills >= 3
     finally:
-        c.stop()
         runtime.close()
 
 
-def test_kill_with_rabbitmq_broker(key_prefix: str, fake_openai: Any, fast_settings: Any, r: redis.Redis) -> None:
+def test_kill_with_rabbitmq_broker(
+    key_prefix: str, fake_openai: Any, fast_settings: Any, r: redis.Redis, deploy: Any
+) -> None:
     amqp = os.environ.get("AGENTS_CELERY_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
     # A key prefix of its own: the session's worker (Redis broker) sweeps its prefix's runs and would re-send
     # this one to the Redis broker, where nobody listens. One prefix, one broker (docs/operations.md).
     prefix = f"{key_prefix}-amqp"
-    c = Cluster(prefix, fake_openai.url, broker_url=amqp)
+    c = deploy("recovery", prefix=prefix, broker_url=amqp)
     update = {"queue": c.queue, "broker_url": amqp, "key_prefix": prefix}
     runtime = Runtime(settings=fast_settings.model_copy(update=update))
     try:
@@ -364,20 +313,17 @@ def test_kill_with_rabbitmq_broker(key_prefix: str, fake_openai: Any, fast_setti
         wait_event(runtime, stream.id, lambda e: e.type is EventType.TEXT_MESSAGE_CONTENT and e.offset > 10)
         c.by_pid(worker_of(r, prefix, stream.id)).kill()
         events = all_events(runtime, stream.id)
-        assert_invariants(events)
+        assert_run_sound(events)
         assert runtime.get(stream.id).status == "completed" and last_message_text(events) == LONG_TEXT
     finally:
-        c.stop()
         runtime.close()
 
 
 def test_prefork_pool_child_killed_mid_tool(
-    rt: Runtime, cluster: Cluster, fake_openai: Any, r: redis.Redis, key_prefix: str
+    rt: Runtime, cluster: Deployment, fake_openai: Any, r: redis.Redis, key_prefix: str
 ) -> None:
     """Celery's default pool: a pool child killed with -9 mid-tool; the parent replaces it and the run recovers."""
-    worker = Worker(cluster.env, concurrency=2, pool="prefork")
-    cluster.workers.append(worker)
-    worker.wait_ready()
+    worker = cluster.worker(concurrency=2, pool="prefork")
     key = f"prefork-{uuid.uuid4().hex[:6]}"
     fake_openai.responder = ScriptResponder(
         [ScriptedTurn("", [ScriptedToolCall("idempotent_count", {"key": key, "seconds": 3})]), "All done."]
@@ -390,6 +336,6 @@ def test_prefork_pool_child_killed_mid_tool(
     wait_for(lambda: counter(r, key_prefix, key) == 2, timeout=30, what="the re-run in another pool child")
     assert worker.proc.poll() is None  # the worker itself lived on
     events = all_events(rt, stream.id)
-    assert_invariants(events)
+    # Declared idempotent: re-run once, after the crash.
+    assert_run_sound(events, tool_counts={key: 2}, counter=counter_of(r, key_prefix))
     assert rt.get(stream.id).status == "completed" and last_message_text(events) == "All done."
-    assert counter(r, key_prefix, key) == 2  # declared idempotent: re-run once, after the crash

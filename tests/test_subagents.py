@@ -4,7 +4,7 @@ Redis, the real openai SDK path (the fake server answers each agent by its syste
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,8 +15,9 @@ from agents_celery.events import Event, EventType
 from agents_celery.models import ScriptedToolCall
 from agents_celery.testing.openai_server import FakeReply
 
-from .cluster import Worker, own_deployment
-from .conftest import wait_for
+from .cluster import Deployment
+from .conftest import wait_event, wait_for
+from .invariants import assert_run_sound
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -76,10 +77,6 @@ def ended(runtime: Runtime, run_id: str, timeout: float = 30) -> RunView:
     return view
 
 
-def assert_contiguous(log: list[Event]) -> None:
-    assert [e.offset for e in log] == list(range(len(log)))
-
-
 def test_a_parent_runs_two_children_concurrently_and_gets_their_answers(runtime: Runtime, fake_openai: Any) -> None:
     alpha, beta = (f"{name}-{uuid.uuid4().hex[:6]}" for name in ("alpha", "beta"))  # counted by name
     fake_openai.responder = by_agent(lead=lead_asks(alpha, beta), researcher=researcher_counts(seconds=1.0))
@@ -91,7 +88,7 @@ def test_a_parent_runs_two_children_concurrently_and_gets_their_answers(runtime:
     assert {c["run_id"] for c in view.children} == kids
     assert all(c["agent_id"] == "researcher" and c["status"] == "completed" for c in view.children)
     log = log_of(runtime, view.run_id)
-    assert_contiguous(log)
+    assert_run_sound(log)
     results = {e.data["tool_call_id"]: e.data["content"] for e in log if e.type is EventType.TOOL_CALL_RESULT}
     assert results == {"call_r0": f"Found: {alpha}", "call_r1": f"Found: {beta}"}
     started = [e.data for e in log if e.type is EventType.SUBAGENT_STARTED]
@@ -104,7 +101,7 @@ def test_a_parent_runs_two_children_concurrently_and_gets_their_answers(runtime:
         child = runtime.get(kid)
         assert child.parent_run_id == view.run_id and child.status is RunStatus.COMPLETED
         child_log = log_of(runtime, kid)
-        assert_contiguous(child_log)
+        assert_run_sound(child_log)
         tools = [e for e in child_log if e.type in (EventType.STEP_STARTED, EventType.STEP_FINISHED)]
         tools = [e for e in tools if e.data["metadata"]["kind"] == "tools"]
         spans.append((tools[0].timestamp, tools[-1].timestamp))
@@ -151,7 +148,7 @@ def test_a_child_waiting_for_approval_pauses_the_parent_and_continue_reaches_it(
     assert count(runtime, f"delete_file:{path}") == 1
     assert runtime.get(child["run_id"]).output == f"Deleted {path}"
     log = log_of(runtime, view.run_id)
-    assert_contiguous(log)
+    assert_run_sound(log)
     results = {e.data["tool_call_id"]: e.data["content"] for e in log if e.type is EventType.TOOL_CALL_RESULT}
     assert results == {"call_r0": f"Deleted {path}"}
 
@@ -169,7 +166,7 @@ def test_stopping_the_parent_stops_its_children(runtime: Runtime, fake_openai: A
         assert wait_for(lambda k=kid: runtime.get(k).status.is_final, timeout=20, what="a child's end")
         assert runtime.get(kid).status is RunStatus.CANCELLED
     log = log_of(runtime, stream.id)
-    assert_contiguous(log)
+    assert_run_sound(log)
     closed = {
         e.data["subagent_run_id"] for e in log if e.type in (EventType.SUBAGENT_ERROR, EventType.SUBAGENT_FINISHED)
     }
@@ -214,66 +211,14 @@ def test_agent_tools_are_offered_as_functions_of_one_input() -> None:
         tool.fn(input="x")
 
 
-def assert_agui(log: list[Event]) -> None:
-    """Contiguous offsets, and an AG-UI 1.0 sequence as the official client's verifier wants it: each event
-    valid for its type; nothing after a run's end but a new RUN_STARTED; steps, messages, tool calls and
-    subagents closed before RUN_FINISHED; a subagent finished only while active, and started only once
-    per segment."""
-    from agents_celery.http.agui import render
-
-    assert_contiguous(log)
-    assert log[0].type is EventType.RUN_STARTED
-    ended = False
-    opened: dict[str, set[str]] = {"step": set(), "text": set(), "call": set(), "sub": set()}
-    done: set[str] = set()
-    keys = {
-        EventType.STEP_STARTED: ("step", "step_name", True),
-        EventType.STEP_FINISHED: ("step", "step_name", False),
-        EventType.TEXT_MESSAGE_START: ("text", "message_id", True),
-        EventType.TEXT_MESSAGE_END: ("text", "message_id", False),
-        EventType.TOOL_CALL_START: ("call", "tool_call_id", True),
-        EventType.TOOL_CALL_END: ("call", "tool_call_id", False),
-    }
-    for e in log:
-        render(e)  # strict AG-UI for its type
-        assert not ended or e.type is EventType.RUN_STARTED, f"{e.type} after the run's end, at {e.offset}"
-        if e.type is EventType.RUN_STARTED:
-            ended, done = False, set()
-        elif e.type in keys:
-            kind, key, opening = keys[e.type]
-            if opening:
-                opened[kind].add(e.data[key])
-            else:
-                assert e.data[key] in opened[kind], f"{e.type} of nothing open at {e.offset}"
-                opened[kind].discard(e.data[key])
-        elif e.type is EventType.SUBAGENT_STARTED:
-            sub = e.data["subagent_run_id"]
-            assert sub not in opened["sub"] and sub not in done, f"subagent started twice at {e.offset}"
-            opened["sub"].add(sub)
-        elif e.type in (EventType.SUBAGENT_FINISHED, EventType.SUBAGENT_ERROR):
-            sub = e.data["subagent_run_id"]
-            assert sub in opened["sub"], f"{e.type} of a subagent not active, at {e.offset}"
-            opened["sub"].discard(sub)
-            done.add(sub)
-        elif e.type is EventType.RUN_FINISHED:
-            assert not any(opened.values()), f"the run finished at {e.offset} with {opened} open"
-            ended = True
-        elif e.type is EventType.RUN_ERROR:
-            ended = True
-
-
 @pytest.fixture
-def own(fake_openai: Any) -> Iterator[tuple[dict[str, str], Runtime]]:
-    env, settings = own_deployment("sub", fake_openai.url)
-    runtime = Runtime(settings=settings)
-    yield env, runtime
-    runtime.close()
+def own(deploy: Any) -> Deployment:
+    deployment: Deployment = deploy("sub")
+    return deployment
 
 
-def test_depth_and_children_limits_refuse_with_an_error_result(
-    own: tuple[dict[str, str], Runtime], fake_openai: Any
-) -> None:
-    env, runtime = own
+def test_depth_and_children_limits_refuse_with_an_error_result(own: Deployment, fake_openai: Any) -> None:
+    runtime = own.runtime
 
     def researcher_checks(turn: int, message: str) -> FakeReply:
         if turn == 0:
@@ -285,7 +230,7 @@ def test_depth_and_children_limits_refuse_with_an_error_result(
         lead=lead_asks("a", "b"), researcher=researcher_checks, checker=lambda _t, m: FakeReply(text=f"ok {m}")
     )
     limits = {"AGENTS_CELERY_MAX_AGENT_DEPTH": "1", "AGENTS_CELERY_MAX_CHILDREN": "1"}
-    worker = Worker({**env, **limits}).wait_ready()
+    worker = own.worker(limits)
     try:
         wait_for(lambda: runtime.store.agents.get("lead") is not None, what="the agents to be published")
         view = runtime.run("lead", "research a and b", timeout=30)
@@ -299,8 +244,8 @@ def test_depth_and_children_limits_refuse_with_an_error_result(
         (nested,) = [e.data["content"] for e in child_log if e.type is EventType.TOOL_CALL_RESULT]
         assert nested.startswith("Error: agent runs nest at most 1 deep")  # the researcher may not call the checker
         assert runtime.get(kid["run_id"]).children == []
-        assert_agui(log)
-        assert_agui(child_log)
+        assert_run_sound(log)
+        assert_run_sound(child_log)
     finally:
         worker.stop()
 
@@ -326,14 +271,14 @@ def researcher_talks(turn: int, message: str) -> FakeReply:
 
 
 @pytest.mark.slow
-def test_kill_after_the_parent_started_its_children(own: tuple[dict[str, str], Runtime], fake_openai: Any) -> None:
+def test_kill_after_the_parent_started_its_children(own: Deployment, fake_openai: Any) -> None:
     """The worker running the parent's tool step dies after that step started both children (while its
     third call runs), with the children streaming on it too: a second worker finishes everything, each
     child started exactly once."""
-    env, runtime = own
+    runtime = own.runtime
     key = f"lead-{uuid.uuid4().hex[:6]}"
     fake_openai.responder = by_agent(lead=lead_asks_and_counts(key, seconds=2.0), researcher=researcher_talks)
-    first = Worker(env).wait_ready()
+    first = own.worker()
     try:
         wait_for(lambda: runtime.store.agents.get("lead") is not None, what="the agents to be published")
         stream = runtime.stream("lead", "research")
@@ -343,20 +288,20 @@ def test_kill_after_the_parent_started_its_children(own: tuple[dict[str, str], R
         first.kill()
     finally:
         first.stop()
-    second = Worker(env).wait_ready()
+    second = own.worker()
     try:
         view = ended(runtime, stream.id, timeout=60)
         assert view.status is RunStatus.COMPLETED and view.output == "Summary written."
         assert [c["run_id"] for c in view.children] == kids
         log = log_of(runtime, stream.id)
-        assert_agui(log)
+        assert_run_sound(log)
         assert sorted(e.data["subagent_run_id"] for e in log if e.type is EventType.SUBAGENT_STARTED) == sorted(kids)
         assert any(e.type is EventType.CUSTOM and e.data.get("name") == "attempt_abandoned" for e in log)
         results = {e.data["tool_call_id"]: e.data["content"] for e in log if e.type is EventType.TOOL_CALL_RESULT}
         assert results["call_r0"].startswith("Found: alpha") and results["call_r1"].startswith("Found: beta")
         for kid in kids:
             child_log = log_of(runtime, kid)
-            assert_agui(child_log)
+            assert_run_sound(child_log)
             assert [e.type for e in child_log].count(EventType.RUN_STARTED) == 1  # created once
             assert runtime.get(kid).status is RunStatus.COMPLETED
     finally:
@@ -364,32 +309,31 @@ def test_kill_after_the_parent_started_its_children(own: tuple[dict[str, str], R
 
 
 @pytest.mark.slow
-def test_kill_of_the_worker_streaming_a_child(own: tuple[dict[str, str], Runtime], fake_openai: Any) -> None:
+def test_kill_of_the_worker_streaming_a_child(own: Deployment, fake_openai: Any) -> None:
     """The worker streaming a child's answer dies mid-stream: the child's turn is retried on another worker,
     and its end wakes the parent, which completes with the child's answer."""
-    env, runtime = own
+    runtime = own.runtime
     fake_openai.responder = by_agent(lead=lead_asks("gamma"), researcher=researcher_talks)
-    first = Worker(env).wait_ready()
+    first = own.worker()
     try:
         wait_for(lambda: runtime.store.agents.get("lead") is not None, what="the agents to be published")
         stream = runtime.stream("lead", "research")
         kid = child_run_id(stream.id, "call_r0")
         wait_for(lambda: runtime.store.run_fields(kid, "log")[0] is not None, what="the child to start")
-        for event in runtime.get_stream(kid).events():
-            if event.type is EventType.TEXT_MESSAGE_CONTENT:
-                break  # the child's answer is streaming on the only worker
+        # The child's answer is streaming on the only worker.
+        wait_event(runtime, kid, lambda e: e.type is EventType.TEXT_MESSAGE_CONTENT)
         first.kill()
     finally:
         first.stop()
-    second = Worker(env).wait_ready()
+    second = own.worker()
     try:
         view = ended(runtime, stream.id, timeout=60)
         assert view.status is RunStatus.COMPLETED and view.output == "Summary written."
         child_log = log_of(runtime, kid)
-        assert_agui(child_log)
+        assert_run_sound(child_log)
         assert any(e.type is EventType.CUSTOM and e.data.get("name") == "attempt_abandoned" for e in child_log)
         log = log_of(runtime, stream.id)
-        assert_agui(log)
+        assert_run_sound(log)
         (result,) = [e.data["content"] for e in log if e.type is EventType.TOOL_CALL_RESULT]
         assert result.startswith("Found: gamma") and result == runtime.get(kid).output
     finally:
@@ -422,14 +366,12 @@ def test_an_ended_child_is_kept_as_long_as_its_parent(runtime: Runtime, fake_ope
 
 
 @pytest.mark.slow
-def test_the_sweeper_wakes_a_parent_whose_child_died_before_waking_it(
-    own: tuple[dict[str, str], Runtime], fake_openai: Any
-) -> None:
+def test_the_sweeper_wakes_a_parent_whose_child_died_before_waking_it(own: Deployment, fake_openai: Any) -> None:
     """The worker of a child is killed right after the child's final commit, before it could wake the parent:
     the surviving worker's sweeper sees that a child the parent waits for ended, and sends the parent's step."""
-    env, runtime = own
+    runtime = own.runtime
     fake_openai.responder = by_agent(lead=lead_asks("delta"), researcher=lambda _t, m: FakeReply(text=f"Found: {m}"))
-    workers = [Worker(env).wait_ready(), Worker(env).wait_ready()]
+    workers = [own.worker(), own.worker()]
     try:
         wait_for(lambda: runtime.store.agents.get("lead") is not None, what="the agents to be published")
         stream = runtime.stream("lead", "research")
@@ -443,7 +385,7 @@ def test_the_sweeper_wakes_a_parent_whose_child_died_before_waking_it(
         child_log = log_of(runtime, kid)
         assert [e.type for e in child_log].count(EventType.RUN_FINISHED) == 1
         log = log_of(runtime, stream.id)
-        assert_agui(log)
+        assert_run_sound(log)
         (result,) = [e.data["content"] for e in log if e.type is EventType.TOOL_CALL_RESULT]
         assert result == "Found: delta"
     finally:
@@ -461,7 +403,7 @@ def test_stopping_a_paused_child_lets_its_paused_parent_go_on(runtime: Runtime, 
     done = ended(runtime, view.run_id)
     assert done.status is RunStatus.COMPLETED and done.output == "Gave up." and done.pending == []
     log = log_of(runtime, view.run_id)
-    assert_agui(log)
+    assert_run_sound(log)
     (result,) = [e.data["content"] for e in log if e.type is EventType.TOOL_CALL_RESULT]
     assert result == "Error: agent 'researcher' was stopped before it finished"
     assert count(runtime, f"delete_file:{path}") == 0

@@ -29,7 +29,7 @@ from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.settings import Settings, load_settings
 from agents_celery.webhook import SIGNATURE, TIMESTAMP, sign, verify
 
-from .cluster import ROOT, Worker, own_deployment
+from .cluster import ROOT, Deployment, Worker
 from .conftest import wait_for
 
 SECRET = "webhook-test-secret"
@@ -93,12 +93,11 @@ def own(fake_openai: Any) -> Iterator[tuple[Runtime, Worker]]:
         "AGENTS_CELERY_WEBHOOK_BACKOFF_SECONDS": "0.2",
         "AGENTS_CELERY_WEBHOOK_ALLOW": "127.0.0.1",
     }
-    env, settings = own_deployment("hook", fake_openai.url, extra)
-    worker = Worker(env).wait_ready()
-    runtime = Runtime(settings=settings)
-    yield runtime, worker
-    runtime.close()
-    worker.stop()
+    deployment = Deployment("hook", fake_openai.url, extra)
+    try:
+        yield deployment.runtime, deployment.worker()
+    finally:
+        deployment.close()
 
 
 @pytest.fixture(scope="module")
@@ -106,13 +105,14 @@ def strict(fake_openai: Any) -> Iterator[tuple[Runtime, Worker]]:
     """A worker with the default policy (no allow-list). Its Runtime lets literal internal addresses through, so
     that what the worker itself checks at delivery time is what is tested."""
     extra = {"AGENTS_CELERY_WEBHOOK_SECRET": SECRET, "AGENTS_CELERY_WEBHOOK_BACKOFF_SECONDS": "0.2"}
-    env, settings = own_deployment("hookstrict", fake_openai.url, extra)
-    worker = Worker(env).wait_ready()
-    lenient = settings.model_copy(update={"webhook_allow": "127.0.0.1, 169.254.169.254, 10.0.0.0/8"})
+    deployment = Deployment("hookstrict", fake_openai.url, extra)
+    lenient = deployment.settings.model_copy(update={"webhook_allow": "127.0.0.1, 169.254.169.254, 10.0.0.0/8"})
     runtime = Runtime(settings=lenient)
-    yield runtime, worker
-    runtime.close()
-    worker.stop()
+    try:
+        yield runtime, deployment.worker()
+    finally:
+        runtime.close()
+        deployment.close()
 
 
 def test_a_webhook_is_retried_until_taken_signed_and_keyed_the_same(own: tuple[Runtime, Worker]) -> None:

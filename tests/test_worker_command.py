@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from .cluster import ROOT
+from .invariants import assert_run_sound
 
 
 def test_worker_with_a_missing_agents_module_exits_with_a_clear_error(worker_env: dict[str, str]) -> None:
@@ -35,28 +36,23 @@ def test_the_worker_says_which_fast_paths_are_on(worker: Any) -> None:
 
 
 def test_with_fast_paths_off_a_run_completes_on_public_apis_only(
-    worker_env: dict[str, str], fast_settings: Any, r: Any
+    worker_env: dict[str, str], deploy: Any, r: Any
 ) -> None:
     """AGENTS_CELERY_FAST_PATHS=0: the worker says so, runs a run with tools, and Celery acks each step's
     message itself (nothing is left in kombu's unacked keys)."""
-    import uuid
-
-    from agents_celery import Runtime
-
-    from .cluster import Worker
     from .conftest import wait_for
 
-    queue = f"plain-{uuid.uuid4().hex[:8]}"
-    w = Worker({**worker_env, "AGENTS_CELERY_QUEUE": queue, "AGENTS_CELERY_FAST_PATHS": "0"}).wait_ready()
-    rt = Runtime(settings=fast_settings.model_copy(update={"queue": queue, "fast_paths": False}))
+    own = deploy("plain", {"AGENTS_CELERY_FAST_PATHS": "0"}, prefix=worker_env["AGENTS_CELERY_KEY_PREFIX"])
+    w, rt = own.worker(), own.runtime
+    assert rt.settings.fast_paths is False
     try:
         line = next(x for x in w.output().splitlines() if "agents-celery fast paths:" in x)
         assert "all off (AGENTS_CELERY_FAST_PATHS=0)" in line
         view = rt.run("offline", "What is 2 + 3?", timeout=30)
         assert view.status == "completed", view
         events = list(rt.get_stream(view.run_id).events())
-        assert [e.offset for e in events] == list(range(view.last_offset + 1))
+        assert_run_sound(events)
+        assert len(events) == view.last_offset + 1
         wait_for(lambda: not any(view.run_id in v.decode() for v in r.hvals("unacked")), what="Celery's acks")
     finally:
-        rt.close()
         w.stop()
