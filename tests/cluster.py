@@ -1,4 +1,8 @@
-"""Real worker processes for tests: ``celery worker`` on our app, killed for real in crash tests."""
+"""Real worker processes for tests: ``celery worker`` on our app, killed for real in crash tests.
+
+The one way to start a private worker is a :class:`Deployment` (the ``deploy`` fixture makes and closes them); a
+bare :class:`Worker` serves only the session's shared one (tests/conftest.py) and deployments of another shape (a
+Sentinel, a host app's own broker, no queue named: test_connections, test_host*, test_prefixes)."""
 
 from __future__ import annotations
 
@@ -168,9 +172,3 @@ class Deployment:
             for pattern in patterns:
                 for key in client.scan_iter(match=pattern, count=1000):
                     client.delete(key)
-
-
-def own_deployment(name: str, fake_openai_url: str, extra: dict[str, str] | None = None) -> tuple[dict[str, str], Any]:
-    """The environment and Runtime settings of a :class:`Deployment` (for a test that starts its workers itself)."""
-    deployment = Deployment(name, fake_openai_url, extra)
-    return deployment.env, deployment.settings

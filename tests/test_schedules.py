@@ -21,16 +21,16 @@ from agents_celery import RunStatus, Runtime, ScheduleNotFoundError, ValidationE
 from agents_celery.cli.processes import stop_process
 
 from .api_support import ApiServer
-from .cluster import ROOT, Worker, own_deployment
+from .cluster import ROOT, Deployment
 from .conftest import wait_for
 
 
 @pytest.fixture
-def own(fake_openai: Any) -> Iterator[tuple[dict[str, str], Runtime]]:
+def own(deploy: Any) -> Iterator[tuple[Deployment, Runtime]]:
     """A key prefix and queue of their own: these beats and workers see only this test's schedules."""
-    env, settings = own_deployment("sched", fake_openai.url)
-    runtime = Runtime(settings=settings, agents=[])
-    yield env, runtime
+    deployment: Deployment = deploy("sched")
+    runtime = Runtime(settings=deployment.settings, agents=[])
+    yield deployment, runtime
     runtime.close()
 
 
@@ -59,7 +59,7 @@ def ticks(runtime: Runtime, schedule_id: str) -> list[int]:
     return sorted(s.scheduled_for or 0 for s in found)
 
 
-def test_fire_rules_without_beat(own: tuple[dict[str, str], Runtime]) -> None:
+def test_fire_rules_without_beat(own: tuple[Deployment, Runtime]) -> None:
     """Driven directly: one run per tick however often it is fired, and a missed stretch fires its last tick."""
     _, runtime = own
     runtime.store.agents.publish([{"name": "offline", "tools": []}])  # no worker needed: runs stay queued
@@ -91,9 +91,9 @@ def test_fire_rules_without_beat(own: tuple[dict[str, str], Runtime]) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_two_beats_and_a_kill_start_every_tick_once(own: tuple[dict[str, str], Runtime]) -> None:
-    env, runtime = own
-    worker = Worker(env).wait_ready()
+def test_two_beats_and_a_kill_start_every_tick_once(own: tuple[Deployment, Runtime]) -> None:
+    deployment, runtime = own
+    env, worker = deployment.env, deployment.worker()
     beats = [Beat(env), Beat(env)]
     try:
         wait_for(lambda: runtime.store.agents.get("offline") is not None, what="the agents to be published")
