@@ -1,8 +1,9 @@
 """Every Redis key agents-celery uses, written once.
 
 All keys start with a configurable prefix (``AGENTS_CELERY_KEY_PREFIX``, default ``ac``). Every key of
-one run carries the run id as a hash tag (``{run_id}``), so each Lua script touches a single slot and the
-schema runs unchanged on Redis Cluster. Session keys carry the session id as their hash tag.
+one run carries the run id as a hash tag (``{run_id}``), so each Lua script touches a single slot, the layout
+Redis Cluster needs (not yet tested on one: the cross-run indexes below are single keys). Session keys carry the
+session id as their hash tag.
 
 Each noun's module documents its keys by pointing here: the run store (:mod:`.store`: the run record, its
 messages, inbox, lease, stop, gone and ``<p>:live``), the event log (:mod:`.eventlog`), the effect ledger
