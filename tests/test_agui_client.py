@@ -20,6 +20,7 @@ from agents_celery.models import ScriptedToolCall, ScriptedTurn
 
 from .api_support import ApiServer, frames
 from .conftest import TEST_REDIS_URL
+from .invariants import counter_of
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -57,7 +58,7 @@ def node(api: ApiServer, scenario: str, thread: str, agent: str = "fake", **args
 
 
 def count(r: redis.Redis, prefix: str, name: str) -> int:
-    return int(r.get(f"{prefix}:test:count:{name}") or 0)
+    return counter_of(r, prefix)(name)
 
 
 def test_http_agent_gets_the_streamed_text(api: ApiServer, script: Any) -> None:

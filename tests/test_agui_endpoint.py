@@ -15,6 +15,7 @@ from agents_celery.models import ScriptedToolCall, ScriptedTurn
 
 from .api_support import ApiServer, frames
 from .conftest import TEST_REDIS_URL
+from .invariants import counter_of
 from .test_api import validate_agui
 
 pytestmark = pytest.mark.timeout(120)
@@ -77,7 +78,7 @@ def text(events: list[dict[str, Any]]) -> str:
 
 
 def count(r: redis.Redis, prefix: str, name: str) -> int:
-    return int(r.get(f"{prefix}:test:count:{name}") or 0)
+    return counter_of(r, prefix)(name)
 
 
 def test_a_run_under_the_clients_ids_with_snapshots(client: httpx.Client, script: Any) -> None:

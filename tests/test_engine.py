@@ -27,7 +27,7 @@ from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.testing.openai_server import FailingResponder, FakeReply, ScriptResponder
 
 from .conftest import TEST_REDIS_URL, kill_connections, wait_for
-from .invariants import assert_run_sound
+from .invariants import assert_run_sound, counter_of
 
 
 def events_of(runtime: Runtime, run_id: str, until_pause: bool = True) -> list[Event]:
@@ -39,7 +39,7 @@ def text_of(events: list[Event]) -> str:
 
 
 def count(r: redis.Redis, prefix: str, name: str) -> int:
-    return int(r.get(f"{prefix}:test:count:{name}") or 0)
+    return counter_of(r, prefix)(name)
 
 
 def test_streaming_text(runtime: Runtime, script: Any) -> None:
@@ -59,11 +59,10 @@ def test_tool_call_then_answer(runtime: Runtime, script: Any, r: redis.Redis, ke
     script(ScriptedTurn("", [ScriptedToolCall("get_time", {"timezone": "CET"})]), "It is noon.")
     stream = runtime.stream("fake", "What time is it?")
     events = events_of(runtime, stream.id)
-    assert_run_sound(events)
+    assert_run_sound(events, tool_counts={"get_time": before + 1}, counter=counter_of(r, key_prefix))
     results = [e for e in events if e.type is EventType.TOOL_CALL_RESULT]
     assert [r.data["content"] for r in results] == ["12:00 in CET"]
     assert text_of(events) == "It is noon."
-    assert count(r, key_prefix, "get_time") == before + 1
 
 
 def test_parallel_tool_calls(runtime: Runtime, script: Any) -> None:

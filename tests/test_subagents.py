@@ -17,7 +17,7 @@ from agents_celery.testing.openai_server import FakeReply
 
 from .cluster import Deployment
 from .conftest import wait_event, wait_for
-from .invariants import assert_run_sound
+from .invariants import assert_run_sound, counter_of
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -68,7 +68,7 @@ def log_of(runtime: Runtime, run_id: str) -> list[Event]:
 
 def count(runtime: Runtime, name: str) -> int:
     """How many times the workers' tools counted ``name`` (tests/agents_fixture.py)."""
-    return int(runtime.redis.get(f"{runtime.settings.key_prefix}:test:count:{name}") or 0)
+    return counter_of(runtime.redis, runtime.settings.key_prefix)(name)
 
 
 def ended(runtime: Runtime, run_id: str, timeout: float = 30) -> RunView:
