@@ -451,3 +451,24 @@ def test_workers_serve_the_agents_their_agents_call_as_tools() -> None:
     registry: dict[str, Any] = {}
     _register(registry, lead)
     assert list(registry) == ["lead", "researcher", "checker"]
+
+
+def test_stopping_a_paused_parent_keeps_its_ended_children_as_long_as_itself(
+    runtime: Runtime, fake_openai: Any
+) -> None:
+    """A paused parent is stopped where nobody works on it (the Runtime ends it): its ended children's retention
+    starts over with its end, as when a worker ends a parent."""
+    path = f"f-{uuid.uuid4().hex[:6]}"
+
+    def researcher(turn: int, message: str) -> FakeReply:
+        return FakeReply(text="Found: quick") if message == "quick" else researcher_deletes(turn, message)
+
+    fake_openai.responder = by_agent(lead=lead_asks("quick", path), researcher=researcher)
+    view = runtime.run("lead", "both", timeout=30)
+    assert view.status is RunStatus.PAUSED
+    quick = child_run_id(view.run_id, "call_r0")
+    wait_for(lambda: runtime.get(quick).status is RunStatus.COMPLETED, what="the quick child to answer")
+    kept = runtime.store.keys.run(quick).run
+    runtime.redis.pexpire(kept, 10_000)  # as if it had ended long before its parent
+    assert runtime.stop(view.run_id).status is RunStatus.CANCELLED
+    assert runtime.redis.pttl(kept) > runtime.settings.retention_ms - 5_000
