@@ -143,3 +143,15 @@ def read_until(
         if f.event in stop or (limit is not None and sum(1 for x in out if x.id is not None) >= limit):
             return out
     raise AssertionError(f"the stream ended before {sorted(stop)} (limit {limit}): {[f.event for f in out]}")
+
+
+def recv_until(conn: socket.socket, marker: bytes, timeout: float = 30) -> bytes:
+    """What a raw connection receives until ``marker`` arrives; fails when the peer closes first or after
+    ``timeout`` seconds, even while keep-alive comments keep arriving (the socket's own timeout covers silence)."""
+    got, deadline = b"", time.monotonic() + timeout
+    while marker not in got:
+        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {marker!r}: {got[-300:]!r}"
+        data = conn.recv(65536)
+        assert data, f"the connection closed before {marker!r}: {got[-300:]!r}"
+        got += data
+    return got

@@ -18,7 +18,7 @@ import redis
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.storage.keys import Keys
 
-from .api_support import ApiServer, Frame, frames, free_port, read_until
+from .api_support import ApiServer, Frame, frames, free_port, read_until, recv_until
 from .conftest import TEST_REDIS_URL, kill_connections, wait_for
 
 END = {"RunCompleted", "RunError", "RunCancelled", "RunPaused"}
@@ -468,13 +468,13 @@ def test_more_streams_than_a_default_redis_pool(worker_env: dict[str, str], runt
             conn.sendall(request)
             conns.append(conn)
         for conn in conns:  # every stream is open and past its replay
-            assert b"RUN_STARTED" in _read_until(conn, b"RUN_STARTED")
+            assert b"RUN_STARTED" in recv_until(conn, b"RUN_STARTED")
         content = make_event(EventType.TEXT_MESSAGE_CONTENT, message_id="m", delta="hi")
         log.append(run_id, [content] * 5, token)
         done = make_event(EventType.RUN_FINISHED, thread_id="s", run_id=run_id, outcome={"type": "success"})
         log.set_status(run_id, "ended", token, [done])
         for conn in conns:
-            body = _read_until(conn, b"0\r\n\r\n")  # the chunked body's end: the stream closed after the run
+            body = recv_until(conn, b"0\r\n\r\n")  # the chunked body's end: the stream closed after the run
             assert body.count(b"event: TEXT_MESSAGE_CONTENT") == 5 and b"RUN_FINISHED" in body, body[-300:]
     finally:
         for conn in conns:
@@ -515,19 +515,6 @@ def test_a_stream_reads_its_live_batches_on_one_connection(monkeypatch: pytest.M
         assert len(given_back) == 2  # the stream's given back when it ended
     finally:
         streams.close()
-
-
-def _read_until(conn: socket.socket, marker: bytes, timeout: float = 30) -> bytes:
-    """What ``conn`` receives until ``marker`` (or its close); fails after ``timeout`` seconds even while keep-alive
-    comments keep arriving (the socket's own timeout covers silence)."""
-    got, deadline = b"", time.monotonic() + timeout
-    while marker not in got:
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {marker!r}: {got[-300:]!r}"
-        data = conn.recv(65536)
-        if not data:
-            break
-        got += data
-    return got
 
 
 # -- fuzzing the OpenAPI spec: no 5xx ---------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import pytest
 from agents_celery import Runtime
 from agents_celery.events import EventType
 
+from .api_support import recv_until
 from .conftest import TEST_REDIS_URL, wait_for
 from .faults import ResettingProxy
 from .invariants import assert_run_sound
@@ -203,9 +204,7 @@ def test_streams_dropped_abruptly_give_their_redis_connections_back(
             conn.sendall(f"GET /runs/{run_id}/events HTTP/1.1\r\nHost: x\r\n\r\n".encode())
             conns.append(conn)
         for conn in conns:
-            got = b""
-            while b"RUN_STARTED" not in got:
-                got += conn.recv(4096)
+            recv_until(conn, b"RUN_STARTED")
         assert streams_open() >= before + 100  # one connection per open stream
         assert len(os.listdir(f"/proc/{worker_pid}/fd")) >= fds_before + 100  # what is counted below does count
         for conn in conns:  # gone without a word, as a closed laptop lid
