@@ -16,14 +16,19 @@ It proves the durability rules a stream must keep whatever happened to the run (
   Redis), each side effect counted exactly that many times.
 
 A log read from the middle (``first`` > 0) is checked for offsets and per-event validity, the sequence rules
-from its first RUN_STARTED on.
+from its first RUN_STARTED on. :func:`assert_agui_stream` applies the same sequence rules to what a client of
+``?format=agui`` or ``POST /agui/<agent>`` receives (camelCase events, validated with ``ag_ui.core``'s models).
 """
 
 from __future__ import annotations
 
+import re
+import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import ag_ui.core as agui
+import pydantic
 import redis
 
 from agents_celery.events import Event, EventType
@@ -70,10 +75,36 @@ def assert_run_sound(
         assert counted == dict(tool_counts), f"tool side effects counted {counted}, expected {dict(tool_counts)}"
 
 
+_AGUI_EVENT: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(agui.Event)
+
+
+def assert_agui_stream(events: list[dict[str, Any]]) -> None:
+    """Fails when the AG-UI events a client received (camelCase JSON) break the sequence rules of
+    :func:`assert_run_sound`, or one is not valid AG-UI 1.0 as the JS client reads it (its model, no ``null``
+    field, none of our ``metadata``). Attempt numbers travel in that metadata, so they are checked on the log only;
+    a stream that joined mid-run may carry the result of a call it saw no start of."""
+    assert events and events[0]["type"] == "RUN_STARTED", f"the stream starts with {events[:1]}, not RUN_STARTED"
+    for ev in events:
+        _AGUI_EVENT.validate_python(ev)
+        assert "metadata" not in ev and all(v is not None for v in ev.values()), f"not strict AG-UI: {ev}"
+    _Sequence(from_middle=False, wire=True).check([_from_wire(i, ev) for i, ev in enumerate(events)])
+
+
+def _from_wire(index: int, ev: dict[str, Any]) -> Any:
+    """A wire event as the fold reads a stored one: its type (ours when we have it) and snake_case fields; in a run
+    tree's stream, a child's steps, messages and calls are named within that child (``subagentRunId``)."""
+    data = {re.sub(r"(?<!^)(?=[A-Z])", "_", k).lower(): v for k, v in ev.items() if k not in ("type", "timestamp")}
+    if (child := ev.get("subagentRunId")) and not ev["type"].startswith("SUBAGENT_"):
+        data.update({k: f"{child}/{data[k]}" for k in ("step_name", "message_id", "tool_call_id") if k in data})
+    kind = EventType(ev["type"]) if ev["type"] in EventType.__members__ else ev["type"]
+    return types.SimpleNamespace(offset=index, type=kind, data=data)
+
+
 class _Sequence:
     """A fold of the log that asserts the AG-UI sequence rules, one event at a time."""
 
-    def __init__(self, from_middle: bool) -> None:
+    def __init__(self, from_middle: bool, wire: bool = False) -> None:
+        self.wire = wire  # the events are a client's (already validated): no render, no attempts
         self.started = not from_middle  # a log from the middle is checked from its first RUN_STARTED
         self.ended = False
         self.opened: dict[str, set[str]] = {"step": set(), "message": set(), "tool call": set(), "subagent": set()}
@@ -89,7 +120,8 @@ class _Sequence:
         if self.started and events:
             assert events[0].type is EventType.RUN_STARTED, f"the log starts with {events[0].type}, not RUN_STARTED"
         for e in events:
-            render(e)  # strict AG-UI 1.0 for its type (raises pydantic.ValidationError)
+            if not self.wire:
+                render(e)  # strict AG-UI 1.0 for its type (raises pydantic.ValidationError)
             if e.type is EventType.RUN_STARTED:
                 self.run_started()
             elif self.started:
@@ -107,7 +139,7 @@ class _Sequence:
             kind, field = _OPENS[e.type]
             assert e.data[field] not in self.opened[kind], f"{kind} {e.data[field]!r} started twice, at {e.offset}"
             self.opened[kind].add(e.data[field])
-            if e.type is EventType.STEP_STARTED:
+            if e.type is EventType.STEP_STARTED and not self.wire:
                 self.step_started(e)
             elif e.type is EventType.TOOL_CALL_START:
                 self.calls_started.add(e.data["tool_call_id"])
@@ -123,7 +155,8 @@ class _Sequence:
         if e.type is EventType.TOOL_CALL_RESULT:
             cid = e.data["tool_call_id"]
             assert cid not in self.results, f"a second TOOL_CALL_RESULT for {cid!r}, at {e.offset}"
-            assert cid in self.calls_started, f"TOOL_CALL_RESULT of a call never started ({cid!r}), at {e.offset}"
+            never = cid not in self.calls_started and not self.wire
+            assert not never, f"TOOL_CALL_RESULT of a call never started ({cid!r}), at {e.offset}"
             self.results.add(cid)
         elif e.type is EventType.CUSTOM and e.data.get("name") == "attempt_abandoned":
             self.abandoned_next = e.data["value"]["next_attempt"]

@@ -15,8 +15,7 @@ from agents_celery.models import ScriptedToolCall, ScriptedTurn
 
 from .api_support import ApiServer, frames
 from .conftest import TEST_REDIS_URL
-from .invariants import counter_of
-from .test_api import validate_agui
+from .invariants import assert_agui_stream, counter_of
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -66,7 +65,7 @@ def post(client: httpx.Client, body: dict[str, Any], path: str = "/agui/fake") -
         assert resp.status_code == 200, resp.read()
         assert resp.headers["content-type"].startswith("text/event-stream")
         events = [f.data for f in frames(resp)]
-    validate_agui(events)
+    assert_agui_stream(events)
     assert [e["type"] for e in events].count("RUN_STARTED") == 1
     assert sum(e["type"] in ("RUN_FINISHED", "RUN_ERROR") for e in events) == 1
     assert events[-1]["type"] in ("RUN_FINISHED", "RUN_ERROR")

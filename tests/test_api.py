@@ -20,6 +20,7 @@ from agents_celery.storage.keys import Keys
 
 from .api_support import ApiServer, Frame, frames, free_port, read_until, recv_until
 from .conftest import TEST_REDIS_URL, kill_connections, wait_for
+from .invariants import assert_agui_stream
 
 END = {"RunCompleted", "RunError", "RunCancelled", "RunPaused"}
 #: Stored types the AgentOS dialect renders (the others are skipped, leaving gaps in event_index).
@@ -171,38 +172,13 @@ def test_last_event_id_on_run_events(client: httpx.Client, script: Any) -> None:
     assert resp.status_code == 204  # nothing more will come: an EventSource stops reconnecting
 
 
-def validate_agui(events: list[dict[str, Any]]) -> None:
-    assert events[0]["type"] == "RUN_STARTED"
-    open_messages: set[str] = set()
-    open_steps: set[str] = set()
-    finished = False
-    for ev in events:
-        AGUI_EVENT.validate_python(ev)
-        if ev["type"] == "STEP_STARTED":
-            open_steps.add(ev["stepName"])
-        elif ev["type"] == "STEP_FINISHED":
-            assert ev["stepName"] in open_steps, f"STEP_FINISHED of {ev['stepName']} that was not started"
-            open_steps.remove(ev["stepName"])
-        assert "metadata" not in ev and all(v is not None for v in ev.values())
-        assert not finished or ev["type"] == "RUN_STARTED", f"{ev['type']} after RUN_FINISHED"
-        finished = ev["type"] in ("RUN_FINISHED", "RUN_ERROR")
-        if ev["type"] == "TEXT_MESSAGE_START":
-            open_messages.add(ev["messageId"])
-        elif ev["type"] == "TEXT_MESSAGE_CONTENT":
-            assert ev["messageId"] in open_messages
-        elif ev["type"] == "TEXT_MESSAGE_END":
-            open_messages.remove(ev["messageId"])
-        if ev["type"] == "RUN_FINISHED":
-            assert not open_messages
-
-
 def test_agui_stream_is_strict(client: httpx.Client, script: Any) -> None:
     script(ScriptedTurn("Checking.", [ScriptedToolCall("get_time", {"timezone": "CET"})]), "It is noon in CET.")
     run_id = start_background(client)
     wait_status(client, run_id, "completed")
     with client.stream("GET", f"/runs/{run_id}/events", params={"format": "agui"}) as resp:
         got = list(frames(resp))
-    validate_agui([f.data for f in got])
+    assert_agui_stream([f.data for f in got])
     assert got[-1].data["type"] == "RUN_FINISHED" and got[-1].data["outcome"]["type"] == "success"
     assert "threadId" in got[0].data and isinstance(got[0].data["timestamp"], int)
     # joined mid-message: a synthesized RUN_STARTED, STEP_STARTED and TEXT_MESSAGE_START (no id: lines) come first
@@ -212,7 +188,7 @@ def test_agui_stream_is_strict(client: httpx.Client, script: Any) -> None:
         joined = list(frames(resp))
     assert [f.data["type"] for f in joined[:3]] == ["RUN_STARTED", "STEP_STARTED", "TEXT_MESSAGE_START"]
     assert [f.id for f in joined[:4]] == [None, None, None, mid + 1]
-    validate_agui([f.data for f in joined])
+    assert_agui_stream([f.data for f in joined])
 
 
 def test_keep_alive_on_an_idle_stream(client: httpx.Client, script: Any) -> None:
@@ -232,7 +208,7 @@ def test_agui_paused_run(client: httpx.Client, script: Any) -> None:
     run_id, _ = pause_run(client, script, f"/tmp/{uuid.uuid4().hex}")
     with client.stream("GET", f"/runs/{run_id}/events", params={"format": "agui"}) as resp:
         got = [f.data for f in frames(resp)]
-    validate_agui(got)
+    assert_agui_stream(got)
     interrupt = got[-1]["outcome"]["interrupts"][0]
     assert got[-1]["outcome"]["type"] == "interrupt" and interrupt["toolCallId"]
     assert client.post(f"/agents/fake/runs/{run_id}/cancel").status_code == 200
@@ -665,8 +641,7 @@ def test_a_run_tree_over_http(client: httpx.Client, fake_openai: Any, rdb: redis
     assert deletions(rdb, key_prefix, path) == 1
     with client.stream("GET", f"/runs/{run_id}/events", params={"format": "agui", "until": "end"}) as resp:
         events = [f.data for f in frames(resp)]
-    for event in events:
-        AGUI_EVENT.validate_python(event)
+    assert_agui_stream(events)
     kinds = [(e["type"], e.get("subagentRunId")) for e in events]
     assert ("SUBAGENT_STARTED", child["run_id"]) in kinds and ("TOOL_CALL_RESULT", child["run_id"]) in kinds
     assert kinds.index(("TOOL_CALL_START", child["run_id"])) < kinds.index(("SUBAGENT_FINISHED", child["run_id"]))
@@ -689,6 +664,7 @@ def test_a_parent_agui_stream_shows_its_child_working_live(client: httpx.Client,
             if live is None and f.data["type"] == "TEXT_MESSAGE_CONTENT" and child:
                 live = client.get(f"/runs/{child}").json()["status"]
     assert live == "running"  # the child's first delta reached the parent's stream before the child ended
+    assert_agui_stream(seen)
     (child,) = {e["subagentRunId"] for e in seen if e["type"] == "SUBAGENT_STARTED"}
     words = [e["delta"] for e in seen if e["type"] == "TEXT_MESSAGE_CONTENT" and e.get("subagentRunId") == child]
     child_log = stored(client, child)

@@ -15,7 +15,7 @@ import pytest
 from agents_celery.events import Event, EventType
 
 from .api_support import frames, read_until
-from .invariants import assert_run_sound
+from .invariants import assert_agui_stream, assert_run_sound
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -101,6 +101,29 @@ def test_an_event_invalid_for_its_type_is_refused() -> None:
 def test_a_side_effect_counted_twice_is_refused() -> None:
     with pytest.raises(AssertionError, match="counted"):
         assert_run_sound(log(START, DONE), tool_counts={"add": 1}, counter={"add": 2}.__getitem__)
+
+
+WIRE_START = {"type": "RUN_STARTED", "threadId": "s", "runId": "r", "timestamp": 1}
+WIRE_DONE = {"type": "RUN_FINISHED", "threadId": "s", "runId": "r", "timestamp": 2, "outcome": {"type": "success"}}
+
+
+def wire_text(child: str | None) -> list[dict[str, Any]]:
+    scope = {"subagentRunId": child} if child else {}
+    start = {"type": "TEXT_MESSAGE_START", "messageId": "m1", "role": "assistant", "timestamp": 1, **scope}
+    return [start, {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "hi", "timestamp": 1, **scope}]
+
+
+def test_a_client_stream_is_checked_by_the_same_rules() -> None:
+    end = {"type": "TEXT_MESSAGE_END", "messageId": "m1", "timestamp": 1}
+    # A parent and its child may both have a message "m1" open: each is named within its run.
+    both = [WIRE_START, *wire_text(None), *wire_text("kid"), end, {**end, "subagentRunId": "kid"}, WIRE_DONE]
+    assert_agui_stream(both)
+    with pytest.raises(AssertionError, match="open"):
+        assert_agui_stream([WIRE_START, *wire_text(None), *wire_text("kid"), end, WIRE_DONE])
+    with pytest.raises(AssertionError, match="not strict"):
+        assert_agui_stream([WIRE_START, {**WIRE_DONE, "result": None}])
+    with pytest.raises(AssertionError, match="after the run's end"):
+        assert_agui_stream([WIRE_START, WIRE_DONE, *wire_text(None)])
 
 
 class _KeepAlive(BaseHTTPRequestHandler):
