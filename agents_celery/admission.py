@@ -22,7 +22,6 @@ from .errors import IdempotencyKeyReusedError, PayloadTooLargeError, SessionBusy
 from .runs import RunState
 from .settings import Settings
 from .storage.index import Filters
-from .storage.scripts import register
 from .storage.store import RunStore
 from .webhook import check_url
 
@@ -105,17 +104,11 @@ def check_strategy(strategy: str) -> None:
         raise ValidationError(f"multitask_strategy must be one of {list(STRATEGIES)}, got {strategy!r}")
 
 
-def owner_value(user_id: str | None) -> str:
-    """How a session's owner is stored: ``u:<id>``, or ``-`` for none."""
-    return "-" if user_id is None else f"u:{user_id}"
-
-
 class Admission:
     """Idempotency and sessions for new runs, over ``store``."""
 
     def __init__(self, store: RunStore) -> None:
         self.store = store
-        self._admit = register(store.redis, "session_admit")
 
     def existing(self, run_id: str, fingerprint: str, key: str) -> bool:
         """Whether an idempotent call already created ``run_id``; refused if that call asked for another thing."""
@@ -139,15 +132,10 @@ class Admission:
         Raises:
             SessionBusyError: another run holds the session (and not ``may_wait``).
         """
-        sk = self.store.keys.session(session_id)
-        s = self.store.settings
-        ttl = max(int(s.session_ttl_seconds * 1000), s.retention_ms)
-        reply = self._admit(keys=[sk.owner, sk.active, sk.history], args=[owner_value(user_id), ttl, run_id])
         try:
-            if int(reply[0]) == 1:
-                history = [json.loads(m) for m in reply[1:]]
-            else:
-                history = self._take_from(session_id, run_id, _text(reply[1]))
+            history, holder = self.store.sessions.admit(session_id, run_id, user_id)
+            if history is None:
+                history = self._take_from(session_id, run_id, holder)
         except SessionBusyError:
             if not may_wait:
                 raise
@@ -209,7 +197,3 @@ class Admission:
         """The session's owner, recording ``user_id`` as it when the session has none yet (first caller wins)."""
         known, owner = self.owner(session_id)
         return owner if known else self.store.sessions.own(session_id, user_id)
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -3,7 +3,8 @@
 Keys (see :mod:`agents_celery.storage.keys`, "Per session"): ``active``, ``waiting``, ``history``, ``synced``,
 ``owner`` and ``agui`` under ``<p>:session:{<sid>}``; a session's keys share its id as their hash tag, so each
 script touches one slot. Scripts: ``lua/session_take.lua``, ``session_release.lua``, ``session_sync.lua``,
-``session_own.lua``. The session indexes (``<p>:sessions``...) belong to :mod:`agents_celery.storage.index`.
+``session_own.lua``, ``session_admit.lua`` (a new run's admission in one round trip). The session indexes
+(``<p>:sessions``...) belong to :mod:`agents_celery.storage.index`.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class Sessions:
         self._release = register(client, "session_release")
         self._sync = register(client, "session_sync")
         self._own = register(client, "session_own")
+        self._admit = register(client, "session_admit")
 
     # -- the active run ------------------------------------------------------------------------------
 
@@ -59,6 +61,17 @@ class Sessions:
         """Make ``run_id`` the session's active run if the active one is still ``previous`` (or none)."""
         key = self.keys.session(session_id).active
         return bool(self._take(keys=[key], args=[run_id, previous or ""]))
+
+    def admit(self, session_id: str, run_id: str, user_id: str | None) -> tuple[list[dict[str, Any]] | None, str]:
+        """A new run's admission, in one round trip: record ``user_id`` as the session's owner unless it has one,
+        take the session if it is free or ``run_id`` holds it already; ``(history, run_id)`` then, else
+        ``(None, the holder's run id)``."""
+        sk = self.keys.session(session_id)
+        ttl = max(int(self.settings.session_ttl_seconds * 1000), self.settings.retention_ms)
+        reply = self._admit(keys=[sk.owner, sk.active, sk.history], args=[owner_value(user_id), ttl, run_id])
+        if int(reply[0]) == 1:
+            return [json.loads(m) for m in reply[1:]], run_id
+        return None, _text(reply[1])
 
     def release(self, session_id: str, run_id: str) -> None:
         """Free the session if ``run_id`` is still its active run."""
