@@ -16,7 +16,8 @@ from celery import Celery
 from vine import promise
 
 from agents_celery.broker.celery_app import STEP_TASK, create_celery_app
-from agents_celery.broker.fastpaths import StepRequest, commit_acks
+from agents_celery.broker.extension import extension
+from agents_celery.broker.fastpaths import StepRequest
 from agents_celery.settings import load_settings
 
 from .conftest import TEST_BROKER_URL, TEST_REDIS_URL
@@ -70,7 +71,7 @@ def _request(app: Celery, message: Any) -> StepRequest:
     """The request as Celery's consumer builds it: ack and reject are promises over the message's methods."""
     run_now = promise(lambda fn, *args: fn(*args), (message.ack_log_error,))
     reject_now = promise(lambda fn, *args: fn(*args), (message.reject_log_error,))
-    return StepRequest(
+    return extension(app).step_messages.request_class(
         message, on_ack=run_now, on_reject=reject_now, app=app, hostname="test", eventer=None,
         task=app.tasks[STEP_TASK], connection_errors=(), body=message.body, headers=message.headers,
         decoded=False, utc=True,
@@ -80,6 +81,7 @@ def _request(app: Celery, message: Any) -> StepRequest:
 def _settled_early(broker: Broker, message: Any) -> StepRequest:
     request = _request(broker.app, message)
     assert not broker.channel.qos.can_consume()
+    commit_acks = extension(broker.app).step_messages.commit_acks
     commit_acks(message.delivery_tag, False)  # the step is about to send its commit
     assert request.settled_early and message.acknowledged  # kombu's side: acked,
     assert broker.channel.qos.can_consume()  # and the prefetch slot free for the next message
@@ -106,6 +108,8 @@ def test_an_ack_or_a_reject_without_requeue_removes_it(broker: Broker, settle: s
 def test_once_the_commit_acked_it_neither_makes_a_round_trip(broker: Broker, settle: str) -> None:
     message = broker.receive()
     request = _settled_early(broker, message)
-    commit_acks(message.delivery_tag, True)  # the commit succeeded: in Redis it removed the message itself
+    extension(broker.app).step_messages.commit_acks(
+        message.delivery_tag, True
+    )  # the commit succeeded: in Redis it removed the message itself
     getattr(request, settle)()
     assert broker.unacked(message) and broker.redis.llen(broker.queue) == 0  # here nothing removed it

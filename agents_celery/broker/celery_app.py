@@ -31,7 +31,6 @@ from ..hooks import Hooks, LoggingHooks
 from ..settings import Settings, load_settings, settings_from
 from . import webhooks
 from .extension import EXTENSION, AgentsCelery, extension
-from .fastpaths import StepRequest
 from .observability import register_metrics
 from .publisher import OWN_TASK_OPTIONS, STEP_TASK
 
@@ -172,7 +171,7 @@ def configure(
 
 def _register_step(app: Celery, ext: AgentsCelery) -> None:
     # The step task carries its own options; commit_acks swaps in its own request class.
-    request_class = {"Request": StepRequest} if ext.fast.enabled else {}
+    request_class = {"Request": ext.step_messages.request_class} if ext.fast.enabled else {}
 
     @app.task(name=STEP_TASK, queue=ext.settings.queue, **OWN_TASK_OPTIONS, **request_class)  # type: ignore[untyped-decorator]
     def step(self: Any, run_id: str, step: int, agent: str | None = None) -> str:

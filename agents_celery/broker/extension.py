@@ -41,7 +41,7 @@ from ..settings import Settings
 from ..storage.connections import connect
 from ..storage.leases import new_token
 from ..storage.store import Ack, Claim, RunStore, SentClaim
-from .fastpaths import FastPaths, claim_on_receipt, claimed_ahead, commit_acks
+from .fastpaths import FastPaths, StepMessages
 from .publisher import StepPublisher
 
 log = logging.getLogger(__name__)
@@ -88,6 +88,9 @@ class AgentsCelery:
         #: Which fast paths this process uses (:mod:`agents_celery.broker.fastpaths`).
         self.fast = FastPaths.decide(settings.fast_paths)
         self.publisher = StepPublisher(app, settings.queue, self.fast)
+        #: The step messages this process's consumer received and has not settled, shared with the steps'
+        #: threads (``commit_acks``, ``claim_on_receipt``); the step task's request class holds them too.
+        self.step_messages = StepMessages()
         self._paths_known = False
         _joined(app)
 
@@ -164,13 +167,13 @@ class AgentsCelery:
         if not fast.enabled:
             return Delivery(task_id)
         tag = (getattr(request, "properties", None) or {}).get("delivery_tag")
-        ahead = claimed_ahead(tag) if fast.on("claim_on_receipt") else None
+        ahead = self.step_messages.claimed_ahead(tag) if fast.on("claim_on_receipt") else None
         next_task = self._next_task if fast.on("commit_pushes_next") else None
         ack = None
         if tag and fast.on("commit_acks"):
             keys = self.publisher.direct.ack_keys(self.settings.redis_url) if self.publisher.direct else None
             ack = Ack(keys[0], keys[1], str(tag)) if keys else None
-        return FastDelivery(task_id, self.engine.store, ahead, next_task, ack)
+        return FastDelivery(task_id, self.engine.store, ahead, next_task, ack, self.step_messages)
 
     def _next_task(self, run_id: str, step: int, agent_id: str) -> tuple[str, str] | None:
         """The step queue's key and the next step's message, for the commit script to push."""
@@ -227,7 +230,7 @@ class AgentsCelery:
         self.sweeper.start()
         fast = self.check_paths(pool)
         if fast.on("claim_on_receipt"):
-            claim_on_receipt(self.claim_ahead)  # the consumer and the tasks share the process
+            self.step_messages.claim_on_receipt(self.claim_ahead)  # the consumer and the tasks share the process
         log.info("agents-celery worker ready: agents %s, queues %s", list(self.agents), self.queues)
         log.info("agents-celery fast paths: %s", fast.describe())
 
@@ -280,11 +283,21 @@ def send_claim(engine: Engine, run_id: str, step: int) -> Ahead:
 
 class FastDelivery(Delivery):
     """One delivered step message with the fast paths that apply to it: its claim sent on receipt, the next
-    step's message pushed by the commit, its own message acked by the commit."""
+    step's message pushed by the commit, its own message acked by the commit (``messages``: the app's, which
+    hold this message's request)."""
 
-    def __init__(self, task_id: str, store: RunStore, ahead: Ahead | None, next_task: Any, ack: Ack | None) -> None:
+    def __init__(
+        self,
+        task_id: str,
+        store: RunStore,
+        ahead: Ahead | None,
+        next_task: Any,
+        ack: Ack | None,
+        messages: StepMessages,
+    ) -> None:
         super().__init__(task_id)
         self._store, self._ahead, self._next_task, self._ack = store, ahead, next_task, ack
+        self._messages = messages
 
     def claim(self, run_id: str, step: int, fresh: FreshClaim) -> tuple[str, Claim]:
         ahead = self._ahead
@@ -307,7 +320,7 @@ class FastDelivery(Delivery):
         task = self._next_task(run_id, next_step, agent_id) if push_next and self._next_task is not None else None
         ack = self._ack
         if ack is not None:
-            commit_acks(ack.tag, False)
+            self._messages.commit_acks(ack.tag, False)
         yield Carried(task, ack, self.task_id)
         if ack is not None:
-            commit_acks(ack.tag, True)
+            self._messages.commit_acks(ack.tag, True)
