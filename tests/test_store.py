@@ -299,8 +299,8 @@ def test_a_claim_sent_during_a_commit_uses_its_state_only_once_that_commit_retur
         entry = store.states.get(run_id)
         assert entry is not None and entry.committed
         entry.ready.clear()  # as if the commit's reply had not been read yet
+        t0 = time.monotonic()  # before the timer starts: the claim may return the instant it fires
         threading.Timer(0.2, entry.ready.set).start()
-        t0 = time.monotonic()
         again = store.claim_read(store.claim_sent(run_id, 1, "t1", STARTED))
         assert again.outcome == "OK" and again.state is entry.state and time.monotonic() - t0 >= 0.2
         store.commit(again.state.model_copy(update={"turns": 2}), "t1", 1, 2, [], "live")
