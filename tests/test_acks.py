@@ -113,3 +113,19 @@ def test_once_the_commit_acked_it_neither_makes_a_round_trip(broker: Broker, set
     )  # the commit succeeded: in Redis it removed the message itself
     getattr(request, settle)()
     assert broker.unacked(message) and broker.redis.llen(broker.queue) == 0  # here nothing removed it
+
+
+def test_each_app_keeps_its_own_step_messages(broker: Broker) -> None:
+    message = broker.receive()
+    request = _request(broker.app, message)
+    settings = load_settings(redis_url=TEST_REDIS_URL, broker_url=TEST_BROKER_URL, queue=broker.queue)
+    other = create_celery_app(settings, agents={})
+    try:
+        extension(other).step_messages.commit_acks(message.delivery_tag, False)  # not its message
+        assert not request.settled_early and not message.acknowledged
+        extension(broker.app).step_messages.commit_acks(message.delivery_tag, False)
+        assert request.settled_early and message.acknowledged
+    finally:
+        other.close()
+    request.acknowledge()  # its commit did not ack it: the request removes it
+    assert not broker.unacked(message)
