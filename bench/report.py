@@ -135,7 +135,7 @@ history (`git log -p docs/benchmarks.md`), not repeated here.
 - **The commit acks the step's own message** (it removes the delivery tag from kombu's unacked hash in the
   script that stores the checkpoint and pushes the next task), the consumer fetches the next message while the
   commit's reply is on its way, and on the threads and solo pools the claim is sent as the message arrives
-  (`agents_celery/broker/fastpaths.py`, switched off by `AGENTS_CELERY_FAST_PATHS=0`). With them off a step
+  (`agents_celery/broker/fastpaths/`, switched off by `AGENTS_CELERY_FAST_PATHS=0`). With them off a step
   pays five Redis commands more and Celery's own ack round trip.
 - **Prefork pool** (Celery's default): the parent cannot free the prefetch slot before the child's result
   arrives, and the child claims when it starts, so a step costs more there than on the threads pool that
