@@ -36,7 +36,7 @@ DELETING = "(deleting)"
 CheckHistory = Callable[[list[dict[str, Any]]], None]
 
 
-def fingerprint(agent: str, message: str, session_id: str | None, user_id: str | None) -> str:
+def fingerprint(agent: str, message: str | list[dict[str, Any]], session_id: str | None, user_id: str | None) -> str:
     """What an idempotent call asked for: two calls with one key must agree on it."""
     return hashlib.sha256(json.dumps([agent, message, session_id, user_id]).encode()).hexdigest()[:32]
 

@@ -9,6 +9,7 @@
     ├── ForbiddenError                the caller may not do this (HTTP 403)
     ├── ValidationError               bad input from a caller; nothing was written (HTTP 422)
     │   ├── PayloadTooLargeError      a body, message or list over the configured limits (HTTP 413)
+    │   │   └── InputTooLargeError    a message's image or file part, or a run's parts, over the limits (413)
     │   ├── BadRequestError           a malformed request: not JSON, a bad offset, a bad parameter (HTTP 400)
     │   ├── BodyValidationError       a well-formed body whose fields are invalid (HTTP 422)
     │   ├── EventValidationError      an event that is not a valid AG-UI event
@@ -101,6 +102,17 @@ class PayloadTooLargeError(ValidationError):
 
     code = "payload_too_large"
     status = 413
+
+
+class InputTooLargeError(PayloadTooLargeError):
+    """A content part of a user message (an image, a file) is over ``max_part_bytes``, or the parts of one run
+    are over ``max_input_bytes`` (HTTP 413). Nothing was created."""
+
+    code = "input_too_large"
+
+
+#: The name the contracts use (:class:`InputTooLargeError`).
+InputTooLarge = InputTooLargeError
 
 
 class BadRequestError(ValidationError):

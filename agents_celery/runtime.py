@@ -30,6 +30,7 @@ from .agent import Agent
 from .broker.extension import host_app
 from .broker.fastpaths import FastPaths
 from .broker.publisher import StepPublisher, sender_app
+from .content import UserContent, check_parts, stored_form
 from .decisions import Decision, as_decision, decide, route, with_edited_args
 from .engine.children import reopened
 from .engine.lifecycle import Lifecycle
@@ -53,6 +54,7 @@ from .settings import Settings, load_settings
 from .storage.connections import connect, connect_async
 from .storage.eventlog import AsyncEventLog, check_offset
 from .storage.leases import Leases
+from .storage.parts import record_fields
 from .storage.schedules import ScheduleStore
 from .storage.store import RunStore
 
@@ -176,7 +178,7 @@ class Runtime(Scheduling):
     def stream(
         self,
         agent: Agent | str,
-        message: str,
+        message: UserContent,
         *,
         session_id: str | None = None,
         user_id: str | None = None,
@@ -191,6 +193,11 @@ class Runtime(Scheduling):
         multitask_strategy: str = "reject",
     ) -> RunStream:
         """Start a run and return its stream handle (the run executes on the workers).
+
+        ``message`` is text, or a list of Chat Completions content parts (text, ``image_url`` by URL or data URL,
+        ``file`` with ``file_data``; :mod:`agents_celery.content`): the model gets them as they are. Their data is
+        stored once, beside the run, not in each checkpoint. Over ``max_part_bytes`` for a part or
+        ``max_input_bytes`` for the run: InputTooLargeError (HTTP 413), and nothing is created.
 
         ``client_tools`` (``name``, ``description``, ``parameters``) are tools the caller runs itself: when the
         model calls one the run pauses until :meth:`continue_run` brings the result (a decision with
@@ -216,7 +223,7 @@ class Runtime(Scheduling):
         busy) created nothing, so a later retry starts the run once the session is free.
         """
         manifest = self.agent_manifest(agent)
-        check_message(message, self.settings)
+        checked = check_parts(message, self.settings)
         extra_tools = check_client_tools(client_tools, manifest)
         start = start_ms(start_after, start_at)
         check_webhook(webhook_url, self.settings)
@@ -234,13 +241,14 @@ class Runtime(Scheduling):
             # One round trip: the session's owner (the user of its first run), the session, its history.
             history = self.admission.admit(session_id, run_id, user_id, multitask_strategy != "reject", check_history)
             now = int(time.time() * 1000)
+            content, parts = stored_form(checked, run_id)
             state = RunState(
                 run_id=run_id,
                 agent_id=manifest["name"],
                 session_id=session_id,
                 user_id=user_id,
                 own_session=own_session,
-                messages=[*(history or []), {"role": "user", "content": message}],
+                messages=[*(history or []), {"role": "user", "content": content}],
                 history_len=len(history or []),
                 client_tools=extra_tools,
                 client=dict(client or {}),
@@ -252,7 +260,7 @@ class Runtime(Scheduling):
             )
             queue = manifest.get("queue") or self.settings.queue
             first_task = uuid.uuid4().hex
-            fields = {"queue": queue, "root_task": first_task, "request": asked}
+            fields = {"queue": queue, "root_task": first_task, "request": asked, **record_fields(parts)}
             if user_id:
                 fields["user_id"] = user_id
             if history is None:  # waits for its session: no step is sent, start_next sends it once it is free
@@ -414,7 +422,7 @@ class Runtime(Scheduling):
 
     # -- blocking ---------------------------------------------------------------------------------------
 
-    def run(self, agent: Agent | str, message: str, *, timeout: float | None = None, **kwargs: Any) -> RunView:
+    def run(self, agent: Agent | str, message: UserContent, *, timeout: float | None = None, **kwargs: Any) -> RunView:
         """Start a run and block until it ends or pauses. Caller-bound: on Ctrl-C or timeout the run is stopped."""
         stream = self.stream(agent, message, **kwargs)
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -111,6 +111,11 @@ class Settings(BaseSettings):
     #: message, the decisions of one continue, and how deep JSON may nest.
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
     max_message_chars: int = Field(default=100_000, ge=1)
+    #: Limits on the images and files of user messages (:mod:`agents_celery.content`): bytes of one part's data
+    #: (a data URL decoded), and of all the parts one run takes in. HTTP bodies that carry parts may be as large
+    #: as the run's parts (base64 included) whatever ``max_body_bytes`` says.
+    max_part_bytes: int = Field(default=10 * 1_048_576, ge=1)
+    max_input_bytes: int = Field(default=20 * 1_048_576, ge=1)
     max_decisions: int = Field(default=100, ge=1)
     max_json_depth: int = Field(default=32, ge=2)
     #: Signs the webhooks of runs (HMAC-SHA256); runs may name a ``webhook_url`` only when it is set.

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..agent import Agent, AgentTool
+from ..content import refs_in, resolved
 from ..errors import AgentsCeleryError, FencedError, ModelError, StopStep, ToolArgumentsError
 from ..events import EventType, NewEvent, make_event, now_ms
 from ..hooks import Hooks, StepInfo, call_hooks
@@ -237,7 +238,8 @@ def _stream_once(ctx: StepContext, turn: TurnStream) -> None:
     prompt = _with_context(ctx.agent.instructions, ctx.state.client.get("context"))
     system = [{"role": "system", "content": prompt}] if prompt else []
     tools = [*ctx.agent.tool_schemas(), *(_client_schema(t) for t in ctx.state.client_tools)]
-    model, messages = ctx.agent.model, [*system, *ctx.state.messages]
+    # images and files are stored once beside the run: the model gets them back in their Chat Completions form
+    model, messages = ctx.agent.model, [*system, *with_parts(ctx.state, ctx.store)]
 
     def read() -> None:
         ctx.writer.starting()
@@ -262,6 +264,12 @@ def _stream_once(ctx: StepContext, turn: TurnStream) -> None:
         raise ModelError(f"the model gave no complete answer within {limit:g}s", retryable=True) from None
     ctx.check()  # the reading stopped early for a stop or a lost lease
     turn.close()
+
+
+def with_parts(state: RunState, store: RunStore) -> list[dict[str, Any]]:
+    """The run's messages with their reference parts replaced by the stored images and files."""
+    refs = refs_in(state.messages)
+    return resolved(state.messages, store.parts.fetch(state, refs)) if refs else state.messages
 
 
 def _with_context(instructions: str, context: Any) -> str:

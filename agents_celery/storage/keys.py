@@ -20,7 +20,9 @@ Per run (``<p>:run:{<run_id>}...``):
   the last commit happened: the sweeper's clock for a next step that never started), ``state_id`` (version
   of ``state``: a worker holding that version skips loading it), ``ledger_calls`` (JSON list of the tool
   call ids the next tool step's claim starts in the effect ledger), ``session_id``, ``agent_id``, ``start_at``
-  (a delayed run's start, Unix ms, until the sweeper sends its first step). No TTL
+  (a delayed run's start, Unix ms, until the sweeper sends its first step), ``part:<n>`` (a content part of the
+  run's user message, an image or file, as Chat Completions part JSON; the conversation holds reference parts
+  ``<rid>/<n>`` instead: :mod:`.parts`). No TTL
   while the run is live or paused; ``retention`` once it ended.
 - ``<p>:run:{<rid>}:messages`` *list* — the run's conversation (one OpenAI message JSON per element) for
   state schema 2, which stores ``state`` without it: a commit appends the new messages instead of rewriting
@@ -53,6 +55,9 @@ Per session (``<p>:session:{<sid>}...``; :mod:`.sessions`):
 - ``<p>:session:{<sid>}:owner`` *string* — who the session belongs to: ``u:<user id>`` of its first run's user,
   or ``-`` when that run had none (API-key callers). Set once (first run wins), ``PX`` at least as long as the
   history lives (max of ``session_ttl`` and retention), extended at each run start and history append.
+- ``<p>:session:{<sid>}:parts`` *hash* — the content parts (images, files) named by the history's messages:
+  ``<rid>/<n>`` -> part JSON, copied from each run's record as its messages enter the history (:mod:`.parts`).
+  ``PX`` the history's TTL (and a minute), refreshed at each append.
 - ``<p>:session:{<sid>}:agui`` *hash* — the AG-UI endpoint's segments: an AG-UI ``runId`` (or
   ``resume:<interrupt ids>``) -> ``<run_id> <offset>``, the run and the offset its stream starts after.
   ``PX session_ttl``, refreshed on each write.
@@ -104,6 +109,7 @@ class SessionKeys:
     agui: str
     waiting: str
     owner: str
+    parts: str
 
 
 @dataclass(frozen=True)
@@ -129,7 +135,13 @@ class Keys:
     def session(self, session_id: str) -> SessionKeys:
         base = f"{self.prefix}:session:{{{session_id}}}"
         return SessionKeys(
-            f"{base}:active", f"{base}:history", f"{base}:synced", f"{base}:agui", f"{base}:waiting", f"{base}:owner"
+            f"{base}:active",
+            f"{base}:history",
+            f"{base}:synced",
+            f"{base}:agui",
+            f"{base}:waiting",
+            f"{base}:owner",
+            f"{base}:parts",
         )
 
     @property

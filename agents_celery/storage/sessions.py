@@ -1,8 +1,8 @@
 """Sessions: the active run, the line of runs waiting for it, the conversation history, the owner, AG-UI segments.
 
 Keys (see :mod:`agents_celery.storage.keys`, "Per session"): ``active``, ``waiting``, ``history``, ``synced``,
-``owner`` and ``agui`` under ``<p>:session:{<sid>}``; a session's keys share its id as their hash tag, so each
-script touches one slot. Scripts: ``lua/session_take.lua``, ``session_release.lua``, ``session_sync.lua``,
+``owner``, ``parts`` and ``agui`` under ``<p>:session:{<sid>}``; a session's keys share its id as their hash tag,
+so each script touches one slot. Scripts: ``lua/session_take.lua``, ``session_release.lua``, ``session_sync.lua``,
 ``session_own.lua``, ``session_admit.lua`` (a new run's admission in one round trip). The session indexes
 (``<p>:sessions``...) belong to :mod:`agents_celery.storage.index`.
 """
@@ -19,6 +19,7 @@ from ..runs import RunState
 from ..settings import Settings
 from .index import RunIndex
 from .keys import Keys
+from .parts import Parts
 from .scripts import register
 
 
@@ -39,11 +40,12 @@ def _text(value: Any) -> str:
 class Sessions:
     """Every session's keys (``RunStore.sessions``)."""
 
-    def __init__(self, client: redis.Redis, keys: Keys, settings: Settings, index: RunIndex) -> None:
+    def __init__(self, client: redis.Redis, keys: Keys, settings: Settings, index: RunIndex, parts: Parts) -> None:
         self.redis = client
         self.keys = keys
         self.settings = settings
         self._index = index
+        self._parts = parts
         self._take = register(client, "session_take")
         self._release = register(client, "session_release")
         self._sync = register(client, "session_sync")
@@ -107,6 +109,7 @@ class Sessions:
         # A session made for this run alone ends with it: its history is kept as long as the run's log.
         ttl = str(self.settings.retention_ms if state.own_session else int(self.settings.session_ttl_seconds * 1000))
         messages = [json.dumps(m) for m in state.new_messages] if state.status == "completed" else []
+        self._parts.copy_to_session(state, int(ttl))  # first: the history never names a part the session lacks
         self._sync(keys=[sk.history, sk.synced, sk.owner], args=[state.run_id, ttl, *messages])
 
     def owner(self, session_id: str) -> tuple[bool, str | None]:
@@ -147,7 +150,7 @@ class Sessions:
         """Remove a session's conversation and its index entries (its runs are deleted one by one first)."""
         sk = self.keys.session(session_id)
         with self.redis.pipeline(transaction=False) as pipe:
-            pipe.delete(sk.history, sk.synced, sk.agui, sk.owner)
+            pipe.delete(sk.history, sk.synced, sk.agui, sk.owner, sk.parts)
             self._index.forget_session(pipe, session_id, None)
             for user_id in {u for u in user_ids if u}:
                 self._index.forget_session(pipe, session_id, user_id)

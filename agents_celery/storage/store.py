@@ -35,6 +35,7 @@ from .index import Entry, RunIndex
 from .keys import Keys
 from .ledger import Effect, Ledger
 from .manifests import Manifests
+from .parts import Parts
 from .pending import Pending, SendAhead, call_now
 from .records import ClaimArgs, ClaimReply, CommitArgs
 from .scripts import refusal, register
@@ -137,7 +138,9 @@ class RunStore:
         self.states = StateCache(cached_states)
         self.index = RunIndex(client, self.keys, settings)
         self.ledger = Ledger(client, self.keys, self._client, send_ahead)
-        self.sessions = Sessions(client, self.keys, settings, self.index)
+        #: The images and files of user messages (:mod:`.parts`).
+        self.parts = Parts(client, self.keys)
+        self.sessions = Sessions(client, self.keys, settings, self.index, self.parts)
         self.agents = Manifests(client, self.keys)
 
     def _client(self) -> redis.Redis | None:

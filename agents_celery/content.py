@@ -1,0 +1,239 @@
+"""Content parts: a user message that carries images and files beside its text (Chat Completions form).
+
+A user message is a string or a list of parts::
+
+    {"type": "text", "text": "What is in this picture?"}
+    {"type": "image_url", "image_url": {"url": "https://..." | "data:image/png;base64,...", "detail": "low"}}
+    {"type": "file", "file": {"filename": "report.pdf", "file_data": "data:application/pdf;base64,..."}}
+    {"type": "file", "file": {"file_id": "file-abc"}}
+
+:func:`check_parts` checks them against the limits (``max_part_bytes`` per part, ``max_input_bytes`` per run:
+:class:`~agents_celery.errors.InputTooLargeError`, HTTP 413). :func:`stored_form` takes the data out of the
+message: a part holding inline data (a data URL, a file's ``file_data``) becomes a *reference part*, the
+run's conversation holds only that, and the part itself is stored once, beside the run (see
+:mod:`agents_celery.storage.parts`)::
+
+    {"type": "image_url", "ref": "<run_id>/0", "media_type": "image/png", "bytes": 48213}
+    {"type": "file", "ref": "<run_id>/1", "filename": "report.pdf", "media_type": "application/pdf", "bytes": 90311}
+
+A model turn puts the parts back (:func:`resolved`), so the model gets them in the Chat Completions form.
+Parts by URL (``https://...``) and text stay inline: they are small.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import InputTooLargeError, PayloadTooLargeError, ValidationError
+from .settings import Settings
+
+#: A user message as callers give it: text, or content parts.
+UserContent = str | list[dict[str, Any]]
+
+_DATA_URL = re.compile(r"^data:(?P<type>[\w.+-]+/[\w.+-]+)?(?P<params>(;[\w.+-]+=[^;,]*)*);base64,", re.ASCII)
+_DETAILS = ("auto", "low", "high")
+
+
+@dataclass(frozen=True)
+class CheckedInput:
+    """A user message that passed the checks: its parts (None: plain text), and how big its data is."""
+
+    content: UserContent
+    parts: list[dict[str, Any]] | None = None
+    #: Bytes of the parts' data (decoded data URLs; a URL's length).
+    size: int = 0
+    sizes: list[int] = field(default_factory=list)
+
+
+def data_url_bytes(url: str, what: str) -> tuple[str, int]:
+    """The media type and decoded size of a base64 data URL (ValidationError when it is not one)."""
+    match = _DATA_URL.match(url)
+    if match is None:
+        raise ValidationError(f"{what} must be a base64 data URL (data:<media type>;base64,...)")
+    payload = url[match.end() :]
+    try:
+        size = len(base64.b64decode(payload, validate=True))
+    except (binascii.Error, ValueError):
+        raise ValidationError(f"{what} holds invalid base64 data") from None
+    return (match.group("type") or "application/octet-stream").lower(), size
+
+
+def _image_size(part: dict[str, Any], where: str) -> int:
+    image = part.get("image_url")
+    url = image.get("url") if isinstance(image, dict) else None
+    if not isinstance(url, str) or not url:
+        raise ValidationError(f"{where}: an image_url part needs image_url.url (an https URL or a data URL)")
+    detail = image.get("detail") if isinstance(image, dict) else None
+    if detail is not None and detail not in _DETAILS:
+        raise ValidationError(f"{where}: image_url.detail must be one of {list(_DETAILS)}, got {detail!r}")
+    if url.startswith("data:"):
+        media_type, size = data_url_bytes(url, f"{where}: image_url.url")
+        if not media_type.startswith("image/"):
+            raise ValidationError(f"{where}: an image data URL must be of an image/* type, got {media_type!r}")
+        return size
+    if not url.startswith(("https://", "http://")):
+        raise ValidationError(f"{where}: image_url.url must be an http(s) URL or a data URL")
+    return len(url.encode())
+
+
+def _file_size(part: dict[str, Any], where: str) -> int:
+    file = part.get("file")
+    if not isinstance(file, dict):
+        raise ValidationError(f"{where}: a file part needs a file object (filename and file_data, or file_id)")
+    name, data, file_id = file.get("filename"), file.get("file_data"), file.get("file_id")
+    if name is not None and (not isinstance(name, str) or len(name) > 255):
+        raise ValidationError(f"{where}: file.filename must be a string of at most 255 characters")
+    if isinstance(data, str) and data:
+        return data_url_bytes(data, f"{where}: file.file_data")[1]
+    if isinstance(file_id, str) and file_id:
+        return len(file_id.encode())
+    raise ValidationError(f"{where}: a file part needs file.file_data (a base64 data URL) or file.file_id")
+
+
+def _part_size(part: Any, where: str) -> tuple[int, int]:
+    """(data bytes, text characters) of one part; ValidationError when it is malformed."""
+    if not isinstance(part, dict):
+        raise ValidationError(f"{where} must be an object with a type")
+    kind = part.get("type")
+    if kind == "text":
+        text = part.get("text")
+        if not isinstance(text, str):
+            raise ValidationError(f"{where}: a text part needs text (a string)")
+        return 0, len(text)
+    if kind == "image_url":
+        return _image_size(part, where), 0
+    if kind == "file":
+        return _file_size(part, where), 0
+    raise ValidationError(f"{where} has type {kind!r}; a user message takes text, image_url and file parts")
+
+
+def check_parts(message: Any, settings: Settings, already: int = 0) -> CheckedInput:
+    """Check a user message (text or parts) against the limits; ``already``: bytes of parts the run holds.
+
+    Raises:
+        ValidationError: not a string or a list of well-formed parts (HTTP 422).
+        InputTooLargeError: a part over ``max_part_bytes``, or the run's parts over ``max_input_bytes`` (413).
+        PayloadTooLargeError: the text over ``max_message_chars`` (413).
+    """
+    if isinstance(message, str):
+        if not message.strip():
+            raise ValidationError("message must be a non-empty string")
+        _check_chars(len(message), settings)
+        return CheckedInput(message)
+    if not isinstance(message, list) or not message:
+        raise ValidationError("message must be a non-empty string or a non-empty list of content parts")
+    sizes, chars = [], 0
+    for i, part in enumerate(message):
+        size, text = _part_size(part, f"message part {i}")
+        if size > settings.max_part_bytes:
+            raise InputTooLargeError(
+                f"message part {i} holds {size} bytes; at most {settings.max_part_bytes} are accepted per part "
+                "(AGENTS_CELERY_MAX_PART_BYTES)"
+            )
+        sizes.append(size)
+        chars += text
+    _check_chars(chars, settings)
+    total = already + sum(sizes)
+    if total > settings.max_input_bytes:
+        raise InputTooLargeError(
+            f"the run's parts hold {total} bytes; at most {settings.max_input_bytes} are accepted per run "
+            "(AGENTS_CELERY_MAX_INPUT_BYTES)"
+        )
+    if all(p["type"] == "text" and not p["text"].strip() for p in message):
+        raise ValidationError("message must not be blank")
+    return CheckedInput(list(message), list(message), sum(sizes), sizes)
+
+
+def _check_chars(chars: int, settings: Settings) -> None:
+    if chars > settings.max_message_chars:
+        most = settings.max_message_chars
+        raise PayloadTooLargeError(f"the message has {chars} characters; at most {most} are accepted")
+
+
+def _inline_data(part: dict[str, Any]) -> tuple[str, str | None] | None:
+    """(media type, file name) of a part that holds its data inline (None: a text or URL part)."""
+    if part.get("type") == "image_url":
+        url = part["image_url"]["url"]
+        return (data_url_bytes(url, "image")[0], None) if url.startswith("data:") else None
+    if part.get("type") == "file":
+        data = part["file"].get("file_data")
+        if isinstance(data, str) and data:
+            return data_url_bytes(data, "file")[0], part["file"].get("filename")
+    return None
+
+
+def stored_form(checked: CheckedInput, run_id: str, first: int = 0) -> tuple[UserContent, dict[str, str]]:
+    """The message as the run's conversation keeps it, and the parts to store beside the run (``ref`` -> part
+    JSON). Parts are numbered from ``first`` (a run's later messages go on after its first one's parts)."""
+    if checked.parts is None:
+        return checked.content, {}
+    content: list[dict[str, Any]] = []
+    stored: dict[str, str] = {}
+    n = first
+    for part, size in zip(checked.parts, checked.sizes, strict=True):
+        inline = _inline_data(part)
+        if inline is None:
+            content.append(part)
+            continue
+        ref = f"{run_id}/{n}"
+        n += 1
+        stored[ref] = json.dumps(part)
+        media_type, filename = inline
+        marker: dict[str, Any] = {"type": part["type"], "ref": ref, "media_type": media_type, "bytes": size}
+        if filename:
+            marker["filename"] = filename
+        content.append(marker)
+    return content, stored
+
+
+def refs_in(messages: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The references of the reference parts in ``messages``, in order, each once."""
+    found: dict[str, None] = {}
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            for part in content:
+                if isinstance(part, dict) and isinstance(part.get("ref"), str):
+                    found[part["ref"]] = None
+    return list(found)
+
+
+def run_of(ref: str) -> str:
+    """The run whose message a reference's part came with."""
+    return ref.rpartition("/")[0]
+
+
+def resolved(messages: Sequence[dict[str, Any]], parts: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with each reference part replaced by its stored part (a text part says so when the part is
+    no longer kept)."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        content = message.get("content")
+        if not isinstance(content, list) or not any(isinstance(p, dict) and "ref" in p for p in content):
+            out.append(message)
+            continue
+        parts_out = []
+        for part in content:
+            if isinstance(part, dict) and isinstance(part.get("ref"), str):
+                found = parts.get(part["ref"])
+                name = part.get("filename") or part.get("media_type") or "attachment"
+                parts_out.append(found if found is not None else {"type": "text", "text": f"[{name}: no longer kept]"})
+            else:
+                parts_out.append(part)
+        out.append({**message, "content": parts_out})
+    return out
+
+
+def text_of(content: Any) -> str:
+    """The text of a message's content (its text parts joined; a string as it is)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""

@@ -1,0 +1,192 @@
+"""Images and files in a user message: checked, stored once beside the run, sent to the model as content parts.
+
+Real worker, real Redis, the real openai SDK against the local fake server (whose recorded requests show what the
+model got)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+import redis
+
+from agents_celery import Runtime
+from agents_celery.content import check_parts, refs_in, resolved, stored_form
+from agents_celery.errors import InputTooLargeError, PayloadTooLargeError, ValidationError
+from agents_celery.events import EventType
+from agents_celery.models import ScriptedToolCall, ScriptedTurn
+from agents_celery.settings import Settings
+
+from .invariants import assert_run_sound
+
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8  # 2 KiB standing in for an image
+PDF = b"%PDF-1.4\n" + b"0123456789abcdef" * 256  # 4 KiB standing in for a document
+PNG_URL = "data:image/png;base64," + base64.b64encode(PNG).decode()
+PDF_URL = "data:application/pdf;base64," + base64.b64encode(PDF).decode()
+WEB_IMAGE = "https://example.com/cat.jpg"
+
+
+def parts(text: str = "What is in these?") -> list[dict[str, Any]]:
+    return [
+        {"type": "text", "text": text},
+        {"type": "image_url", "image_url": {"url": WEB_IMAGE}},
+        {"type": "image_url", "image_url": {"url": PNG_URL, "detail": "low"}},
+        {"type": "file", "file": {"filename": "report.pdf", "file_data": PDF_URL}},
+    ]
+
+
+def user_parts(request: dict[str, Any]) -> list[list[dict[str, Any]]]:
+    """The content-part lists of the user messages of a request the fake server received."""
+    return [m["content"] for m in request["messages"] if m["role"] == "user" and isinstance(m["content"], list)]
+
+
+def prefix_keys(r: redis.Redis, prefix: str) -> set[bytes]:
+    return set(r.scan_iter(f"{prefix}:*", count=1000))
+
+
+# -- the checks, no Redis ----------------------------------------------------------------------------------------
+
+
+def test_parts_are_checked_and_measured() -> None:
+    settings = Settings()
+    checked = check_parts(parts(), settings)
+    assert checked.sizes == [0, len(WEB_IMAGE), len(PNG), len(PDF)]
+    assert check_parts("plain text", settings).parts is None
+    for bad, words in [
+        ([], "non-empty"),
+        ([{"type": "audio"}], "'audio'"),
+        ([{"type": "image_url", "image_url": {"url": "ftp://x"}}], r"http\(s\)"),
+        ([{"type": "image_url", "image_url": {"url": "data:image/png;base64,@@@"}}], "invalid base64"),
+        ([{"type": "image_url", "image_url": {"url": PDF_URL}}], r"image/\*"),
+        ([{"type": "file", "file": {"filename": "a.pdf"}}], "file_data"),
+        ([{"type": "text", "text": "  "}], "blank"),
+    ]:
+        with pytest.raises(ValidationError, match=words):
+            check_parts(bad, settings)
+
+
+def test_limits_per_part_and_per_run() -> None:
+    settings = Settings(max_part_bytes=len(PDF) - 1, max_input_bytes=10_000)
+    with pytest.raises(InputTooLargeError, match="message part 3") as exc:
+        check_parts(parts(), settings)
+    assert (exc.value.status, exc.value.code) == (413, "input_too_large")
+    roomy = Settings(max_part_bytes=len(PDF), max_input_bytes=len(PDF) + len(PNG))
+    with pytest.raises(InputTooLargeError, match="per run"):
+        check_parts(parts(), roomy)
+    with pytest.raises(PayloadTooLargeError, match="characters"):
+        check_parts([{"type": "text", "text": "x" * 11}], Settings(max_message_chars=10))
+
+
+def test_stored_form_keeps_references_and_resolves_back() -> None:
+    content, stored = stored_form(check_parts(parts(), Settings()), "run1")
+    assert list(stored) == ["run1/0", "run1/1"]
+    assert PNG_URL not in json.dumps(content) and PDF_URL not in json.dumps(content)
+    assert content[1] == {"type": "image_url", "image_url": {"url": WEB_IMAGE}}  # small: stays inline
+    assert content[3] == {
+        "type": "file",
+        "ref": "run1/1",
+        "media_type": "application/pdf",
+        "bytes": len(PDF),
+        "filename": "report.pdf",
+    }
+    messages = [{"role": "user", "content": content}]
+    assert refs_in(messages) == ["run1/0", "run1/1"]
+    back = resolved(messages, {ref: json.loads(v) for ref, v in stored.items()})
+    assert back == [{"role": "user", "content": parts()}]
+    gone = resolved(messages, {})[0]["content"]
+    assert gone[3] == {"type": "text", "text": "[report.pdf: no longer kept]"}
+
+
+# -- end to end ----------------------------------------------------------------------------------------------
+
+
+def test_the_model_gets_the_parts(runtime: Runtime, script: Any, fake_openai: Any) -> None:
+    script("A cat and a report.")
+    seen = len(fake_openai.requests)
+    stream = runtime.stream("fake", parts())
+    view = runtime.run("fake", parts("again"))  # Runtime.run takes parts too
+    assert view.status == "completed"
+    assert_run_sound(list(stream.events()))
+    assert runtime.get(stream.id).status == "completed"
+    requests = fake_openai.requests[seen:]
+    assert len(requests) == 2
+    got = sorted((user_parts(q) for q in requests), key=lambda p: p[0][0]["text"])  # the runs ran side by side
+    assert got == [[parts()], [parts("again")]]  # image URL, data URL and PDF exactly as given
+
+
+def test_parts_are_stored_once_not_in_each_checkpoint(
+    runtime: Runtime, script: Any, fake_openai: Any, r: redis.Redis
+) -> None:
+    # three model turns and two tool steps: five checkpoints
+    script(
+        ScriptedTurn("", [ScriptedToolCall("add", {"a": 1, "b": 2})]),
+        ScriptedTurn("", [ScriptedToolCall("add", {"a": 3, "b": 4})]),
+        "Done.",
+    )
+    seen = len(fake_openai.requests)
+    stream = runtime.stream("fake", parts())
+    events = list(stream.events())
+    assert_run_sound(events)
+    assert runtime.get(stream.id).status == "completed"
+    requests = fake_openai.requests[seen:]
+    assert len(requests) == 3 and all(user_parts(q) == [parts()] for q in requests)  # every turn sends them
+    assert sum(e.type is EventType.STEP_FINISHED for e in events) == 5
+    k = runtime.store.keys.run(stream.id)
+    png, pdf = base64.b64encode(PNG), base64.b64encode(PDF)
+    state = r.hget(k.run, "state") or b""
+    conversation = b"".join(r.lrange(k.messages, 0, -1))
+    assert png not in state and png not in conversation and pdf not in conversation
+    assert len(state) + len(conversation) < len(png)  # what a step loads and commits is small
+    # the data is held once, in the run's record, and nowhere else of the run's keys
+    holders = [key for key in prefix_keys(r, runtime.settings.key_prefix) if stream.id.encode() in key]
+    found = {key: _count(r, key, png) for key in holders}
+    assert {key: n for key, n in found.items() if n} == {k.run.encode(): 1}
+    assert r.pttl(k.run) > 0  # expires with the run
+
+
+def _count(r: redis.Redis, key: bytes, needle: bytes) -> int:
+    kind = r.type(key)
+    if kind == b"hash":
+        return sum(v.count(needle) for v in r.hvals(key))
+    if kind == b"list":
+        return sum(v.count(needle) for v in r.lrange(key, 0, -1))
+    if kind == b"string":
+        return (r.get(key) or b"").count(needle)
+    if kind == b"stream":
+        return sum(v.count(needle) for _, fields in r.xrange(key) for v in fields.values())
+    return 0
+
+
+def test_oversized_input_creates_nothing(fast_settings: Settings, worker: Any, r: redis.Redis) -> None:
+    for limits in ({"max_part_bytes": len(PNG) - 1}, {"max_input_bytes": len(PNG) + len(PDF) - 1}):
+        rt = Runtime(settings=fast_settings.model_copy(update=limits))
+        try:
+            before = prefix_keys(r, fast_settings.key_prefix)
+            runs = r.zcard(rt.store.keys.runs)
+            with pytest.raises(InputTooLargeError) as exc:
+                rt.stream("fake", parts(), session_id="s-too-large", idempotency_key="too-large")
+            assert exc.value.status == 413
+            assert prefix_keys(r, fast_settings.key_prefix) == before  # no run, no session, no keys
+            assert r.zcard(rt.store.keys.runs) == runs
+        finally:
+            rt.close()
+
+
+def test_a_later_turn_of_the_session_still_sends_the_image(
+    runtime: Runtime, script: Any, fake_openai: Any, r: redis.Redis
+) -> None:
+    script("A cat.")
+    session = f"s-{runtime.store.keys.prefix}-{id(r)}"
+    first = runtime.run("fake", parts(), session_id=session)
+    assert first.status == "completed"
+    seen = len(fake_openai.requests)
+    second = runtime.run("fake", "And the report, what does it say?", session_id=session)
+    assert second.status == "completed"
+    (request,) = fake_openai.requests[seen:]
+    assert user_parts(request) == [parts()]  # the history's message, with its image and PDF
+    sk = runtime.store.keys.session(session)
+    assert r.pttl(sk.parts) >= r.pttl(sk.history) > 0  # kept as long as the history
+    history = b"".join(r.lrange(sk.history, 0, -1))
+    assert base64.b64encode(PNG) not in history  # the history holds references
