@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .errors import ConfigurationError
 from .hooks import Hooks
@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from .models import Model
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+#: Adapters for agents of other frameworks (``agents_celery.contrib.pydantic_ai`` adds one at import): each maps a
+#: module-level value to the Agent that runs it here, or None when the value is not one of its agents.
+GUESTS: list[Callable[[object], Agent | None]] = []
 _QUEUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 
 
@@ -41,6 +44,15 @@ class Agent:
             until another handoff) uses that agent's instructions, model and tools. The run keeps its id,
             log and session; the handoff is a CUSTOM ``handoff`` event and the state's ``active_agent``.
     """
+
+    #: An agent of another framework (a pydantic-ai agent) runs each step of its runs itself: the engine calls
+    #: ``run_step(ctx)`` (a :class:`~agents_celery.engine.steps.StepContext`, returning a ``StepResult``) instead of
+    #: a model turn or a tool step.
+    guest: ClassVar[bool] = False
+
+    def run_step(self, ctx: Any) -> Any:
+        """A guest agent's step (see :attr:`guest`); our own agents have none."""
+        raise NotImplementedError(f"agent {self.name!r} is not a guest agent")
 
     def __init__(
         self,
@@ -155,6 +167,8 @@ def agents_in(module: object) -> list[Agent]:
     """The module-level Agent objects of ``module``, in definition order."""
     found: list[Agent] = []
     for value in vars(module).values():
+        if not isinstance(value, Agent):
+            value = next((a for adapt in GUESTS if (a := adapt(value)) is not None), None)
         if isinstance(value, Agent) and value not in found:
             found.append(value)
     return found

@@ -35,6 +35,7 @@
     ├── ModelError                    the model call failed (``retryable`` says whether to try again)
     ├── StopStep                      raised by a hook to stop the current step; the run fails with the reason
     ├── AbandonedRunError             a step failed more attempts than allowed; the run fails visibly
+    ├── JournalMismatchError          a pydantic-ai run's replay met another unit than its journal recorded
     ├── RunTimeoutError               Runtime.run gave up waiting (also a TimeoutError); the run was stopped
     ├── APIError                      an HTTP error the client has no class for (``status``)
     ├── ConnectionLostError           the client could not re-establish a stream; resume from ``last_offset``
@@ -279,6 +280,13 @@ class AbandonedRunError(AgentsCeleryError):
     """A step was attempted more times than ``max_step_attempts`` allows; the run is failed, not retried."""
 
     code = "abandoned"
+
+
+class JournalMismatchError(AgentsCeleryError):
+    """A pydantic-ai run's replay met a unit of another name or input than its journal recorded at that place (the
+    agent, its model or toolsets changed while the run was in flight); the run fails instead of replaying."""
+
+    code = "journal_mismatch"
 
 
 class RunTimeoutError(AgentsCeleryError, TimeoutError):

@@ -150,6 +150,9 @@ class RunState(BaseModel):
     schedule_id: str | None = None
     scheduled_for: int | None = None
     turns: int = 0
+    #: A pydantic-ai run (:mod:`agents_celery.contrib.pydantic_ai`): the segment of its replay journal the next step
+    #: runs (a segment is one ``agent.run(...)``; it ends at the run's end or at a pause for deferred tools).
+    segment: int = 0
     output: str | None = None
     error: RunFailure | None = None
     usage: dict[str, int] = Field(default_factory=dict)

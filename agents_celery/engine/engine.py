@@ -345,7 +345,7 @@ class Engine:
             ctx.state = state = self._take_inbox(ctx)
         try:
             call_hooks(hooks, "before_step", ctx.info)
-            return model_turn(ctx) if state.next == "model" else tool_step(ctx)
+            return _one_step(ctx, agent)
         except Cancelled as exc:
             return cancelled(ctx.state, _abandoned_event(exc.abandoned))
         except CallAbandoned:
@@ -402,6 +402,13 @@ class Engine:
                 self.enqueue(state.run_id, step + 1, state.agent_id)
             return
         self.lifecycle.settled(state, step + 1)  # webhook, indexes, session, children, parent
+
+
+def _one_step(ctx: StepContext, agent: Agent) -> StepResult:
+    """The step itself: a model turn or a tool step; for a guest agent (pydantic-ai), one segment of its own loop."""
+    if agent.guest:
+        return agent.run_step(ctx)  # type: ignore[no-any-return]
+    return model_turn(ctx) if ctx.state.next == "model" else tool_step(ctx)
 
 
 def _abandoned_event(abandoned: CallAbandoned | None) -> list[NewEvent]:

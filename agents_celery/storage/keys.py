@@ -34,7 +34,8 @@ Per run (``<p>:run:{<run_id>}...``):
 - ``<p>:run:{<rid>}:lease`` *string* — token of the attempt that owns the run now. ``PX lease_ttl``,
   renewed by the heartbeat. Every write to the run is refused unless it carries this token.
 - ``<p>:run:{<rid>}:effects`` *hash* — effect ledger (:mod:`.ledger`), ``tool_call_id`` -> JSON ``{status, token,
-  result, error}``; ``status`` is ``started`` or ``done``. Same TTL as the run record.
+  result, error}``; ``status`` is ``started`` or ``done``. Same TTL as the run record. A pydantic-ai run's replay
+  journal lives here too (:mod:`.journal`): fields ``j:<segment>:<seq>`` -> JSON ``{name, ordinal, digest, result}``.
 - ``<p>:run:{<rid>}:sent`` *string* — ``<step>:<attempt>`` of the step the sweeper last sent again: while no
   claim changed ``attempt`` since, that message is still queued and the sweeper sends no other copy.
   ``PX`` the sweeper's resend window (:data:`agents_celery.engine.sweeper.RESEND_WINDOW_SECONDS` or more).

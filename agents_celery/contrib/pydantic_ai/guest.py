@@ -1,0 +1,285 @@
+"""A pydantic-ai agent as an agent of ours: its manifest, and each step of its runs as one segment.
+
+The run's ``messages`` hold pydantic-ai's message history (``ModelMessagesTypeAdapter`` JSON): the session's
+history first (a session started by one of our own agents keeps its chat messages; user and assistant text carry
+over), then this run's. A user message sent to the run (its first, or one sent while it is live) is a chat message
+``{"role": "user", ...}`` until the next segment takes it as its prompt. A segment ends with the run (its output,
+usage) or with a pause: for deferred tools (``requires_approval=True``, external calls), or for a call that may
+have run in a crashed attempt; ``continue_run`` decisions become the next segment's ``DeferredToolResults``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic_ai import Agent as PydanticAgent
+from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    UserPromptPart,
+)
+from pydantic_ai.run import AgentRunResult
+from pydantic_core import to_jsonable_python
+
+from ...agent import Agent
+from ...engine.steps import Cancelled, StepContext, StepResult, completed, paused
+from ...errors import ConfigurationError, FencedError
+from ...runs import RunState, ToolCall
+from ...storage.journal import Journal
+from .loop import WalkedAway, run_segment
+from .segment import MayHaveRun, Segment
+
+
+class _ModelName:
+    """What our Agent keeps as its model: only the name (pydantic-ai's agent calls its own model)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class GuestAgent(Agent):
+    """A pydantic-ai agent with ``CeleryDurability``, served by our workers (made by the agents module loader)."""
+
+    guest = True
+
+    def __init__(self, agent: PydanticAgent[Any, Any]) -> None:
+        if not agent.name:
+            raise ConfigurationError("a pydantic-ai agent served by agents-celery needs a name: Agent(..., name=...)")
+        model = agent.model
+        model_name = model if isinstance(model, str) else getattr(model, "model_name", type(model).__name__)
+        super().__init__(agent.name, model=_ModelName(str(model_name)), description=agent.description or "")  # type: ignore[arg-type]
+        self.agent = agent
+        self._journals: dict[int, Journal] = {}
+        self._tools = _tool_manifests(agent)
+        deferred = any(t["requires_confirmation"] for t in self._tools)
+        #: Runs need ``DeferredToolRequests`` among the output types when a tool needs approval.
+        self._output_type: Any = None
+        if deferred and not _allows_deferred(agent.output_type):
+            self._output_type = [agent.output_type, DeferredToolRequests]
+
+    def manifest(self) -> dict[str, Any]:
+        return {**super().manifest(), "tools": self._tools, "framework": "pydantic-ai"}
+
+    def run_step(self, ctx: StepContext) -> StepResult:
+        """One segment: ``agent.run(...)`` under the journal, until the run ends or pauses."""
+        state = ctx.state
+        decided = {c.id: c for c in state.tool_calls if c.pause_reason == "may_have_run"}
+        history, prompt, kept = split_messages(state.messages, state.history_len)
+        results = None if decided or not state.tool_calls else deferred_results(state.tool_calls, history)
+        segment = Segment(
+            state.run_id,
+            state.session_id,
+            state.segment,
+            ctx.token,
+            self._journal(ctx),
+            ctx.store.ledger,
+            emit=ctx.writer.emit,
+            drain=ctx.writer.drain,
+            check=ctx.check,
+            decided=decided,
+        )
+        s = ctx.settings
+        try:
+            result = run_segment(
+                self._run(segment, prompt, history, results),
+                ctx.stop,
+                ctx.lost,
+                s.stop_grace_seconds,
+                min(s.stop_poll_seconds, 0.2),
+            )
+        except WalkedAway as exc:
+            if exc.reason == "stopped":
+                raise Cancelled() from None
+            raise FencedError(f"run {state.run_id!r}: lease lost; another attempt owns the run") from None
+        except MayHaveRun as exc:
+            return paused(self, state.model_copy(update={"tool_calls": [exc.call]}), [])
+        return self._settle(state, result, kept)
+
+    def _journal(self, ctx: StepContext) -> Journal:
+        journal = self._journals.get(id(ctx.store))
+        if journal is None:
+            journal = self._journals[id(ctx.store)] = Journal(ctx.store.redis, ctx.store.keys)
+        return journal
+
+    async def _run(
+        self,
+        segment: Segment,
+        prompt: str | None,
+        history: list[ModelMessage],
+        results: DeferredToolResults | None,
+    ) -> AgentRunResult[Any]:
+        token = segment.enter()
+        try:
+            return await self.agent.run(
+                prompt,
+                message_history=history or None,
+                deferred_tool_results=results,
+                output_type=self._output_type,
+            )
+        except BaseExceptionGroup as group:  # a task group's: the error inside is the one that matters
+            raise _first(group) from None
+        finally:
+            segment.leave(token)
+
+    def _settle(self, state: RunState, result: AgentRunResult[Any], kept: list[dict[str, Any]]) -> StepResult:
+        """The run after a segment that returned: paused for deferred tools, or completed with its output."""
+        messages = [*kept, *ModelMessagesTypeAdapter.dump_python(result.new_messages(), mode="json")]
+        usage = dict(state.usage)
+        got = result.usage()
+        for ours, theirs in (("prompt_tokens", got.input_tokens), ("completion_tokens", got.output_tokens)):
+            usage[ours] = usage.get(ours, 0) + (theirs or 0)
+        usage["total_tokens"] = usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
+        update: dict[str, Any] = {
+            "messages": messages,
+            "usage": usage,
+            "segment": state.segment + 1,
+            "turns": state.turns + got.requests,
+            "tool_calls": [],
+        }
+        output = result.output
+        if isinstance(output, DeferredToolRequests):
+            update["tool_calls"] = deferred_calls(output)
+            return paused(self, state.model_copy(update=update), [])
+        update["output"] = output_text(output)
+        return completed(state.model_copy(update=update), [])
+
+
+def output_text(output: Any) -> str:
+    """A run's output as its state keeps it: text as it is, anything else as JSON."""
+    if isinstance(output, str):
+        return output
+    if isinstance(output, BaseModel):
+        return output.model_dump_json()
+    return json.dumps(to_jsonable_python(output))
+
+
+def _first(group: BaseExceptionGroup[Any]) -> BaseException:
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _allows_deferred(output_type: Any) -> bool:
+    if output_type is DeferredToolRequests:
+        return True
+    return isinstance(output_type, list | tuple) and any(_allows_deferred(t) for t in output_type)
+
+
+def _tool_manifests(agent: PydanticAgent[Any, Any]) -> list[dict[str, Any]]:
+    """The agent's function tools as our manifests list tools (MCP and dynamic tools are known only at run time)."""
+    found: list[dict[str, Any]] = []
+    for toolset in agent.toolsets:
+        tools = getattr(toolset, "tools", None)
+        if not isinstance(tools, dict):
+            continue
+        for name, tool in tools.items():
+            meta = (tool.metadata or {}).get("agents_celery") or {}
+            found.append(
+                {
+                    "name": name,
+                    "description": tool.description or "",
+                    "parameters": tool.function_schema.json_schema,
+                    "requires_confirmation": bool(tool.requires_approval),
+                    "idempotent": bool(isinstance(meta, dict) and meta.get("idempotent")),
+                    "timeout": tool.timeout,
+                }
+            )
+    return found
+
+
+def _chat_as_message(message: dict[str, Any]) -> ModelMessage | None:
+    """A chat message of a session's history (one of our own agents' runs) as pydantic-ai's, where it has one."""
+    content = message.get("content")
+    if not isinstance(content, str):
+        content = _text_of(content)
+    if message.get("role") == "user":
+        return ModelRequest(parts=[UserPromptPart(content)])
+    if message.get("role") == "assistant" and content:
+        return ModelResponse(parts=[TextPart(content)])
+    return None
+
+
+def _text_of(content: Any) -> str:
+    """The text of Chat Completions content parts (other parts are not passed to a pydantic-ai agent yet)."""
+    if not isinstance(content, list):
+        return "" if content is None else str(content)
+    return "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+
+
+def split_messages(
+    messages: list[dict[str, Any]], history_len: int
+) -> tuple[list[ModelMessage], str | None, list[dict[str, Any]]]:
+    """The run's messages as a segment takes them: the message history, the prompt (the user messages not yet
+    taken in, joined; None when there are none) and the stored messages the segment keeps in front of its own."""
+    history: list[ModelMessage] = []
+    kept: list[dict[str, Any]] = []
+    prompts: list[str] = []
+    for index, message in enumerate(messages):
+        if "kind" in message:
+            history += ModelMessagesTypeAdapter.validate_python([message])
+            kept.append(message)
+        elif index >= history_len and message.get("role") == "user":
+            prompts.append(_text_of(message.get("content")))
+        else:
+            converted = _chat_as_message(message)
+            if converted is not None:
+                history.append(converted)
+            kept.append(message)
+    return history, ("\n\n".join(prompts) if prompts else None), kept
+
+
+def deferred_calls(requests: DeferredToolRequests) -> list[ToolCall]:
+    """The calls a segment paused for, as our pending calls."""
+    calls = [
+        ToolCall(
+            id=part.tool_call_id,
+            name=part.tool_name,
+            arguments=part.args_as_json_str(),
+            requires_confirmation=True,
+            decision="pending",
+            pause_reason="confirmation_required",
+        )
+        for part in requests.approvals
+    ]
+    calls += [
+        ToolCall(
+            id=part.tool_call_id,
+            name=part.tool_name,
+            arguments=part.args_as_json_str(),
+            decision="pending",
+            pause_reason="client_tool",
+        )
+        for part in requests.calls
+    ]
+    return calls
+
+
+def deferred_results(calls: list[ToolCall], history: list[ModelMessage]) -> DeferredToolResults:
+    """Our decisions on the paused calls as pydantic-ai's ``DeferredToolResults``: approved (with the edited
+    arguments as ``ToolApproved(override_args=...)``), rejected with the note (``ToolDenied``), or a client's result."""
+    asked = {
+        p.tool_call_id: p.args_as_dict()
+        for m in history
+        if isinstance(m, ModelResponse)
+        for p in m.parts
+        if isinstance(p, ToolCallPart)
+    }
+    results = DeferredToolResults()
+    for call in calls:
+        if call.pause_reason == "client_tool":
+            results.calls[call.id] = call.result if call.result is not None else ""
+        elif call.decision == "rejected":
+            results.approvals[call.id] = ToolDenied(call.note or "The user rejected this tool call; it did not run.")
+        elif call.args != asked.get(call.id, call.args):
+            results.approvals[call.id] = ToolApproved(override_args=call.args)
+        else:
+            results.approvals[call.id] = True
+    return results

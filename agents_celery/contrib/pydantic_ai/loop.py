@@ -1,0 +1,63 @@
+"""One asyncio event loop per worker process, on a thread of its own: pydantic-ai is async, our steps are not.
+
+A step submits its segment's coroutine to the loop and waits for it on its own thread, watching the run's stop
+request and its lease: on a stop (after the grace) or a lost lease it cancels the coroutine and walks away.
+Segments of several runs share the loop (each is a task of its own); a forked child starts its own loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from ...ids import pid
+
+T = TypeVar("T")
+
+_LOCK = threading.Lock()
+_LOOP: tuple[int, asyncio.AbstractEventLoop] | None = None
+
+
+def process_loop() -> asyncio.AbstractEventLoop:
+    """The loop of this process, started on first use."""
+    global _LOOP
+    with _LOCK:
+        if _LOOP is None or _LOOP[0] != pid():
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="agents-celery-pydantic-ai", daemon=True).start()
+            _LOOP = (pid(), loop)
+        return _LOOP[1]
+
+
+class WalkedAway(Exception):
+    """The step stopped waiting for its segment: ``reason`` is ``stopped`` or ``lost``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def run_segment(
+    coro: Coroutine[Any, Any, T], stop: threading.Event, lost: threading.Event, grace: float, poll: float
+) -> T:
+    """Run ``coro`` on the process loop and wait for it; a stop (after ``grace`` seconds) or a lost lease cancels
+    it and raises WalkedAway."""
+    future = asyncio.run_coroutine_threadsafe(coro, process_loop())
+    stopped_at: float | None = None
+    waited = 0.0
+    while True:
+        try:
+            return future.result(timeout=poll)
+        except concurrent.futures.TimeoutError:
+            waited += poll
+        if lost.is_set():
+            future.cancel()
+            raise WalkedAway("lost")
+        if stop.is_set():
+            stopped_at = waited if stopped_at is None else stopped_at
+            if waited - stopped_at >= grace:
+                future.cancel()
+                raise WalkedAway("stopped")

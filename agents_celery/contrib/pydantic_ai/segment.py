@@ -1,0 +1,213 @@
+"""One segment of a pydantic-ai run: its units, journaled in Redis, and their events.
+
+A segment is one ``agent.run(...)`` in one step (a Celery task). Every unit the run meets is numbered in order
+(``seq``; tools run one after another inside a segment, so the order is the same on every attempt). A unit the
+journal holds returns its recorded result without running, after checking that it is the same unit: the same
+name and the same input digest, else the run fails (:class:`~agents_celery.errors.JournalMismatchError`) rather
+than hand a recorded result to another unit. A unit not recorded runs, and its result is written with the events
+it produced in one fenced Lua call (:meth:`agents_celery.storage.journal.Journal.write`). A model unit's text
+and tool-call deltas go to the log live, as they stream. A tool call goes through the effect ledger first: a call
+that started in a crashed attempt and was never recorded pauses the run as "may have run" (unless the tool is
+idempotent), as our own tools do. A stop request or a lost lease is checked before every unit.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic_ai import RunContext, ToolsetTool
+from pydantic_ai.durable_exec import ModelRequestId, ToolsetCallToolId
+from pydantic_core import to_jsonable_python
+
+from ...errors import JournalMismatchError
+from ...events import NewEvent
+from ...runs import ToolCall
+from ...storage.journal import Entry, Journal
+from ...storage.ledger import Ledger
+from .events import ModelStream, tool_result
+
+_CURRENT: contextvars.ContextVar[Segment | None] = contextvars.ContextVar("agents_celery_segment", default=None)
+#: Fields left out of a unit's input digest: they differ between attempts without changing what the unit does.
+_VOLATILE = frozenset({"timestamp", "run_id", "conversation_id", "provider_response_id", "provider_details"})
+
+
+def current_segment() -> Segment | None:
+    """The segment the running task belongs to (None outside a worker's segment)."""
+    return _CURRENT.get()
+
+
+class MayHaveRun(Exception):
+    """A tool call started in an attempt that crashed before recording it: a human decides."""
+
+    def __init__(self, call: ToolCall) -> None:
+        super().__init__(f"tool call {call.id!r} ({call.name}) may have run in a crashed attempt")
+        self.call = call
+
+
+def _plain(value: Any) -> Any:
+    """``value`` reduced to what identifies a unit's input: no run context, no timestamps."""
+    if isinstance(value, RunContext):
+        return None
+    if isinstance(value, ToolsetTool):
+        return value.tool_def.name
+    data = to_jsonable_python(value, fallback=lambda v: type(v).__name__, serialize_unknown=True)
+    return _strip(data)
+
+
+def _strip(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: _strip(v) for k, v in data.items() if k not in _VOLATILE}
+    if isinstance(data, list):
+        return [_strip(v) for v in data]
+    return data
+
+
+def digest(cache_key: tuple[object, ...]) -> str:
+    """A digest of a unit's input (pydantic-ai's cache identity of it, timestamps and run context left out)."""
+    text = json.dumps([_plain(v) for v in cache_key], sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+@dataclass
+class Segment:
+    """The state of one attempt at one segment of a run."""
+
+    run_id: str
+    session_id: str
+    number: int
+    token: str
+    journal: Journal
+    ledger: Ledger
+    #: Sends an event to the log at once (the step's EventWriter.emit).
+    emit: Callable[[NewEvent], None]
+    #: Events emitted but not yet written (the step's EventWriter.drain): written in front of a unit's own.
+    drain: Callable[[], list[NewEvent]]
+    #: Raises when the run was stopped (Cancelled) or the lease was lost (FencedError).
+    check: Callable[[], None]
+    #: Decided calls of a "may have run" pause: approved re-runs, rejections (by tool call id).
+    decided: Mapping[str, ToolCall] = field(default_factory=dict)
+    recorded: dict[int, Entry] = field(default_factory=dict)
+    seq: int = 0
+    ordinals: dict[str, int] = field(default_factory=dict)
+    #: Units run (not replayed) by this attempt, and replayed.
+    ran: int = 0
+    replayed: int = 0
+    _stream: ModelStream | None = None
+    _buffer: list[NewEvent] = field(default_factory=list)
+
+    def enter(self) -> contextvars.Token[Segment | None]:
+        self.recorded = self.journal.entries(self.run_id, self.number)
+        return _CURRENT.set(self)
+
+    @staticmethod
+    def leave(token: contextvars.Token[Segment | None]) -> None:
+        _CURRENT.reset(token)
+
+    def on_event(self, event: Any) -> None:
+        """An event of the run: live into the log inside a model unit, else kept for the unit's journal write."""
+        if self._stream is not None:
+            for ev in self._stream.feed(event):
+                self.emit(ev)
+        else:
+            self._buffer += tool_result(event)
+
+    async def unit(
+        self,
+        operation_id: Any,
+        name: str,
+        body: Callable[[], Awaitable[object]],
+        cache_key: tuple[object, ...],
+        config: Mapping[str, Any],
+    ) -> object:
+        """Run or replay one unit (see the module docstring)."""
+        self.check()
+        seq, ordinal = self.seq, self.ordinals.get(name, 0)
+        self.seq, self.ordinals[name] = seq + 1, ordinal + 1
+        entry = Entry(name, ordinal, digest(cache_key), None)
+        recorded = self.recorded.get(seq)
+        if recorded is not None:
+            if (recorded.name, recorded.ordinal, recorded.digest) != (entry.name, entry.ordinal, entry.digest):
+                raise JournalMismatchError(_mismatch(self, seq, recorded, entry))
+            self.replayed += 1
+            return recorded.result
+        call_id = _tool_call_id(operation_id, cache_key)
+        if call_id is not None:
+            ready = self._from_ledger(call_id, cache_key, config)
+            if ready is not None:
+                return self._record(seq, entry, ready, call_id)
+        self._buffer = []
+        self._stream = ModelStream() if isinstance(operation_id, ModelRequestId) else None
+        try:
+            result = await body()
+        finally:
+            closers = self._stream.close() if self._stream is not None else []
+            self._stream = None
+        self._buffer = [*closers, *self._buffer]
+        self.ran += 1
+        return self._record(seq, entry, result, call_id)
+
+    def _record(self, seq: int, entry: Entry, result: object, call_id: str | None) -> object:
+        events, self._buffer = [*self.drain(), *self._buffer], []
+        effect = None
+        if call_id is not None:
+            done = {"status": "done", "token": self.token, "result": json.dumps(result), "error": None}
+            effect = (call_id, json.dumps(done))
+        recorded = Entry(entry.name, entry.ordinal, entry.digest, result)
+        self.journal.write(self.run_id, self.token, self.number, seq, recorded, events, effect)
+        return result
+
+    def _from_ledger(self, call_id: str, cache_key: tuple[object, ...], config: Mapping[str, Any]) -> object | None:
+        """What the effect ledger says of a tool call about to run: its recorded result (done in an attempt that
+        crashed before journaling it), or None to run it; raises MayHaveRun for a call started and not done."""
+        decided = self.decided.get(call_id)
+        if decided is not None and decided.decision == "rejected":
+            return _rejected(decided)
+        if decided is not None and decided.rerun:
+            self.ledger.reset(self.run_id, call_id, self.token)
+        entry = self.ledger.begin(self.run_id, call_id, self.token)
+        if entry is not None and entry.status == "done":
+            done: object = json.loads(entry.result or "null")
+            return done
+        if entry is not None and not config.get("idempotent"):
+            raise MayHaveRun(_call_of(call_id, cache_key))
+        return None
+
+
+def _tool_call_id(operation_id: Any, cache_key: tuple[object, ...]) -> str | None:
+    """The tool call id of a call_tool unit (from its run context), None for other units."""
+    if not isinstance(operation_id, ToolsetCallToolId):
+        return None
+    ctx = next((v for v in cache_key if isinstance(v, RunContext)), None)
+    return ctx.tool_call_id if ctx is not None else None
+
+
+def _call_of(call_id: str, cache_key: tuple[object, ...]) -> ToolCall:
+    name = cache_key[0] if cache_key and isinstance(cache_key[0], str) else "tool"
+    args = cache_key[1] if len(cache_key) > 1 else {}
+    return ToolCall(
+        id=call_id,
+        name=name,
+        arguments=json.dumps(to_jsonable_python(args, fallback=str)),
+        decision="pending",
+        pause_reason="may_have_run",
+    )
+
+
+def _rejected(call: ToolCall) -> object:
+    """The recorded form of a tool result saying the call was not re-run (pydantic-ai's tool-return payload)."""
+    note = call.note or "The tool may or may not have completed in a crashed attempt; not re-run."
+    return {"kind": "tool-return", "result": f"The user rejected this tool call; it did not run again. {note}"}
+
+
+def _mismatch(segment: Segment, seq: int, recorded: Entry, met: Entry) -> str:
+    return (
+        f"run {segment.run_id!r} segment {segment.number}: unit #{seq} was recorded as {recorded.name!r} "
+        f"(#{recorded.ordinal} of that name, input {recorded.digest[:12]}) but the replay met {met.name!r} "
+        f"(#{met.ordinal}, input {met.digest[:12]}); the agent, its model, tools or toolsets changed while the run "
+        "was in flight, so its journal no longer fits: start a new run"
+    )

@@ -1,0 +1,17 @@
+-- Records one unit of a pydantic-ai run's replay journal and appends its events, in one step, fenced by the lease.
+-- KEYS: run, events, lease, effects
+-- ARGV: token, field, entry JSON, effect id ('' for none), effect entry JSON, events...
+-- -> first offset written; errors NOTFOUND | ENDED | FENCED
+-- The journal lives in the effects hash (fields ``j:<segment>:<seq>``), so it expires and is deleted with the
+-- run's ledger; a tool call's ledger entry (``effect id``) is marked done in the same step as its journal entry.
+-- @include _append.lua
+-- @include _guard.lua
+local run_key, events_key, lease_key, effects_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local token, field, entry = ARGV[1], ARGV[2], ARGV[3]
+local effect_id, effect_entry = ARGV[4], ARGV[5]
+local first_event = 6  -- ARGV[6...]: the events
+local refused = guard(run_key, lease_key, token)
+if refused then return redis.error_reply(refused) end
+redis.call('HSET', effects_key, field, entry)
+if effect_id ~= '' then redis.call('HSET', effects_key, effect_id, effect_entry) end
+return append(run_key, events_key, first_event)

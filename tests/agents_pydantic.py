@@ -1,0 +1,130 @@
+"""A pydantic-ai agents module the tests serve (``--agents tests.agents_pydantic``), beside ``tests.agents_fixture``.
+
+Each agent talks to the FakeOpenAIServer of the test session (``FAKE_OPENAI_URL``) through pydantic-ai's own
+``OpenAIChatModel``. Tools count their executions in Redis (as ``tests.agents_fixture``'s do). A test arms a crash
+with a Redis key: ``crash_key("journal", "any")`` holding N kills the worker (SIGKILL) right after the Nth
+journal write; ``crash_key("tool_body", "any")`` kills it between a tool's body and its journal write, once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from pydantic import BaseModel
+from pydantic_ai import Agent, ModelRetry, RunContext
+from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.providers.openai import OpenAIProvider
+
+from agents_celery.contrib.pydantic_ai import CeleryDurability
+from agents_celery.storage import journal
+from tests.agents_fixture import _redis, count_key, crash_key
+
+
+def _model() -> OpenAIChatModel:
+    url = os.environ.get("FAKE_OPENAI_URL", "http://127.0.0.1:9/v1")
+    return OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(base_url=url, api_key="test"))
+
+
+def _after_write(run_id: str, name: str, seq: int) -> None:
+    key = crash_key("journal", ANY)
+    if _redis.get(key) is not None and _redis.decr(key) == 0:
+        _redis.delete(key)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+journal.AFTER_WRITE.append(_after_write)
+
+#: Crashes armed for any run of the deployment (each test deployment has its own key prefix).
+ANY = "any"
+
+
+def _count(name: str) -> None:
+    _redis.incr(count_key(f"pai:{name}"))
+
+
+def _crash_between(run_id: str) -> None:
+    """Kills the worker after a tool's body ran and before its journal write (once, when armed)."""
+    if _redis.delete(crash_key("tool_body", ANY)):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _run_of(ctx: RunContext[None]) -> str:
+    return (ctx.run_id or "").split(":")[0]
+
+
+# -- weather: two tools, text output ---------------------------------------------------------------
+
+weather = Agent(
+    _model(),
+    name="pai_weather",
+    description="Tells the weather (pydantic-ai).",
+    instructions="Use the tools to answer.",
+    capabilities=[CeleryDurability()],
+)
+
+
+@weather.tool
+def get_lat_lng(ctx: RunContext[None], location: str) -> str:
+    """Find the latitude and longitude of a place."""
+    _count("get_lat_lng")
+    _crash_between(_run_of(ctx))
+    return f"{location}: 51.5,-0.1"
+
+
+@weather.tool_plain
+def get_weather(lat: float, lng: float) -> str:
+    """Tell the weather at a latitude and longitude."""
+    _count("get_weather")
+    return f"sunny at {lat},{lng}"
+
+
+# -- bank support: structured output, a tool that asks the model to retry -----------------------------
+
+
+class SupportOutput(BaseModel):
+    support_advice: str
+    block_card: bool
+    risk: int
+
+
+bank = Agent(
+    _model(),
+    name="pai_bank",
+    description="Bank support with structured output (pydantic-ai).",
+    output_type=SupportOutput,
+    capabilities=[CeleryDurability()],
+)
+
+
+@bank.tool_plain
+def customer_balance(include_pending: bool) -> str:
+    """The customer's balance."""
+    _count("customer_balance")
+    if not include_pending:
+        raise ModelRetry("include_pending must be true")
+    return "$123.45"
+
+
+# -- approvals: a tool that needs a human ---------------------------------------------------------------
+
+files = Agent(
+    _model(),
+    name="pai_files",
+    description="Deletes files when a human approves (pydantic-ai).",
+    capabilities=[CeleryDurability()],
+)
+
+
+@files.tool_plain(requires_approval=True)
+def delete_file(path: str) -> str:
+    """Delete a file (needs approval)."""
+    _count(f"delete_file:{path}")
+    return f"deleted {path}"
+
+
+@files.tool_plain
+def list_files() -> str:
+    """List the files."""
+    _count("list_files")
+    return "a.txt b.txt"
