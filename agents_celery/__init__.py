@@ -17,6 +17,8 @@ _EXPORTS: dict[str, str] = {
     # definitions
     "Agent": "agent",
     "load_agents": "agent",
+    "LastTurns": "history",
+    "Summarize": "history",
     "Tool": "tools",
     "ToolContext": "tools",
     "tool": "tools",
@@ -156,6 +158,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         ValidationError,
     )
     from .events import Event, EventType
+    from .history import LastTurns, Summarize
     from .hooks import Hooks, LoggingHooks, MetricsHooks, StepInfo
     from .models import Model, OpenAIChat, ScriptedModel, ScriptedToolCall, ScriptedTurn
     from .runs import RunPage, RunState, RunStatus, RunView, SessionInfo, SessionPage, SessionView

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .errors import ConfigurationError
+from .history import HistoryPolicy, LastTurns, Summarize
 from .hooks import Hooks
 from .tools import Tool
 
@@ -43,12 +44,16 @@ class Agent:
             ``transfer_to_<name>``; when the model calls it, the run's next model turn (and every one after,
             until another handoff) uses that agent's instructions, model and tools. The run keeps its id,
             log and session; the handoff is a CUSTOM ``handoff`` event and the state's ``active_agent``.
+        history: What of a long conversation goes into the prompt: :class:`~agents_celery.history.LastTurns` or
+            :class:`~agents_celery.history.Summarize` (None: all of it). The stored history keeps every turn.
     """
 
     #: An agent of another framework (a pydantic-ai agent) runs each step of its runs itself: the engine calls
     #: ``run_step(ctx)`` (a :class:`~agents_celery.engine.steps.StepContext`, returning a ``StepResult``) instead of
     #: a model turn or a tool step.
     guest: ClassVar[bool] = False
+    #: The history policy (see ``history`` above); a class default too, for subclasses that set their own up.
+    history: HistoryPolicy | None = None
 
     def run_step(self, ctx: Any) -> Any:
         """A guest agent's step (see :attr:`guest`); our own agents have none."""
@@ -64,6 +69,7 @@ class Agent:
         hooks: Sequence[Hooks] = (),
         queue: str | None = None,
         handoffs: Sequence[Agent] = (),
+        history: HistoryPolicy | None = None,
     ) -> None:
         if not _NAME.match(name):
             raise ConfigurationError(f"agent name {name!r} must be 1-64 letters, digits, '_', '-' or '.'")
@@ -79,6 +85,11 @@ class Agent:
                 f"agent {name!r}: queue {queue!r} must be 1-128 letters, digits, '_', '-', '.' or ':'"
             )
         self.queue = queue
+        if history is not None and not isinstance(history, (LastTurns, Summarize)):
+            raise ConfigurationError(
+                f"agent {name!r}: history must be LastTurns(...) or Summarize(...), got {history!r}"
+            )
+        self.history = history
         self.tools: dict[str, Tool] = {}
         for t in tools:
             if t.name in self.tools:

@@ -56,6 +56,7 @@ from .steps import (
     user_message_events,
     with_step_finished,
 )
+from .summary import due, summary_step
 from .writer import EventWriter
 
 log = logging.getLogger(__name__)
@@ -408,7 +409,7 @@ def _one_step(ctx: StepContext, agent: Agent) -> StepResult:
     """The step itself: a model turn or a tool step; for a guest agent (pydantic-ai), one segment of its own loop."""
     if agent.guest:
         return agent.run_step(ctx)  # type: ignore[no-any-return]
-    return model_turn(ctx) if ctx.state.next == "model" else tool_step(ctx)
+    return _model_step(ctx) if ctx.state.next == "model" else tool_step(ctx)
 
 
 def _abandoned_event(abandoned: CallAbandoned | None) -> list[NewEvent]:
@@ -417,6 +418,12 @@ def _abandoned_event(abandoned: CallAbandoned | None) -> list[NewEvent]:
         return []
     value = {"call": abandoned.what, "reason": abandoned.reason, "seconds": round(abandoned.seconds, 3)}
     return [make_event(EventType.CUSTOM, name="call_abandoned", value=value)]
+
+
+def _model_step(ctx: StepContext) -> StepResult:
+    """A model turn, or first the summary step it needs (:mod:`.summary`): a step of its own."""
+    plan = due(ctx)
+    return summary_step(ctx, plan) if plan is not None else model_turn(ctx)
 
 
 def _read_quietly(sent: list[Pending]) -> None:

@@ -19,6 +19,7 @@ from ..agent import Agent, AgentTool
 from ..content import refs_in, resolved
 from ..errors import AgentsCeleryError, FencedError, ModelError, StopStep, ToolArgumentsError
 from ..events import EventType, NewEvent, make_event, now_ms
+from ..history import Summarize, prompt_messages, with_usage
 from ..hooks import Hooks, StepInfo, call_hooks
 from ..models import TurnAccumulator, Usage, reading_until
 from ..runs import RunFailure, RunState, RunStatus, ToolCall
@@ -238,8 +239,10 @@ def _stream_once(ctx: StepContext, turn: TurnStream) -> None:
     prompt = _with_context(ctx.agent.instructions, ctx.state.client.get("context"))
     system = [{"role": "system", "content": prompt}] if prompt else []
     tools = [*ctx.agent.tool_schemas(), *(_client_schema(t) for t in ctx.state.client_tools)]
-    # images and files are stored once beside the run: the model gets them back in their Chat Completions form
-    model, messages = ctx.agent.model, [*system, *with_parts(ctx.state, ctx.store)]
+    # the history policy shortens the prompt (never the stored history); images and files are stored once beside
+    # the run: the model gets the ones its prompt names back in their Chat Completions form
+    shortened = prompt_messages(ctx.agent.history, ctx.state.messages)
+    model, messages = ctx.agent.model, [*system, *with_parts(ctx.state, ctx.store, shortened)]
 
     def read() -> None:
         ctx.writer.starting()
@@ -266,10 +269,11 @@ def _stream_once(ctx: StepContext, turn: TurnStream) -> None:
     turn.close()
 
 
-def with_parts(state: RunState, store: RunStore) -> list[dict[str, Any]]:
-    """The run's messages with their reference parts replaced by the stored images and files."""
-    refs = refs_in(state.messages)
-    return resolved(state.messages, store.parts.fetch(state, refs)) if refs else state.messages
+def with_parts(state: RunState, store: RunStore, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` (the run's, as its prompt has them) with their reference parts replaced by the stored images
+    and files."""
+    refs = refs_in(messages)
+    return resolved(messages, store.parts.fetch(state, refs)) if refs else messages
 
 
 def _with_context(instructions: str, context: Any) -> str:
@@ -342,6 +346,8 @@ def with_step_finished(ctx: StepContext, result: StepResult) -> StepResult:
 def _after_turn(ctx: StepContext, turn: TurnStream) -> StepResult:
     message = turn.acc.assistant_message()
     call_hooks(ctx.hooks, "after_model_call", ctx.info, message)
+    if isinstance(ctx.agent.history, Summarize):  # the next turn's prompt is counted from it
+        message = with_usage(message, turn.acc.usage.prompt_tokens, turn.acc.usage.completion_tokens)
     return after_turn(ctx.agent, ctx.state, turn.acc, _step_finished(ctx, "model"), message)
 
 
