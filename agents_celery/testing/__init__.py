@@ -2,8 +2,8 @@
 
 - :class:`InlineRunner` runs an agent's steps to the end in the calling process (real Redis, real engine).
 - :class:`FakeOpenAIServer` is a local HTTP server that answers like OpenAI's Chat Completions, so the real
-  ``openai`` SDK (and a real worker) can talk to it; :class:`ScriptResponder` and :class:`FailingResponder` say
-  what it answers.
+  ``openai`` SDK (and a real worker) can talk to it; :class:`ScriptResponder`, :class:`FailingResponder` and
+  :class:`SummaryResponder` say what it answers.
 - :class:`EmbeddedRedis` starts a throw-away ``redis-server`` on a unix socket.
 """
 
@@ -15,11 +15,25 @@ from .embedded import EmbeddedRedis
 from .runner import InlineRunner
 
 if TYPE_CHECKING:
-    from .openai_server import FailingResponder, FakeOpenAIServer, FakeReply, Responder, ScriptResponder
+    from .openai_server import (
+        FailingResponder,
+        FakeOpenAIServer,
+        FakeReply,
+        Responder,
+        ScriptResponder,
+        SummaryResponder,
+    )
 
 #: Imported on first use, so ``python -m agents_celery.testing.openai_server`` runs the module once (as
 #: ``__main__``) rather than after the package imported it (runpy's RuntimeWarning).
-_SERVER_NAMES = {"FailingResponder", "FakeOpenAIServer", "FakeReply", "Responder", "ScriptResponder"}
+_SERVER_NAMES = {
+    "FailingResponder",
+    "FakeOpenAIServer",
+    "FakeReply",
+    "Responder",
+    "ScriptResponder",
+    "SummaryResponder",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -38,4 +52,5 @@ __all__ = [
     "InlineRunner",
     "Responder",
     "ScriptResponder",
+    "SummaryResponder",
 ]

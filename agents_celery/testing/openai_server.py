@@ -40,9 +40,10 @@ from socket import SHUT_RDWR, socket
 from types import TracebackType
 from typing import Any, Self
 
+from ..history import is_summary_request
 from ..models import ScriptedToolCall, ScriptedTurn, as_turn, split_tokens, turn_index, word_count
 
-__all__ = ["FailingResponder", "FakeOpenAIServer", "FakeReply", "Responder", "ScriptResponder"]
+__all__ = ["FailingResponder", "FakeOpenAIServer", "FakeReply", "Responder", "ScriptResponder", "SummaryResponder"]
 
 #: OpenAI's ``error.type`` and ``error.code`` for common statuses.
 _ERROR_KINDS: dict[int, tuple[str, str | None]] = {
@@ -143,6 +144,40 @@ class FailingResponder:
         if fail:
             return FakeReply(status=self.status, error=f"injected failure {number} of {self.failures}")
         return self.inner(request)
+
+
+class SummaryResponder:
+    """Answers the summary requests of a :class:`~agents_celery.history.Summarize` policy's summary step (told
+    apart by :func:`~agents_celery.history.is_summary_request`) and hands every other request to ``inner``.
+
+    Args:
+        inner: The responder for the agent's own turns.
+        text: The summary; default ``"Summary of <n> lines of conversation."`` (n: the transcript's lines).
+        token_delay: Seconds slept before each streamed chunk of the summary (a crash test's window).
+    """
+
+    def __init__(self, inner: Responder, *, text: str | None = None, token_delay: float = 0.0) -> None:
+        self.inner = inner
+        self.text = text
+        self.token_delay = token_delay
+        self._count = 0
+        self._lock = threading.Lock()
+
+    @property
+    def summaries(self) -> int:
+        """How many summary requests it answered."""
+        with self._lock:
+            return self._count
+
+    def __call__(self, request: dict[str, Any]) -> FakeReply:
+        """A summary for a summary request, else ``inner``'s reply."""
+        if not is_summary_request(request):
+            return self.inner(request)
+        with self._lock:
+            self._count += 1
+        lines = str(request["messages"][-1]["content"]).count("\n")
+        text = self.text or f"Summary of {lines} lines of conversation."
+        return FakeReply(text=text, token_delay=self.token_delay)
 
 
 class FakeOpenAIServer:

@@ -1,0 +1,237 @@
+"""Long sessions: history policies (``Agent(history=LastTurns(n) | Summarize(...))``).
+
+The pure part (what goes into the prompt, how it is counted, what a summary replaces) is tested without Redis;
+the rest with real workers serving ``tests/agents_history.py`` and the real openai SDK against the fake OpenAI
+server, whose received requests are the prompts checked against the budget.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from agents_celery import Agent, LastTurns, ScriptedModel, Summarize
+from agents_celery.errors import ConfigurationError
+from agents_celery.events import EventType
+from agents_celery.history import (
+    MARKER,
+    SUMMARY_PREFIX,
+    is_marker,
+    is_summary_request,
+    plan_summary,
+    prompt_messages,
+    prompt_tokens,
+)
+from agents_celery.models import word_count
+from agents_celery.testing.openai_server import FakeReply, SummaryResponder
+
+from .agents_history import KEEP
+from .cluster import Deployment
+from .conftest import all_events, wait_for
+from .invariants import assert_run_sound
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def assistant(text: str, usage: int = 0) -> dict[str, Any]:
+    m: dict[str, Any] = {"role": "assistant", "content": text}
+    if usage:
+        m["usage"] = {"prompt_tokens": usage, "completion_tokens": 3}
+    return m
+
+
+def turns(n: int, words: int = 10) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for i in range(n):
+        out += [user(f"question {i} " + "word " * words), assistant(f"answer {i} " + "word " * words)]
+    return out
+
+
+# -- what goes into the prompt (no I/O) ----------------------------------------------------------------------
+
+
+def test_no_policy_sends_everything_but_markers_and_usage() -> None:
+    marker = {"role": "system", "content": "S", MARKER: {"id": "sum_1", "kept": 0}}
+    messages = [user("a"), assistant("b", usage=9), marker, user("c")]
+    assert prompt_messages(None, messages) == [user("a"), assistant("b"), user("c")]
+
+
+def test_last_turns_keeps_whole_turns() -> None:
+    call = {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "function": {"name": "f"}}]}
+    messages = [*turns(3), user("now"), call, {"role": "tool", "tool_call_id": "c1", "content": "r"}]
+    sent = prompt_messages(LastTurns(2), messages)
+    assert sent == [messages[4], messages[5], user("now"), call, messages[-1]]  # turn 2 and the current one
+    assert prompt_messages(LastTurns(10), messages) == messages  # fewer turns than n: all of them
+
+
+def test_summary_plan_marker_and_view() -> None:
+    policy = Summarize(max_prompt_tokens=60, keep_last_turns=2)
+    messages = turns(5)
+    assert plan_summary(policy, messages[:2], 0) is None  # within the budget
+    plan = plan_summary(policy, messages, 0)
+    assert plan is not None and (plan.start, plan.cut, plan.previous) == (0, 6, -1)
+    request = plan.request(policy, messages)
+    assert is_summary_request({"messages": request}) and "question 2" in request[1]["content"]
+    assert "question 3" not in request[1]["content"]  # the kept turns are not summarised
+    marker = plan.marker("S1", messages, "sum_1", "m")
+    assert marker[MARKER]["kept"] == 4 and marker[MARKER]["replaced"] == 6
+    after = [*messages, marker]
+    view = prompt_messages(policy, after)
+    assert view == [{"role": "system", "content": SUMMARY_PREFIX + "S1"}, *messages[6:]]
+    assert prompt_messages(None, after) == messages  # the full history is still there
+
+    # More turns pass the budget again: the next summary replaces the first one and the turns it kept.
+    later = [*after, *turns(3)]
+    plan2 = plan_summary(policy, later, 0)
+    assert plan2 is not None and (plan2.start, plan2.previous) == (6, 10)
+    assert "[earlier summary] S1" in plan2.request(policy, later)[1]["content"]
+    marker2 = plan2.marker("S2", later, "sum_2", "m")
+    assert marker2[MARKER]["replaced"] == 6 + (plan2.cut - 6 - 1) and marker2[MARKER]["previous"] == "sum_1"
+    view2 = prompt_messages(policy, [*later, marker2])
+    assert view2[0]["content"] == SUMMARY_PREFIX + "S2" and [m for m in view2 if is_marker(m)] == []
+    assert view2[1:] == [m for m in later[plan2.cut :]]
+
+
+def test_nothing_to_summarise_when_the_kept_turns_are_all() -> None:
+    assert plan_summary(Summarize(max_prompt_tokens=1, keep_last_turns=2), turns(2), 0) is None
+
+
+def test_counting_uses_the_reported_usage_of_the_last_turn() -> None:
+    messages = [*turns(2), user("next one")]
+    messages[3] = assistant(messages[3]["content"], usage=1000)
+    # The usage reported for turn 1 (1000 + 3) plus the estimate of the new user message (8 chars + 4).
+    assert prompt_tokens(messages, 0) == 1003 + 2 + 4
+    without = [*turns(2), user("next one")]
+    assert prompt_tokens(without, 50) < 200  # estimated: 4 characters per token, plus the fixed part
+
+
+def test_bad_policies_are_refused() -> None:
+    model = ScriptedModel(["x"])
+    with pytest.raises(ConfigurationError, match="history"):
+        Agent("a", model=model, history=5)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="n >= 1"):
+        LastTurns(0)
+    with pytest.raises(ConfigurationError, match="max_prompt_tokens"):
+        Summarize(max_prompt_tokens=0)
+
+
+# -- real workers ------------------------------------------------------------------------------------------
+
+ANSWER = "Here is a short answer with several plain words in it for the test."
+
+
+def _deployment(deploy: Any, budget: int) -> Deployment:
+    cluster: Deployment = deploy(
+        "history", {"AGENTS_CELERY_AGENTS": "tests.agents_history", "HISTORY_TEST_BUDGET": str(budget)}
+    )
+    return cluster
+
+
+def _answering(summary_delay: float = 0.0) -> SummaryResponder:
+    return SummaryResponder(lambda request: FakeReply(text=ANSWER), token_delay=summary_delay)
+
+
+def _agent_turns(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in requests if not is_summary_request(r)]
+
+
+def _custom(events: list[Any], name: str) -> list[Any]:
+    return [e for e in events if e.type is EventType.CUSTOM and e.data.get("name") == name]
+
+
+def test_200_turn_session_stays_under_the_budget(deploy: Any, fake_openai: Any) -> None:
+    budget = 400
+    cluster = _deployment(deploy, budget)
+    cluster.start(1)
+    rt = cluster.runtime
+    fake_openai.responder = responder = _answering()
+    before = len(fake_openai.requests)
+    session = uuid.uuid4().hex
+    for i in range(200):
+        view = rt.run("summarizing", f"Question number {i} about the weather today?", session_id=session, timeout=30)
+        assert view.status.value == "completed", view.error
+    prompts = _agent_turns(fake_openai.requests[before:])
+    assert len(prompts) == 200
+    sizes = [word_count(p["messages"]) for p in prompts]  # what the fake server reports as prompt_tokens
+    assert max(sizes) <= budget, f"a prompt passed the budget: {max(sizes)} > {budget}"
+    assert responder.summaries >= 5  # without them the prompt would reach ~6000 words
+    last = prompts[-1]["messages"]
+    assert last[1]["content"].startswith(SUMMARY_PREFIX)
+    asked = [m["content"] for m in last if m["role"] == "user"]
+    assert asked[-KEEP:] == [f"Question number {i} about the weather today?" for i in (198, 199)]
+    # Every turn is still readable: the session's history has all 400 messages, in order, plus the markers.
+    history = rt.session(session).messages
+    plain = [m for m in history if not is_marker(m)]
+    assert len(plain) == 400 and [m["content"] for m in plain[::2]] == [
+        f"Question number {i} about the weather today?" for i in range(200)
+    ]
+    assert len(history) - len(plain) == responder.summaries
+
+
+def test_last_turns_sends_only_the_last_turns(deploy: Any, fake_openai: Any) -> None:
+    cluster = _deployment(deploy, 400)
+    cluster.start(1)
+    fake_openai.responder = _answering()
+    before = len(fake_openai.requests)
+    session = uuid.uuid4().hex
+    for i in range(5):
+        cluster.runtime.run("last_turns", f"message {i}", session_id=session, timeout=30)
+    last = fake_openai.requests[before:][-1]["messages"]
+    assert last == [
+        {"role": "system", "content": "Answer briefly."},
+        {"role": "user", "content": "message 3"},
+        {"role": "assistant", "content": ANSWER},
+        {"role": "user", "content": "message 4"},
+    ]
+    assert len(cluster.runtime.session(session).messages) == 10  # the stored history keeps every turn
+
+
+def test_replay_of_the_log_shows_the_summary_step(deploy: Any, fake_openai: Any) -> None:
+    cluster = _deployment(deploy, 100)
+    cluster.start(1)
+    rt = cluster.runtime
+    fake_openai.responder = responder = _answering()
+    session = uuid.uuid4().hex
+    runs = [
+        rt.run("summarizing", f"question {i} about things", session_id=session, timeout=30).run_id for i in range(8)
+    ]
+    assert responder.summaries >= 1
+    run_id, events = next((r, ev) for r in runs if _custom(ev := all_events(rt, r), "history_summarized"))
+    assert_run_sound(events)
+    kinds = [(e.type, e.data.get("name")) for e in events]
+    at = kinds.index((EventType.CUSTOM, "history_summarized"))
+    assert kinds[at - 1][0] is EventType.STEP_STARTED and kinds[at + 1][0] is EventType.STEP_FINISHED
+    assert kinds[at + 2][0] is EventType.STEP_STARTED  # the model turn is the next step
+    value = _custom(events, "history_summarized")[0].data["value"]
+    assert value["summary"].startswith("Summary of") and value["replaced"] >= 2 and value["kept"] >= 1
+    assert value["prompt_tokens_before"] > 100 >= value["prompt_tokens_after"]
+    assert rt.get(run_id).output == ANSWER
+
+
+@pytest.mark.slow
+def test_summary_step_survives_kill_9(deploy: Any, fake_openai: Any) -> None:
+    cluster = _deployment(deploy, 100)
+    first = cluster.worker()
+    rt = cluster.runtime
+    fake_openai.responder = responder = _answering(summary_delay=0.3)  # ~2 s per summary: time to kill
+    session = uuid.uuid4().hex
+    for i in range(20):  # runs of the session until one starts a summary step
+        stream = rt.stream("summarizing", f"question {i} about things", session_id=session)
+        wait_for(lambda r=stream.id: responder.summaries >= 1 or rt.get(r).status.is_final, timeout=30, what="a run")
+        if responder.summaries:
+            break
+    assert responder.summaries == 1 and i > 2
+    first.kill()
+    cluster.worker()
+    events = all_events(rt, stream.id)
+    assert_run_sound(events)
+    assert len(_custom(events, "history_summarized")) == 1  # applied once
+    assert _custom(events, "attempt_abandoned")  # the killed attempt is visible, and was repeated
+    assert responder.summaries >= 2
+    view = rt.get(stream.id)
+    assert view.status.value == "completed" and view.output == ANSWER
+    assert len([m for m in rt.session(session).messages if is_marker(m)]) == 1
