@@ -4,6 +4,7 @@
   (i < N) calls the no-op tool ``noop`` once, turn N answers. A run is N model turns + N tool steps + 1 final
   turn = 2N + 1 steps.
 - ``streamer``: :class:`~agents_celery.OpenAIChat` pointed at ``FAKE_OPENAI_URL`` (the bench's fake server).
+- ``long_summarize`` and ``long_plain``: a long session with and without ``Summarize`` (bench/history.py).
 - ``recover``: turn 0 calls ``sleepy``, which records ``pid:attempt:time_ns`` in Redis, then sleeps on its first
   attempt (the bench kills the worker meanwhile) and returns at once on a retry; turn 1 answers.
 """
@@ -17,7 +18,7 @@ from typing import Any
 
 import redis
 
-from agents_celery import Agent, OpenAIChat, ScriptedModel, ScriptedToolCall, ScriptedTurn, tool
+from agents_celery import Agent, OpenAIChat, ScriptedModel, ScriptedToolCall, ScriptedTurn, Summarize, tool
 from agents_celery.models import ModelChunk
 from agents_celery.tools import ToolContext
 
@@ -125,4 +126,27 @@ plain = Agent(
     model=ScriptedModel([ScriptedTurn("", [ScriptedToolCall("noop", {"i": 0}, id="call_n")]), "done"]),
     tools=[noop],
     description="Calls a plain tool once.",
+)
+
+#: The prompt budget of ``long_summarize`` (bench/history.py).
+HISTORY_BUDGET = 2000
+
+
+def _fake_chat() -> OpenAIChat:
+    return OpenAIChat("fake-model", base_url=os.environ.get("FAKE_OPENAI_URL", "http://127.0.0.1:9/v1"), api_key="k")
+
+
+long_summarize = Agent(
+    name="long_summarize",
+    instructions="Answer briefly.",
+    model=_fake_chat(),
+    history=Summarize(max_prompt_tokens=HISTORY_BUDGET, keep_last_turns=4),
+    description="A long session under Summarize (bench/history.py).",
+)
+
+long_plain = Agent(
+    name="long_plain",
+    instructions="Answer briefly.",
+    model=_fake_chat(),
+    description="A long session without a history policy (bench/history.py).",
 )
