@@ -148,3 +148,58 @@ def test_a_tool_killed_before_its_journal_write_pauses_as_may_have_run(
     assert [e.data["tool_call_id"] for e in results].count(call_id) == 1
     if not approve:
         assert "did not run again" in next(e for e in results if e.data["tool_call_id"] == call_id).data["content"]
+
+
+def _delete(path: str) -> list[Any]:
+    return [ScriptedTurn(tool_calls=[ScriptedToolCall("delete_file", {"path": path})]), "Done."]
+
+
+@pytest.mark.parametrize("decision", ["approve", "edit", "reject"])
+def test_a_tool_needing_approval_pauses_and_continues(
+    deploy: Callable[..., Any], fake_openai: Any, decision: str
+) -> None:
+    from pydantic_ai import DeferredToolRequests, DeferredToolResults
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+    agents = module(fake_openai)
+    fake_openai.responder = ScriptResponder(_delete("a.txt"))
+    first = agents.files.run_sync("Delete a.txt", output_type=[str, DeferredToolRequests])
+    assert isinstance(first.output, DeferredToolRequests)
+    dep = backend(deploy)
+    rt = dep.runtime
+    fake_openai.responder = ScriptResponder(_delete("a.txt"))
+    stream = rt.stream("pai_files", "Delete a.txt")
+    wait_for(lambda: stream.get().status == "paused", timeout=30, what="the approval pause")
+    events = all_events(rt, stream.id)
+    outcome = events[-1].data["outcome"]
+    assert outcome["type"] == "interrupt"
+    (asked,) = outcome["interrupts"]
+    assert asked["metadata"] == {"tool_name": "delete_file", "tool_args": {"path": "a.txt"}}
+    assert "editedArgs" in asked["response_schema"]["properties"]
+    call_id = asked["tool_call_id"]
+    answer: dict[str, Any] = {"tool_call_id": call_id, "confirmed": decision != "reject"}
+    if decision == "edit":
+        answer["tool_args"] = {"path": "b.txt"}
+    if decision == "reject":
+        answer["confirmation_note"] = "keep it"
+    rt.continue_run(stream.id, [answer])
+    wait_for(lambda: stream.get().status == "completed", timeout=30, what="the run's end")
+    events = all_events(rt, stream.id)
+    with redis.Redis.from_url(TEST_REDIS_URL) as r:
+        counts = {
+            "pai:delete_file:a.txt": int(decision == "approve"),
+            "pai:delete_file:b.txt": int(decision == "edit"),
+        }
+        assert_run_sound(events, tool_counts=counts, counter=counter_of(r, dep.prefix))
+    (result,) = [e for e in events if e.type.value == "TOOL_CALL_RESULT"]
+    expected = {"approve": "deleted a.txt", "edit": "deleted b.txt", "reject": "keep it"}[decision]
+    assert expected in result.data["content"]
+    if decision == "approve":  # the same conversation as in-process, resumed with the same decision
+        fake_openai.responder = ScriptResponder(_delete("a.txt"))
+        results = DeferredToolResults(approvals={call_id: True})
+        done = agents.files.run_sync(message_history=first.all_messages(), deferred_tool_results=results)
+        state, _ = rt.store.load(stream.id)
+        assert stripped(state.messages) == stripped(
+            ModelMessagesTypeAdapter.dump_python(done.all_messages(), mode="json")
+        )
+        assert stream.get().output == done.output

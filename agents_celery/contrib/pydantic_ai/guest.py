@@ -33,6 +33,7 @@ from ...engine.steps import Cancelled, StepContext, StepResult, completed, pause
 from ...errors import ConfigurationError, FencedError
 from ...runs import RunState, ToolCall
 from ...storage.journal import Journal
+from ...tools import Tool
 from .loop import WalkedAway, run_segment
 from .segment import MayHaveRun, Segment
 
@@ -42,6 +43,26 @@ class _ModelName:
 
     def __init__(self, name: str) -> None:
         self.name = name
+
+
+def _runs_in_pydantic_ai() -> None:
+    """Never called: pydantic-ai calls the tool itself, inside its segment."""
+
+
+class GuestTool(Tool):
+    """A pydantic-ai function tool as our manifests, decisions and interrupts see it (name, description, parameters,
+    whether it needs approval, whether it is idempotent); the engine never invokes it."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        super().__init__(
+            _runs_in_pydantic_ai,
+            name=spec["name"],
+            description=spec["description"],
+            requires_confirmation=spec["requires_confirmation"],
+            idempotent=spec["idempotent"],
+            timeout=spec["timeout"],
+        )
+        self.parameters = spec["parameters"]
 
 
 class GuestAgent(Agent):
@@ -54,18 +75,19 @@ class GuestAgent(Agent):
             raise ConfigurationError("a pydantic-ai agent served by agents-celery needs a name: Agent(..., name=...)")
         model = agent.model
         model_name = model if isinstance(model, str) else getattr(model, "model_name", type(model).__name__)
-        super().__init__(agent.name, model=_ModelName(str(model_name)), description=agent.description or "")  # type: ignore[arg-type]
+        tools = [GuestTool(spec) for spec in _tool_manifests(agent)]
+        description = agent.description or ""
+        super().__init__(agent.name, model=_ModelName(str(model_name)), tools=tools, description=description)  # type: ignore[arg-type]
         self.agent = agent
         self._journals: dict[int, Journal] = {}
-        self._tools = _tool_manifests(agent)
-        deferred = any(t["requires_confirmation"] for t in self._tools)
+        deferred = any(t.requires_confirmation for t in tools)
         #: Runs need ``DeferredToolRequests`` among the output types when a tool needs approval.
         self._output_type: Any = None
         if deferred and not _allows_deferred(agent.output_type):
             self._output_type = [agent.output_type, DeferredToolRequests]
 
     def manifest(self) -> dict[str, Any]:
-        return {**super().manifest(), "tools": self._tools, "framework": "pydantic-ai"}
+        return {**super().manifest(), "framework": "pydantic-ai"}
 
     def run_step(self, ctx: StepContext) -> StepResult:
         """One segment: ``agent.run(...)`` under the journal, until the run ends or pauses."""
