@@ -15,11 +15,13 @@
     │   ├── EventValidationError      an event that is not a valid AG-UI event
     │   ├── ToolArgumentsError        tool arguments that fail the tool's schema
     │   ├── IdempotencyKeyReusedError an Idempotency-Key sent again with another request
-    │   └── DecisionError             a continue decision that names no pending call, or is malformed (HTTP 400)
+    │   ├── DecisionError             a continue decision that names no pending call, or is malformed (HTTP 400)
+    │   └── UnsupportedError          a well-formed request asking for what is not supported (yet) (HTTP 400)
     ├── NotFoundError                 (HTTP 404)
     │   ├── UnknownAgentError         no worker published that agent
     │   ├── RunNotFoundError          no run with that id ever existed (or it is addressed under another agent)
     │   ├── SessionNotFoundError      no session with that id is kept
+    │   ├── ResponseNotFoundError     no Responses API response with that id (or it expired: 404, as OpenAI)
     │   └── ScheduleNotFoundError     no schedule with that id
     ├── RunExpiredError               the run existed, its retention passed (HTTP 410)
     ├── StateError                    the run is not in a state that allows this (HTTP 409)
@@ -154,6 +156,12 @@ class DecisionError(ValidationError):
     status = 400
 
 
+class UnsupportedError(BadRequestError):
+    """A well-formed request for something not supported (yet): an input part, a tool type, an output format."""
+
+    code = "unsupported"
+
+
 class NotFoundError(AgentsCeleryError):
     """Something that was asked for does not exist."""
 
@@ -177,6 +185,12 @@ class SessionNotFoundError(NotFoundError):
     """No session with this id is kept (never existed, or its history expired and it has no runs)."""
 
     code = "session_not_found"
+
+
+class ResponseNotFoundError(NotFoundError):
+    """No Responses API response with that id, or its run expired (404, as OpenAI answers)."""
+
+    code = "response_not_found"
 
 
 class ScheduleNotFoundError(NotFoundError):

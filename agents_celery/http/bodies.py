@@ -109,6 +109,29 @@ class ResumeBody(_Body):
     session_id: str | None = None
 
 
+class CreateBody(_Body):
+    """``POST /v1/responses`` (the fields we read; others, such as ``temperature``, are accepted and ignored)."""
+
+    model: str = Field(min_length=1, max_length=200)
+    input: str | list[dict[str, Any]]
+    instructions: str | None = Field(default=None, max_length=100_000)
+    stream: bool = False
+    background: bool = False
+    store: bool = True
+    previous_response_id: str | None = Field(default=None, min_length=1, max_length=300)
+    conversation: str | dict[str, Any] | None = None
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    text: dict[str, Any] | None = None
+    metadata: dict[str, str] | None = None
+
+
+class ConversationBody(_Body):
+    """``POST /v1/conversations``."""
+
+    items: list[dict[str, Any]] | None = None
+    metadata: dict[str, str] | None = None
+
+
 @dataclass(frozen=True)
 class Limits:
     """How big and how deep a request may be (``Settings.max_body_bytes`` and ``max_json_depth``)."""

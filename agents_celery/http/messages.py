@@ -79,6 +79,8 @@ class Wait:
     run_id: str
     after: int
     seconds: float
+    #: What to answer then (None: the run's AgentOS run output, ``API.run_output``).
+    answer: Callable[[], Reply] | None = None
 
 
 @dataclass

@@ -48,6 +48,7 @@ from .agentos import AGNO_STATUS, tool_object
 from .aguirun import AguiEndpoint
 from .bodies import ContinueBody, Limits, MessageBody, ResumeBody, RunBody, ScheduleBody, int_param, parse
 from .messages import Action, Authorize, Headers, Reply, Request, Resource, Wait, error_reply, position_param, status_of
+from .openairesponses import ResponsesEndpoint
 from .sse import LogStream
 from .streams import Streams
 
@@ -284,6 +285,44 @@ class API:
     def agui_connect(self, req: Request, agent_id: str) -> Reply:
         """``POST /agui/<agent_id>/connect``: the thread's run, from where it stands."""
         return self._agui().connect(req, agent_id)
+
+    # -- the OpenAI Responses API under /v1 (http/openairesponses.py) --------------------------------------
+
+    def _v1(self) -> ResponsesEndpoint:
+        return ResponsesEndpoint(self.runtime, self.access, self.limits, self.keepalive_seconds, self.block_seconds)
+
+    def list_models(self, req: Request) -> Reply:
+        return self._v1().models(req)
+
+    def get_model(self, req: Request, model: str) -> Reply:
+        return self._v1().model(req, model)
+
+    def create_response(self, req: Request) -> Reply:
+        return self._v1().create(req)
+
+    def get_response(self, req: Request, response_id: str) -> Reply:
+        return self._v1().retrieve(req, response_id)
+
+    def delete_response(self, req: Request, response_id: str) -> Reply:
+        return self._v1().delete(req, response_id)
+
+    def cancel_response(self, req: Request, response_id: str) -> Reply:
+        return self._v1().cancel(req, response_id)
+
+    def response_input_items(self, req: Request, response_id: str) -> Reply:
+        return self._v1().input_items(req, response_id)
+
+    def create_conversation(self, req: Request) -> Reply:
+        return self._v1().create_conversation(req)
+
+    def get_conversation(self, req: Request, conversation_id: str) -> Reply:
+        return self._v1().get_conversation(req, conversation_id)
+
+    def delete_conversation(self, req: Request, conversation_id: str) -> Reply:
+        return self._v1().delete_conversation(req, conversation_id)
+
+    def conversation_items(self, req: Request, conversation_id: str) -> Reply:
+        return self._v1().conversation_items(req, conversation_id)
 
     # -- the run inspector (static pages; the data comes through the API like any client's) ----------------
 

@@ -25,7 +25,7 @@ from typing import Literal
 from ag_ui.core import RunAgentInput
 from pydantic import BaseModel
 
-from .bodies import ContinueBody, MessageBody, ResumeBody, RunBody, ScheduleBody
+from .bodies import ContinueBody, ConversationBody, CreateBody, MessageBody, ResumeBody, RunBody, ScheduleBody
 
 #: What a route answers: ``json`` (an object; a 204 has no body), ``list`` (a JSON array), ``page`` (a page of a
 #: listing, ``{<items>, next_cursor}``, asked with ``limit`` and ``cursor``), ``sse`` (an event stream), ``wait``
@@ -80,6 +80,8 @@ class Special:
 
 _PARAM = re.compile(r"\{(\w+)(?::(\w+))?\}")
 _RUN = "/agents/{agent_id}/runs/{run_id}"
+_RESPONSE = "/v1/responses/{response_id}"
+_CONVERSATION = "/v1/conversations/{conversation_id}"
 
 ROUTES: tuple[Route, ...] = (
     Route("GET", "/agents", "list_agents", "list", "agent manifests", returns="list"),
@@ -253,6 +255,86 @@ ROUTES: tuple[Route, ...] = (
         returns="AG-UI 1.0 events (SSE)",
         errors=(400, 404, 422),
         body=RunAgentInput,
+    ),
+    # -- the OpenAI Responses API (http/openairesponses.py) --
+    Route("GET", "/v1/models", "list_models", "json", "the agents, as Responses API models", returns="{data}"),
+    Route("GET", "/v1/models/{model}", "get_model", "json", "one agent as a model", returns="model", errors=(404,)),
+    Route(
+        "POST",
+        "/v1/responses",
+        "create_response",
+        "json",
+        "start a response (a run, or the next segment of a paused one): the Response, or SSE with stream=true",
+        returns="the Response object (or its SSE events)",
+        errors=(400, 404, 409, 422),
+        body=CreateBody,
+    ),
+    Route(
+        "GET",
+        _RESPONSE,
+        "get_response",
+        "json",
+        "the Response; with stream=true its events after starting_after (SSE)",
+        returns="the Response object (or its SSE events)",
+        errors=(400, 404),
+    ),
+    Route(
+        "DELETE",
+        _RESPONSE,
+        "delete_response",
+        "json",
+        "delete the response's run",
+        returns="deleted",
+        errors=(404, 409),
+    ),
+    Route(
+        "POST",
+        f"{_RESPONSE}/cancel",
+        "cancel_response",
+        "json",
+        "stop the response",
+        returns="the Response",
+        errors=(404,),
+    ),
+    Route(
+        "GET",
+        f"{_RESPONSE}/input_items",
+        "response_input_items",
+        "json",
+        "what the response was asked",
+        returns="{data}",
+        errors=(404,),
+    ),
+    Route(
+        "POST",
+        "/v1/conversations",
+        "create_conversation",
+        "json",
+        "a conversation (a session of ours)",
+        returns="the conversation",
+        errors=(400, 422),
+        body=ConversationBody,
+    ),
+    Route(
+        "GET", _CONVERSATION, "get_conversation", "json", "a conversation", returns="the conversation", errors=(404,)
+    ),
+    Route(
+        "DELETE",
+        _CONVERSATION,
+        "delete_conversation",
+        "json",
+        "delete a conversation and its runs",
+        returns="deleted",
+        errors=(404, 409),
+    ),
+    Route(
+        "GET",
+        f"{_CONVERSATION}/items",
+        "conversation_items",
+        "json",
+        "the conversation's items (its completed turns)",
+        returns="{data}",
+        errors=(404,),
     ),
 )
 

@@ -20,7 +20,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import redis
 
@@ -38,7 +38,7 @@ KEEP_ALIVE = ": keep-alive\n\n"
 #: Longest XREAD BLOCK, in ms; the stream client's socket timeout must exceed it.
 MAX_BLOCK_MS = 1000
 
-Dialect = Literal["canonical", "agui", "agentos"]
+Dialect = Literal["canonical", "agui", "agentos", "responses"]
 #: The types that end an AG-UI run (a segment of ours).
 TERMINAL = ("RUN_FINISHED", "RUN_ERROR")
 #: Events of the log before a stream's start read per round trip: they are folded (:class:`Prefix`), never all held.
@@ -92,6 +92,17 @@ def error_frame(exc: BaseException) -> str:
     """A last frame (no ``id:``) telling the client the stream broke off; it should resume from its offset."""
     code = getattr(exc, "code", "stream_error")
     return frame({"event": "error", "detail": str(exc), "code": code}, "error")
+
+
+class Presenter(Protocol):
+    """A dialect that renders pages of decoded events itself (the Responses API, :mod:`.openairesponses`): it reads
+    the log from the start and keeps its own state; ``finished`` once its stream should end."""
+
+    finished: bool
+
+    def frames(self, events: list[Event]) -> str: ...
+
+    def error(self, exc: BaseException) -> str: ...
 
 
 class Prefix:
@@ -154,6 +165,11 @@ class Renderer:
     def page(self, page: list[Entry] | ChildPage) -> str:
         if isinstance(page, ChildPage):
             return "".join(self._child_page(page))
+        presenter = self.stream.presenter
+        if presenter is not None:
+            text = presenter.frames([self.info.event(entry) for entry in page])
+            self.finished = presenter.finished
+            return text
         dialect = self.stream.dialect
         if dialect == "canonical":
             return "".join(self._canonical(entry) for entry in page)
@@ -292,6 +308,9 @@ class LogStream:
     #: Reads a child run's log (sync), so an AG-UI stream shows a child's work attributed to it before its
     #: parent's SUBAGENT_FINISHED / SUBAGENT_ERROR (None: it does not).
     child_log: Callable[[str], list[Event]] | None = None
+    #: Renders the pages itself (dialect ``responses``); the stream starts at ``after`` = -1 and the presenter
+    #: drops what its client saw.
+    presenter: Presenter | None = None
 
     @property
     def block_ms(self) -> int:
@@ -302,7 +321,8 @@ class LogStream:
 
     def _first_read(self) -> tuple[int, int] | None:
         """(after, count) of the first read of the log before the stream's start; None: nothing to read."""
-        return (-1, min(PREFIX_PAGE, self.after + 1)) if self.after >= 0 and self.dialect != "canonical" else None
+        folded = self.dialect not in ("canonical", "responses")
+        return (-1, min(PREFIX_PAGE, self.after + 1)) if self.after >= 0 and folded else None
 
     def _watching(self, keys: Keys) -> Watching | None:
         """What the tail reads along for an AG-UI stream that shows child runs live (None: nothing)."""
@@ -338,7 +358,7 @@ class LogStream:
                 if renderer.finished:
                     return
         except (AgentsCeleryError, redis.RedisError) as exc:
-            yield error_frame(exc)
+            yield error_frame(exc) if self.presenter is None else self.presenter.error(exc)
 
     async def aframes(self, log: AsyncEventLog) -> AsyncIterator[str]:
         """The SSE text, read through an asyncio ``log`` (ASGI: no thread held while the stream waits)."""
@@ -375,4 +395,4 @@ class LogStream:
                 if renderer.finished:
                     return
         except (AgentsCeleryError, redis.RedisError) as exc:
-            yield error_frame(exc)
+            yield error_frame(exc) if self.presenter is None else self.presenter.error(exc)

@@ -183,6 +183,9 @@ async def _wait(request: HttpRequest, api: API, reply: Reply) -> Reply:
         for _ in stream.frames(api.streams.log):
             if time.monotonic() > deadline:
                 break
+    if wait.answer is not None:
+        answered: Reply = await sync_to_async(wait.answer, thread_sensitive=False)()
+        return answered
     answer: Reply = await sync_to_async(api.run_output, thread_sensitive=False)(wait.run_id)
     return answer
 

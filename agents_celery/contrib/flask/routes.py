@@ -100,7 +100,7 @@ def _wait(reply: Reply) -> Reply:
     for _ in stream.frames(protocol.streams.log):
         if time.monotonic() > deadline:
             break  # the run goes on; the JSON says it is still running
-    return protocol.run_output(wait.run_id)
+    return wait.answer() if wait.answer is not None else protocol.run_output(wait.run_id)
 
 
 # -- auth and errors -----------------------------------------------------------------------------------

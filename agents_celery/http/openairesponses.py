@@ -1,0 +1,521 @@
+"""The OpenAI Responses API under ``/v1``: ``POST /v1/responses`` and its retrieve, stream, cancel, delete and
+input items, ``/v1/models`` (the agents) and ``/v1/conversations`` (our sessions), so the official ``openai``
+SDK (or anything speaking the Responses API) is a client of our durable runs. See docs/responses.md.
+
+How the Responses words map onto ours:
+
+- ``model`` names an agent; a response is one *segment* of a run (:mod:`.responses`): a run that pauses for
+  approvals or for the client's function calls goes on, after the next request answers them, as a new response
+  of the same run (its log, ledger and lease are one).
+- ``input``: a string, or items. The last user message is the run's message; ``system``/``developer`` messages
+  and ``instructions`` are added to the agent's instructions (as client context), earlier user/assistant
+  messages of a stateless client are given to the model the same way. ``function_call_output`` and
+  ``mcp_approval_response`` items answer the paused run ``previous_response_id`` names; an approval may carry
+  edited ``arguments`` (JSON text, our extension).
+- ``previous_response_id`` continues its run (answers) or starts a new run in its session; ``conversation`` is a
+  session. ``tools`` of type ``function`` are the client's own tools.
+- ``Idempotency-Key``: a retried create returns the same response.
+
+Every route asks the access check with the run or session it names: what a caller may not see answers 404.
+A response whose run's retention passed answers 404, as OpenAI's API does (our ``/runs`` routes answer 410).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..decisions import Decision
+from ..errors import (
+    BadRequestError,
+    NotFoundError,
+    ResponseNotFoundError,
+    RunExpiredError,
+    RunFinishedError,
+    RunNotFoundError,
+    RunNotPausedError,
+    SessionNotFoundError,
+    StateError,
+    UnsupportedError,
+)
+from ..events import Event
+from ..runs import RunState
+from ..runtime import Runtime
+from .access import Access
+from .bodies import ConversationBody, CreateBody, Limits, parse
+from .messages import Reply, Request, Wait
+from .responses import ResponseFold, Segment, parse_response_id, response_id, starts_segment
+from .sse import LogStream, frame
+
+#: How long a cancel waits for the response to end before it answers (it ends within the stop's bound).
+CANCEL_WAIT_SECONDS = 10.0
+
+
+@dataclass
+class Input:
+    """A request's ``input``, sorted: the new user message, what goes to the model as context, the answers to a
+    paused run, and the items as given (``input_items``)."""
+
+    text: str | None = None
+    context: list[dict[str, str]] = field(default_factory=list)
+    approvals: list[dict[str, Any]] = field(default_factory=list)
+    outputs: list[dict[str, Any]] = field(default_factory=list)
+    items: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _part_text(part: Any) -> str:
+    if isinstance(part, str):
+        return part
+    if not isinstance(part, dict):
+        raise BadRequestError("a content part must be an object")
+    kind = part.get("type")
+    if kind in ("input_text", "output_text", "text"):
+        return str(part.get("text") or "")
+    if kind in ("input_image", "input_file", "input_audio"):
+        raise UnsupportedError(f"content parts of type {kind!r} are not supported yet (text only)")
+    raise BadRequestError(f"unknown content part type {kind!r}")
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(_part_text(p) for p in content)
+    raise BadRequestError("a message's content must be a string or a list of parts")
+
+
+def parse_input(value: str | list[dict[str, Any]], instructions: str | None) -> Input:
+    """The request's input, sorted (see :class:`Input`); BadRequestError / UnsupportedError naming the problem."""
+    got = Input()
+    if instructions:
+        got.context.append({"description": "instructions", "value": instructions})
+    if isinstance(value, str):
+        got.text = value
+        got.items = [_message("user", value)]
+        return _checked(got)
+    messages: list[tuple[str, str]] = []
+    for item in value:
+        _take(got, item, messages)
+    for role, text in messages:
+        if role in ("system", "developer"):
+            got.context.append({"description": f"{role} message", "value": text})
+    turns = [(role, text) for role, text in messages if role in ("user", "assistant")]
+    if turns and turns[-1][0] == "user":
+        got.text = turns[-1][1]
+        turns = turns[:-1]
+    got.context += [{"description": f"earlier {role} message", "value": text} for role, text in turns]
+    return _checked(got)
+
+
+def _take(got: Input, item: dict[str, Any], messages: list[tuple[str, str]]) -> None:
+    """One input item into ``got`` (a message's role and text into ``messages``)."""
+    kind = item.get("type", "message" if "role" in item else None)
+    if kind == "message":
+        role = item.get("role")
+        if role not in ("user", "assistant", "system", "developer"):
+            raise BadRequestError(f"a message's role must be user, assistant, system or developer, got {role!r}")
+        messages.append((role, _content_text(item.get("content"))))
+        got.items.append(_message(role, messages[-1][1]))
+    elif kind == "function_call_output":
+        if not isinstance(item.get("call_id"), str) or "output" not in item:
+            raise BadRequestError("a function_call_output item needs call_id and output")
+        output = item["output"]
+        text = output if isinstance(output, str) else _content_text(output)
+        got.outputs.append({"call_id": item["call_id"], "output": text})
+        got.items.append({"type": "function_call_output", "call_id": item["call_id"], "output": text})
+    elif kind == "mcp_approval_response":
+        if not isinstance(item.get("approval_request_id"), str) or not isinstance(item.get("approve"), bool):
+            raise BadRequestError("an mcp_approval_response item needs approval_request_id and approve (bool)")
+        got.approvals.append(item)
+        got.items.append({k: item[k] for k in ("type", "approval_request_id", "approve", "reason") if k in item})
+    elif kind not in ("function_call", "mcp_approval_request", "mcp_call", "reasoning"):
+        raise UnsupportedError(f"input items of type {kind!r} are not supported")
+    # function_call, mcp_approval_request ...: a stateless client sends the previous output back; we have it
+
+
+def _checked(got: Input) -> Input:
+    if got.text is not None and not got.text.strip():
+        raise BadRequestError("the user message must not be blank")
+    if got.text is None and not (got.approvals or got.outputs):
+        raise BadRequestError("input must end with a user message, or answer a paused response")
+    if got.text is not None and (got.approvals or got.outputs):
+        raise BadRequestError("send either a new user message or the answers to a paused response, not both")
+    return got
+
+
+def _message(role: str, text: str) -> dict[str, Any]:
+    kind = "output_text" if role == "assistant" else "input_text"
+    return {"type": "message", "role": role, "content": [{"type": kind, "text": text}]}
+
+
+def function_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The client's function tools as our client tools (name, description, parameters); other types refused."""
+    out = []
+    for spec in tools:
+        if spec.get("type") != "function":
+            raise UnsupportedError(f"tools of type {spec.get('type')!r} are not supported (only 'function')")
+        if not isinstance(spec.get("name"), str) or not spec["name"]:
+            raise BadRequestError("a function tool needs a name")
+        entry = {"name": spec["name"], "description": spec.get("description") or ""}
+        if isinstance(spec.get("parameters"), dict):
+            entry["parameters"] = spec["parameters"]
+        out.append(entry)
+    return out
+
+
+def _conversation_id(value: str | dict[str, Any] | None) -> str | None:
+    if value is None or isinstance(value, str):
+        return value or None
+    ident = value.get("id")
+    if not isinstance(ident, str) or not ident:
+        raise BadRequestError("conversation must be an id, or an object with one")
+    return ident
+
+
+def _listing(items: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "object": "list",
+        "data": items,
+        "first_id": items[0].get("id") if items else None,
+        "last_id": items[-1].get("id") if items else None,
+        "has_more": False,
+    }
+
+
+class Presenter:
+    """A response's stream for :class:`~.sse.LogStream`: the fold's events after ``starting_after``, until the
+    segment's end."""
+
+    def __init__(self, fold: ResponseFold, starting_after: int = -1) -> None:
+        self.fold = fold
+        self.starting_after = starting_after
+        self.finished = False
+
+    def frames(self, events: list[Event]) -> str:
+        out = []
+        for ev in events:
+            for rendered in self.fold.feed(ev):
+                seq = rendered["sequence_number"]
+                if seq > self.starting_after:
+                    out.append(frame(rendered, rendered["type"], seq))
+            if self.fold.ended:
+                self.finished = True
+                break
+        return "".join(out)
+
+    def error(self, exc: BaseException) -> str:
+        """The ``error`` event a broken stream ends with (the SDK raises it as ``APIError``); resume with
+        ``starting_after`` the last sequence number received."""
+        code = str(getattr(exc, "code", "stream_error"))
+        error = {"type": "error", "code": code, "message": str(exc), "param": None}
+        return frame({**error, "error": {"code": code, "message": str(exc)}}, "error")
+
+
+class ResponsesEndpoint:
+    """The ``/v1`` routes over the API's Runtime and access checks (see the module docs)."""
+
+    def __init__(self, runtime: Runtime, access: Access, limits: Limits, keepalive: float, block: float) -> None:
+        self.runtime = runtime
+        self.access = access
+        self.store = runtime.store
+        self.limits = limits
+        self.keepalive = keepalive
+        self.block = block
+
+    # -- create ----------------------------------------------------------------------------------------------
+
+    def create(self, req: Request) -> Reply:
+        body = parse(req.body(), CreateBody, limits=self.limits)
+        manifest = self.runtime.agent_manifest(body.model)
+        self.access.allow(req, "start", agent_id=body.model)
+        if body.text is not None and (body.text.get("format") or {}).get("type", "text") != "text":
+            raise UnsupportedError("text.format other than 'text' (structured output) is not supported yet")
+        if body.background and not body.store:
+            raise BadRequestError("background responses are stored: store=false cannot be background")
+        conversation = _conversation_id(body.conversation)
+        if conversation and body.previous_response_id:
+            raise BadRequestError("give previous_response_id or conversation, not both")
+        got = parse_input(body.input, body.instructions)
+        tools = function_tools(body.tools)
+        if body.previous_response_id:
+            run_id, base = self._segment(req, body.previous_response_id, "read")
+            if got.text is None:
+                return self._continue(req, body, run_id, base, got)
+            session_id: str | None = self._after(run_id, base, body.previous_response_id)
+        elif got.text is None:
+            raise BadRequestError("answers to a paused response need its previous_response_id")
+        else:
+            session_id = conversation
+            if conversation:
+                self._conversation(req, conversation, "read")
+        if body.model != manifest["name"]:
+            raise NotFoundError(f"no model {body.model!r}")
+        self.access.session(req, session_id, "start", body.model)
+        record = {
+            "instructions": body.instructions,
+            "metadata": body.metadata or {},
+            "tools": body.tools,
+            "input": got.items,
+            "previous_response_id": body.previous_response_id,
+            "conversation": conversation,
+            "background": body.background,
+        }
+        stream = self.runtime.stream(
+            body.model,
+            got.text or "",
+            session_id=session_id,
+            user_id=req.user_id,
+            idempotency_key=req.headers.get("Idempotency-Key") or None,
+            client_tools=tools,
+            client={"context": got.context, "responses": record},
+        )
+        return self._answer(body, stream.run_id, 0)
+
+    def _after(self, run_id: str, base: int, named: str) -> str:
+        """The session a new run after response ``named`` goes in (409 unless it is the newest of its run and the
+        run ended, and its run the newest of its session)."""
+        view = self.runtime.get(run_id)
+        if not view.status.is_final:
+            raise StateError(
+                f"response {named!r} is {view.status.value}: answer its approval requests or function calls "
+                "(or cancel it) before starting another"
+            )
+        newest = self.runtime.runs(session_id=view.session_id, limit=1).runs
+        if newest and newest[0].run_id != run_id:
+            raise StateError(f"response {named!r} is not the newest of its conversation; continue from the newest")
+        return view.session_id
+
+    def _continue(self, req: Request, body: CreateBody, run_id: str, base: int, got: Input) -> Reply:
+        view = self.runtime.get(run_id)
+        self.access.allow(req, "continue", view, view.agent_id)
+        if body.model != view.agent_id:
+            raise BadRequestError(f"response {body.previous_response_id!r} is of model {view.agent_id!r}")
+        if view.status.value != "paused" or self._latest(run_id) != base:
+            raise RunNotPausedError(
+                f"response {body.previous_response_id!r} is not waiting for answers (its run is {view.status.value})"
+            )
+        decisions = [Decision(o["call_id"], result=o["output"]) for o in got.outputs]
+        decisions += [_approval(a) for a in got.approvals]
+        before = self.store.log.info(run_id).last_offset  # the continue's RUN_STARTED comes right after
+        self.runtime.continue_run(run_id, decisions)
+        return self._answer(body, run_id, before + 1)
+
+    def _latest(self, run_id: str) -> int:
+        """The base of the run's newest response."""
+        latest = 0
+        for ev in self.store.log.read(run_id, -1):
+            if starts_segment(ev):
+                latest = ev.offset
+        return latest
+
+    # -- answers ---------------------------------------------------------------------------------------------
+
+    def _answer(self, body: CreateBody, run_id: str, base: int) -> Reply:
+        if body.stream:
+            return Reply(200, stream=self._stream(run_id, base, -1))
+        if body.background:
+            return Reply(200, self._object(run_id, base))
+        return Reply(
+            200, wait=Wait(run_id, base - 1, self.block, answer=lambda: Reply(200, self._object(run_id, base)))
+        )
+
+    def _fold(self, run_id: str, base: int) -> ResponseFold:
+        state, _ = self.store.load(run_id)
+        manifest = self.runtime.agent_manifest(state.agent_id)
+        confirm = frozenset(t["name"] for t in manifest.get("tools", []) if t.get("requires_confirmation"))
+        return ResponseFold(_segment_of(state, base, confirm))
+
+    def _object(self, run_id: str, base: int) -> dict[str, Any]:
+        fold = self._fold(run_id, base)
+        for ev in self.store.log.read(run_id, -1):
+            fold.feed(ev)
+            if fold.ended:
+                break
+        if not fold.started:
+            raise _not_found(response_id(run_id, base))
+        return fold.response(usage=True)
+
+    def _stream(self, run_id: str, base: int, starting_after: int) -> LogStream:
+        presenter = Presenter(self._fold(run_id, base), starting_after)
+        return LogStream(run_id, -1, "responses", True, self.keepalive, presenter=presenter)
+
+    def _segment(self, req: Request, named: str, action: str) -> tuple[str, int]:
+        """(run id, base) of a response the caller may ``action`` (404 for one that does not exist, has expired
+        or is another user's)."""
+        parsed = parse_response_id(named)
+        if parsed is None:
+            raise _not_found(named)
+        run_id, base = parsed
+        try:
+            self.access.run(req, run_id, action)  # type: ignore[arg-type]
+            first = self.store.log.read(run_id, base - 1, limit=1)
+        except (RunNotFoundError, RunExpiredError):
+            raise _not_found(named) from None
+        if not first or first[0].offset != base or not starts_segment(first[0]):
+            raise _not_found(named)
+        return run_id, base
+
+    # -- the other routes ------------------------------------------------------------------------------------
+
+    def retrieve(self, req: Request, response_id: str) -> Reply:
+        run_id, base = self._segment(req, response_id, "read")
+        if req.query.get("stream", "").lower() in ("true", "1"):
+            after = req.query.get("starting_after")
+            starting_after = -1
+            if after not in (None, ""):
+                if not after.isascii() or not after.isdigit() or len(after) > 18:
+                    raise BadRequestError(f"starting_after must be a sequence number, got {after[:40]!r}")
+                starting_after = int(after)
+            return Reply(200, stream=self._stream(run_id, base, starting_after))
+        return Reply(200, self._object(run_id, base))
+
+    def cancel(self, req: Request, response_id: str) -> Reply:
+        """Stop the response's run (idempotent: a response that ended is answered as it is); answers the response
+        once it ended (or after a few seconds)."""
+        run_id, base = self._segment(req, response_id, "stop")
+        state, _ = self.store.load(run_id)
+        if not state.status.is_final and self._latest(run_id) == base:
+            with contextlib.suppress(RunFinishedError):  # it ended meanwhile
+                self.runtime.stop(run_id, "cancelled by request")
+        answer = lambda: Reply(200, self._object(run_id, base))  # noqa: E731
+        return Reply(200, wait=Wait(run_id, base - 1, CANCEL_WAIT_SECONDS, answer=answer))
+
+    def delete(self, req: Request, response_id: str) -> Reply:
+        """Delete the response's run (all its responses: the run is one); 409 while it is live."""
+        run_id, _ = self._segment(req, response_id, "delete")
+        self.runtime.delete_run(run_id)
+        return Reply(200, {"id": response_id, "object": "response.deleted", "deleted": True})
+
+    def input_items(self, req: Request, response_id: str) -> Reply:
+        run_id, base = self._segment(req, response_id, "read")
+        fold = self._fold(run_id, base)
+        for ev in self.store.log.read(run_id, -1):
+            fold.feed(ev)
+            if fold.ended:
+                break
+        items = list(fold.segment.record.get("input") or []) if base == 0 else _answers(fold)
+        items = [{"id": f"in_{base}_{i}", **item} for i, item in enumerate(items)]
+        if req.query.get("order", "desc") != "asc":
+            items.reverse()
+        return Reply(200, _listing(items))
+
+    def models(self, req: Request) -> Reply:
+        self.access.allow(req, "list")
+        return Reply(200, {"object": "list", "data": [_model(m) for m in self.runtime.agents()]})
+
+    def model(self, req: Request, model: str) -> Reply:
+        self.access.allow(req, "list", agent_id=model)
+        return Reply(200, _model(self.runtime.agent_manifest(model)))
+
+    # -- conversations (our sessions) ------------------------------------------------------------------------
+
+    def create_conversation(self, req: Request) -> Reply:
+        body = parse(req.body(), ConversationBody, limits=self.limits)
+        if body.items:
+            raise UnsupportedError("a conversation starts empty here: send its first items with a response")
+        self.access.allow(req, "start")
+        conversation = f"conv_{uuid.uuid4().hex}"
+        self.runtime.claim_session(conversation, req.user_id)
+        return Reply(200, _conversation(conversation, int(time.time()), body.metadata or {}))
+
+    def _conversation(self, req: Request, conversation: str, action: str) -> None:
+        known, _ = self.runtime.session_owner(conversation)
+        if not known:
+            raise SessionNotFoundError(f"conversation {conversation!r} does not exist (or has expired)")
+        self.access.session(req, conversation, action, None)  # type: ignore[arg-type]
+
+    def get_conversation(self, req: Request, conversation_id: str) -> Reply:
+        self._conversation(req, conversation_id, "read")
+        return Reply(200, _conversation(conversation_id, 0, {}))
+
+    def delete_conversation(self, req: Request, conversation_id: str) -> Reply:
+        self._conversation(req, conversation_id, "delete")
+        with contextlib.suppress(SessionNotFoundError):  # claimed, but no run ever used it
+            self.runtime.delete_session(conversation_id)
+        return Reply(200, {"id": conversation_id, "object": "conversation.deleted", "deleted": True})
+
+    def conversation_items(self, req: Request, conversation_id: str) -> Reply:
+        self._conversation(req, conversation_id, "read")
+        history = self.store.sessions.history(conversation_id)
+        items = [
+            {"id": f"item_{i}_{n}", **item}
+            for i, message in enumerate(history)
+            for n, item in enumerate(_items_of(message))
+        ]
+        if req.query.get("order", "asc") == "desc":
+            items.reverse()
+        return Reply(200, _listing(items))
+
+
+def _not_found(named: str) -> ResponseNotFoundError:
+    """The 404 of a response that does not exist, has expired or is another user's: one wording for all."""
+    return ResponseNotFoundError(f"no response {named!r} (it does not exist or has expired)")
+
+
+def _segment_of(state: RunState, base: int, confirm: frozenset[str]) -> Segment:
+    record = state.client.get("responses") if isinstance(state.client.get("responses"), dict) else {}
+    functions = frozenset(t["name"] for t in state.client_tools if t.get("name"))
+    return Segment(state.run_id, base, state.agent_id, dict(record or {}), functions, confirm, dict(state.usage))
+
+
+def _approval(item: dict[str, Any]) -> Decision:
+    """An ``mcp_approval_response`` as a decision; ``arguments`` (JSON text or an object) edits the call's."""
+    ident, approve = item["approval_request_id"], item["approve"]
+    reason = item.get("reason") if isinstance(item.get("reason"), str) else None
+    edited = item.get("arguments")
+    if isinstance(edited, str):
+        try:
+            edited = json.loads(edited)
+        except ValueError:
+            raise BadRequestError(f"the arguments of approval {ident!r} are not valid JSON") from None
+    if edited is not None and not isinstance(edited, dict):
+        raise BadRequestError(f"the arguments of approval {ident!r} must be a JSON object")
+    return Decision(ident, approve, reason, edited if approve else None)
+
+
+def _answers(fold: ResponseFold) -> list[dict[str, Any]]:
+    """The input of a continued response: the decisions its continue carried."""
+    items: list[dict[str, Any]] = []
+    for d in fold.decisions:
+        ident = d.get("tool_call_id", "")
+        if fold.segment.functions and ident in fold.function_outputs:
+            items.append({"type": "function_call_output", "call_id": ident, "output": fold.function_outputs[ident]})
+        else:
+            approve = d.get("decision") == "approved"
+            items.append({"type": "mcp_approval_response", "approval_request_id": ident, "approve": approve})
+    return items
+
+
+def _items_of(message: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """A stored conversation message as Responses items."""
+    role, content = message.get("role"), message.get("content")
+    text = content if isinstance(content, str) else ""
+    if isinstance(content, list):
+        text = "".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
+    if role == "tool":
+        yield {"type": "function_call_output", "call_id": message.get("tool_call_id", ""), "output": text}
+        return
+    if text and role in ("user", "assistant", "system"):
+        yield {**_message(role, text), "status": "completed"}
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function") or {}
+        yield {
+            "type": "function_call",
+            "call_id": call.get("id", ""),
+            "name": fn.get("name", ""),
+            "arguments": fn.get("arguments", "{}"),
+            "status": "completed",
+        }
+
+
+def _model(manifest: dict[str, Any]) -> dict[str, Any]:
+    return {"id": manifest["name"], "object": "model", "created": 0, "owned_by": "agents-celery"}
+
+
+def _conversation(ident: str, created: int, metadata: dict[str, str]) -> dict[str, Any]:
+    return {"id": ident, "object": "conversation", "created_at": created, "metadata": metadata}

@@ -1,0 +1,398 @@
+"""Render a run's stored log in the vocabulary of OpenAI's Responses API (the ``/v1`` routes, :mod:`.openairesponses`).
+
+No I/O here. A *response* is one segment of a run, as AG-UI's ``runId`` is: it starts at a RUN_STARTED of the log
+(offset ``base``: 0 for a new run, the continue's RUN_STARTED for a run answered after a pause) and ends at the
+segment's first RUN_FINISHED / RUN_ERROR. Its id spells both: ``resp_<run_id>_<base>`` (:func:`response_id`).
+
+:class:`ResponseFold` reads the log from offset 0 (what comes before ``base`` is taken in silently: tool names
+and arguments of earlier segments, the previous segment's start) and turns the segment's events into Responses
+stream events, each with its ``sequence_number``: 0, 1, 2 ... in the order they are rendered. The rendering is a
+pure function of the log, so the numbers are the same on every replay and ``starting_after=N`` resumes exactly
+after N (the fold renders from the start and drops what is at or before N). It also builds the Response object
+(``output`` items, ``status``, ``error``), the same one the stream's last event carries.
+
+Mapping (stored AG-UI event -> Responses events):
+
+- RUN_STARTED at ``base`` -> ``response.created`` (status ``queued``); the segment's first STEP_STARTED ->
+  ``response.in_progress``.
+- TEXT_MESSAGE_START/CONTENT/END (the assistant's) -> a ``message`` item: ``output_item.added``,
+  ``content_part.added``, ``output_text.delta`` ..., ``output_text.done``, ``content_part.done``.
+- TOOL_CALL_START/ARGS/END of a client's function tool (``tools`` of type ``function``) -> a ``function_call``
+  item with ``function_call_arguments.delta`` / ``.done``; of one of the agent's own tools -> an ``mcp_call`` item
+  (``server_label`` = the agent) with ``mcp_call_arguments.delta`` / ``.done``, done with its ``output`` when
+  TOOL_CALL_RESULT comes. A tool that needs a confirmation shows nothing until the pause, where it is an
+  ``mcp_approval_request`` item; once approved its result is an ``mcp_call`` item of the next response.
+- A message or function call item is done (``output_item.done``) when its step finishes: ``completed``, or
+  ``incomplete`` when the step was abandoned (a crashed attempt, a model retry): the retried attempt's text comes
+  as a new item. Items still open at the segment's end are done ``incomplete``.
+- RUN_FINISHED success, interrupt (approval requests) or pending client calls (``function_call`` items) ->
+  ``response.completed``; cancelled -> ``response.cancelled`` (status ``cancelled``); RUN_ERROR ->
+  ``response.failed`` with ``error``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..events import Event, EventType
+
+#: The Response statuses.
+TERMINAL_EVENT = {"completed": "response.completed", "cancelled": "response.cancelled", "failed": "response.failed"}
+
+
+def response_id(run_id: str, base: int) -> str:
+    """The id of the response that is the segment of ``run_id`` starting at offset ``base``."""
+    return f"resp_{run_id}_{base}"
+
+
+def parse_response_id(value: str) -> tuple[str, int] | None:
+    """(run id, base offset) of a response id; None when it is not one of ours."""
+    if not value.startswith("resp_"):
+        return None
+    run_id, _, base = value[5:].rpartition("_")
+    if not run_id or not base.isascii() or not base.isdigit() or len(base) > 18:
+        return None
+    return run_id, int(base)
+
+
+def starts_segment(ev: Event) -> bool:
+    """Whether ``ev`` opens a response: a RUN_STARTED that is not only there to end a paused run (a stop)."""
+    return ev.type is EventType.RUN_STARTED and not (ev.data.get("metadata") or {}).get("stopping")
+
+
+def usage_object(usage: dict[str, int]) -> dict[str, Any]:
+    """Our usage counters as the Responses API spells them."""
+    given, made = int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
+    return {
+        "input_tokens": given,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": made,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": int(usage.get("total_tokens", given + made)),
+    }
+
+
+@dataclass
+class Segment:
+    """What a response says of itself besides its output (from the request that started its run)."""
+
+    run_id: str
+    base: int
+    agent_id: str
+    record: dict[str, Any] = field(default_factory=dict)
+    #: The client's function tools (their calls are ``function_call`` items) and the agent's tools that need a
+    #: confirmation (their calls show as approval requests).
+    functions: frozenset[str] = frozenset()
+    confirm: frozenset[str] = frozenset()
+    usage: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return response_id(self.run_id, self.base)
+
+
+class ResponseFold:
+    """The Responses events of one segment and its Response object, folded from the run's log (module docs)."""
+
+    def __init__(self, segment: Segment) -> None:
+        self.segment = segment
+        self.seq = -1
+        self.output: list[dict[str, Any]] = []
+        self.status = "queued"
+        self.error: dict[str, Any] | None = None
+        self.created_at = 0
+        #: Set once the segment's RUN_STARTED was seen; ``ended`` once its terminal event was.
+        self.started = False
+        self.ended = False
+        #: The previous segment's base (its response is this one's ``previous_response_id``).
+        self.previous_base: int | None = None
+        #: The decisions the continue that opened this segment carried (``input_items`` of a continued response).
+        self.decisions: list[dict[str, Any]] = []
+        #: The client's answers to its function calls, as the log recorded them.
+        self.function_outputs: dict[str, str] = {}
+        self._names: dict[str, str] = {}
+        self._args: dict[str, str] = {}
+        self._open: dict[str, int] = {}  # message or call id -> output index, while its item is open
+        self._step_items: list[str] = []  # ids of the items opened in the current step (closed at its end)
+        self._abandoned = False
+
+    # -- folding ---------------------------------------------------------------------------------------------
+
+    def feed(self, ev: Event) -> list[dict[str, Any]]:
+        """The Responses events ``ev`` renders to (none before the segment or after its end)."""
+        self._remember(ev)
+        if self.ended:
+            return []
+        if not self.started:
+            if ev.offset < self.segment.base:
+                if starts_segment(ev):
+                    self.previous_base = ev.offset
+                return []
+            self.started = True
+            self.created_at = ev.timestamp // 1000
+            self.decisions = list((ev.data.get("metadata") or {}).get("decisions") or [])
+            return [self._event("response.created", response=self.response())]
+        return self._render(ev)
+
+    def _remember(self, ev: Event) -> None:
+        ident = ev.data.get("tool_call_id", "")
+        if ev.type is EventType.TOOL_CALL_START:
+            self._names[ident] = ev.data.get("tool_call_name", "")
+            self._args[ident] = ""
+        elif ev.type is EventType.TOOL_CALL_ARGS:
+            self._args[ident] = self._args.get(ident, "") + ev.data.get("delta", "")
+
+    def _render(self, ev: Event) -> list[dict[str, Any]]:
+        data, kind = ev.data, ev.type
+        if kind is EventType.STEP_STARTED:
+            self._step_items, self._abandoned = [], False
+            if self.status == "queued":
+                self.status = "in_progress"
+                return [self._event("response.in_progress", response=self.response())]
+            return []
+        if kind is EventType.STEP_FINISHED:
+            abandoned = self._abandoned or bool((data.get("metadata") or {}).get("abandoned"))
+            return self._close_step(abandoned)
+        if kind is EventType.CUSTOM and data.get("name") == "model_retry":
+            self._abandoned = True
+            return []
+        if kind in (EventType.TEXT_MESSAGE_START, EventType.TEXT_MESSAGE_CONTENT, EventType.TEXT_MESSAGE_END):
+            return self._text(ev)
+        if kind in (EventType.TOOL_CALL_START, EventType.TOOL_CALL_ARGS, EventType.TOOL_CALL_END):
+            return self._call(ev)
+        if kind is EventType.TOOL_CALL_RESULT:
+            return self._result(ev)
+        if kind is EventType.RUN_FINISHED:
+            return self._finished(data)
+        if kind is EventType.RUN_ERROR:
+            self.error = {"code": str(data.get("code") or "run_error"), "message": data.get("message", "")}
+            return self._end("failed")
+        return []
+
+    def _text(self, ev: Event) -> list[dict[str, Any]]:
+        mid = str(ev.data.get("message_id", ""))
+        if mid.startswith("usr_"):  # a user's message sent to the live run: input, not output
+            return []
+        if ev.type is EventType.TEXT_MESSAGE_START:
+            item: dict[str, Any] = {
+                "id": mid,
+                "type": "message",
+                "role": "assistant",
+                "status": "in_progress",
+                "content": [],
+            }
+            index = self._add(mid, item)
+            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+            item["content"].append(dict(part))
+            added = self._event("response.output_item.added", output_index=index, item=_copy(item, content=[]))
+            common = {"item_id": mid, "output_index": index, "content_index": 0}
+            return [added, self._event("response.content_part.added", **common, part=part)]
+        found = self._open.get(mid)
+        if found is None:
+            return []
+        index, item = found, self.output[found]
+        part = item["content"][0]
+        common = {"item_id": mid, "output_index": index, "content_index": 0}
+        if ev.type is EventType.TEXT_MESSAGE_CONTENT:
+            delta = ev.data.get("delta", "")
+            part["text"] += delta
+            return [self._event("response.output_text.delta", **common, delta=delta, logprobs=[])]
+        if item.get("_text_done"):
+            return []
+        item["_text_done"] = True
+        return [
+            self._event("response.output_text.done", **common, text=part["text"], logprobs=[]),
+            self._event("response.content_part.done", **common, part=dict(part)),
+        ]
+
+    def _call(self, ev: Event) -> list[dict[str, Any]]:
+        cid = str(ev.data.get("tool_call_id", ""))
+        name = self._names.get(cid, "")
+        if ev.type is EventType.TOOL_CALL_START:
+            if name in self.segment.confirm and name not in self.segment.functions:
+                return []  # shown as an approval request at the pause (or as an mcp_call once it ran)
+            item: dict[str, Any]
+            if name in self.segment.functions:
+                item = {"id": f"fc_{cid}", "type": "function_call", "call_id": cid, "name": name, "arguments": ""}
+            else:
+                item = {
+                    "id": cid,
+                    "type": "mcp_call",
+                    "server_label": self.segment.agent_id,
+                    "name": name,
+                    "arguments": "",
+                    "output": None,
+                    "error": None,
+                }
+            item["status"] = "in_progress"
+            index = self._add(cid, item)
+            return [self._event("response.output_item.added", output_index=index, item=dict(item))]
+        found = self._open.get(cid)
+        if found is None:
+            return []
+        index, item = found, self.output[found]
+        prefix = (
+            "response.function_call_arguments" if item["type"] == "function_call" else "response.mcp_call_arguments"
+        )
+        if ev.type is EventType.TOOL_CALL_ARGS:
+            delta = ev.data.get("delta", "")
+            item["arguments"] += delta
+            return [self._event(f"{prefix}.delta", item_id=item["id"], output_index=index, delta=delta)]
+        return [self._event(f"{prefix}.done", item_id=item["id"], output_index=index, arguments=item["arguments"])]
+
+    def _result(self, ev: Event) -> list[dict[str, Any]]:
+        cid = str(ev.data.get("tool_call_id", ""))
+        name = self._names.get(cid, "")
+        content = ev.data.get("content")
+        text = content if isinstance(content, str) else json.dumps(content)
+        if name in self.segment.functions:
+            self.function_outputs[cid] = text
+            return []  # the client's own answer (its input), not our output
+        out: list[dict[str, Any]] = []
+        found = self._open.get(cid)
+        if found is None:  # started before this segment (an approved call), or its item was closed
+            item: dict[str, Any] = {
+                "id": cid,
+                "type": "mcp_call",
+                "server_label": self.segment.agent_id,
+                "name": name,
+                "arguments": self._args.get(cid, "{}"),
+                "output": None,
+                "error": None,
+                "status": "in_progress",
+            }
+            found = self._add(cid, item, in_step=False)
+            out.append(self._event("response.output_item.added", output_index=found, item=dict(item)))
+        item = self.output[found]
+        item["output"] = text
+        return [*out, self._done(cid, "completed")]
+
+    def _finished(self, data: dict[str, Any]) -> list[dict[str, Any]]:
+        outcome = data.get("outcome") or {}
+        kind = outcome.get("type", "success")
+        if kind == "cancelled":
+            return self._end("cancelled")
+        out = self._close_all()
+        for interrupt in outcome.get("interrupts") or []:
+            meta = interrupt.get("metadata") or {}
+            cid = interrupt.get("tool_call_id") or interrupt.get("id", "")
+            args = meta.get("tool_args")
+            item = {
+                "id": cid,
+                "type": "mcp_approval_request",
+                "server_label": self.segment.agent_id,
+                "name": meta.get("tool_name") or self._names.get(cid, ""),
+                "arguments": json.dumps(args) if isinstance(args, dict) else self._args.get(cid, "{}"),
+            }
+            index = len(self.output)
+            self.output.append(item)
+            out.append(self._event("response.output_item.added", output_index=index, item=dict(item)))
+            out.append(self._event("response.output_item.done", output_index=index, item=dict(item)))
+        return [*out, *self._end("completed")]
+
+    def _end(self, status: str) -> list[dict[str, Any]]:
+        out = self._close_all()
+        self.status, self.ended = status, True
+        return [*out, self._event(TERMINAL_EVENT[status], response=self.response())]
+
+    # -- items -----------------------------------------------------------------------------------------------
+
+    def _add(self, ident: str, item: dict[str, Any], in_step: bool = True) -> int:
+        index = len(self.output)
+        self.output.append(item)
+        self._open[ident] = index
+        if in_step:
+            self._step_items.append(ident)
+        return index
+
+    def _done(self, ident: str, status: str) -> dict[str, Any]:
+        index = self._open.pop(ident)
+        item = self.output[index]
+        item.pop("_text_done", None)
+        item["status"] = status
+        return self._event("response.output_item.done", output_index=index, item=_copy(item))
+
+    def _close_step(self, abandoned: bool) -> list[dict[str, Any]]:
+        """The items of the step that ended: done (``incomplete`` when it was abandoned); an ``mcp_call`` of a
+        model turn that finished stays open for its result."""
+        out = []
+        for ident in self._step_items:
+            if ident not in self._open:
+                continue
+            if not abandoned and self.output[self._open[ident]]["type"] == "mcp_call":
+                continue
+            out += self._text_end(ident)
+            out.append(self._done(ident, "incomplete" if abandoned else "completed"))
+        self._step_items, self._abandoned = [], False
+        return out
+
+    def _close_all(self) -> list[dict[str, Any]]:
+        out = []
+        for ident in list(self._open):
+            out += self._text_end(ident)
+            out.append(self._done(ident, "incomplete"))
+        return out
+
+    def _text_end(self, ident: str) -> list[dict[str, Any]]:
+        """A message item's text and part, ended if its TEXT_MESSAGE_END did not come."""
+        item = self.output[self._open[ident]]
+        if item["type"] != "message" or item.get("_text_done"):
+            return []
+        item["_text_done"] = True
+        part = item["content"][0]
+        common = {"item_id": ident, "output_index": self._open[ident], "content_index": 0}
+        return [
+            self._event("response.output_text.done", **common, text=part["text"], logprobs=[]),
+            self._event("response.content_part.done", **common, part=dict(part)),
+        ]
+
+    def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
+        self.seq += 1
+        return {"type": kind, "sequence_number": self.seq, **fields}
+
+    # -- the Response object ---------------------------------------------------------------------------------
+
+    def response(self, usage: bool = False) -> dict[str, Any]:
+        """The Response object as it stands. ``usage``: with the run's usage so far (not in stream events: they
+        are the same on every replay, and the log does not hold usage)."""
+        seg, record = self.segment, self.segment.record
+        previous = record.get("previous_response_id") if seg.base == 0 else None
+        if self.previous_base is not None:
+            previous = response_id(seg.run_id, self.previous_base)
+        text_format = record.get("text") or {"format": {"type": "text"}}
+        return {
+            "id": seg.id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": self.status,
+            "background": bool(record.get("background", False)),
+            "model": seg.agent_id,
+            "instructions": record.get("instructions"),
+            "output": [_copy(i) for i in self.output],
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": list(record.get("tools") or []),
+            "metadata": dict(record.get("metadata") or {}),
+            "previous_response_id": previous,
+            "conversation": {"id": record["conversation"]} if record.get("conversation") else None,
+            "text": text_format,
+            "store": True,
+            "truncation": "disabled",
+            "temperature": None,
+            "top_p": None,
+            "max_output_tokens": None,
+            "incomplete_details": None,
+            "error": self.error,
+            "usage": usage_object(seg.usage) if usage else None,
+        }
+
+
+def _copy(item: dict[str, Any], **override: Any) -> dict[str, Any]:
+    """An item as sent: private keys left out, content parts copied."""
+    out = {k: v for k, v in item.items() if not k.startswith("_")}
+    if "content" in out:
+        out["content"] = [dict(p) for p in out["content"]]
+    out.update(override)
+    return out

@@ -1,0 +1,314 @@
+"""The OpenAI Responses API under /v1, with the official ``openai`` SDK as the client: a live API server (the Flask
+blueprint under werkzeug's threaded server, in a thread of the test), the session's real worker, real Redis, and the
+fake OpenAI server as the agent's model. Crashes (kill -9 of a worker) are in test_responses_crash.py."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+from flask import Flask, request
+from werkzeug.serving import make_server
+
+from agents_celery import Runtime, ScriptedToolCall, ScriptedTurn
+from agents_celery.contrib.flask import close_app, init_app, make_blueprint
+
+from .conftest import TEST_REDIS_URL
+from .invariants import counter_of
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def owner_rule(action: str, user_id: str | None, resource: Any, agent_id: str | None) -> bool:
+    """A host's rule: what a user started is theirs (callers without a user see only what has no owner)."""
+    return resource is None or resource.user_id == user_id
+
+
+class Server:
+    """A Flask app serving the API at the root on a free port, in a thread (werkzeug's threaded server)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.app = Flask("responses-test")
+        init_app(self.app, runtime, authorize=owner_rule, user_id=lambda: request.headers.get("X-User"))  # type: ignore[arg-type]
+        self.app.config["AGENTS_CELERY_KEEPALIVE_SECONDS"] = 0.3
+        self.app.register_blueprint(make_blueprint())
+        self.http = make_server("127.0.0.1", 0, self.app, threaded=True)
+        self.url = f"http://127.0.0.1:{self.http.server_port}"
+        self.thread = threading.Thread(target=self.http.serve_forever, daemon=True)
+        self.thread.start()
+
+    def client(self, user: str | None = "bob", **options: Any) -> openai.OpenAI:
+        headers = {"X-User": user} if user else {}
+        return openai.OpenAI(
+            base_url=self.url + "/v1", api_key="unused", default_headers=headers, max_retries=0, **options
+        )
+
+    def close(self) -> None:
+        self.http.shutdown()
+        close_app(self.app)
+
+
+@pytest.fixture
+def server(fast_settings: Any, worker: Any) -> Iterator[Server]:
+    found = Server(Runtime(settings=fast_settings))
+    yield found
+    found.close()
+
+
+@pytest.fixture
+def client(server: Server) -> openai.OpenAI:
+    return server.client()
+
+
+def events_of(stream: Any) -> list[Any]:
+    return list(stream)
+
+
+def check_sequence(events: list[Any], first: int = 0) -> None:
+    numbers = [e.sequence_number for e in events]
+    assert numbers == list(range(first, first + len(numbers))), numbers
+
+
+def deltas(events: list[Any]) -> str:
+    return "".join(e.delta for e in events if e.type == "response.output_text.delta")
+
+
+def test_create_waits_and_retrieve_answers_the_same(client: openai.OpenAI, script: Any, fake_openai: Any) -> None:
+    script("Hello from the agent.")
+    made = client.responses.create(model="fake", input="hi there", instructions="Answer in English.")
+    assert made.status == "completed" and made.output_text == "Hello from the agent."
+    assert made.id.startswith("resp_") and made.model == "fake"
+    again = client.responses.retrieve(made.id)
+    assert again.output_text == made.output_text and again.status == "completed"
+    assert [i.type for i in again.output] == ["message"]
+    system = fake_openai.requests[-1]["messages"][0]
+    assert system["role"] == "system" and "Answer in English." in system["content"]  # added to the agent's
+    items = client.responses.input_items.list(made.id)
+    assert [(i.type, i.role) for i in items.data] == [("message", "user")]
+    assert items.data[0].content[0].text == "hi there"
+    assert "fake" in [m.id for m in client.models.list().data]
+    assert client.models.retrieve("fake").id == "fake"
+
+
+def test_stream_numbers_are_stable_and_resume_exactly(client: openai.OpenAI, script: Any) -> None:
+    script(
+        ScriptedTurn(text="Let me check.", tool_calls=[ScriptedToolCall("get_time", {"timezone": "UTC"})]),
+        "It is twelve o'clock in UTC, as the tool said.",
+    )
+    live = events_of(client.responses.create(model="fake", input="time?", stream=True, background=True))
+    check_sequence(live)
+    assert live[0].type == "response.created" and live[-1].type == "response.completed"
+    response_id = live[0].response.id
+    final = client.responses.retrieve(response_id)
+    assert deltas(live) == final.output_text
+    assert [i.type for i in final.output] == ["message", "mcp_call", "message"]
+    call = final.output[1]
+    assert call.name == "get_time" and call.output == "12:00 in UTC" and call.server_label == "fake"
+    assert live[-1].response.output_text == final.output_text
+    for n in (0, 5, 10, len(live) - 2):
+        tail = events_of(client.responses.retrieve(response_id, stream=True, starting_after=n))
+        assert [e.model_dump() for e in tail] == [e.model_dump() for e in live[n + 1 :]]
+    replay = events_of(client.responses.retrieve(response_id, stream=True))
+    assert [e.model_dump() for e in replay] == [e.model_dump() for e in live]
+    with client.responses.stream(response_id=response_id, starting_after=7) as stream:
+        resumed = list(stream)  # the SDK reads from 0 (response.created first) and drops what is <= 7
+        assert stream.get_final_response().output_text == final.output_text
+    assert [e.sequence_number for e in resumed] == list(range(8, len(live)))
+
+
+def test_previous_response_id_across_three_turns(client: openai.OpenAI, script: Any, fake_openai: Any) -> None:
+    script("one", "two", "three")
+    first = client.responses.create(model="fake", input="turn A")
+    second = client.responses.create(model="fake", input="turn B", previous_response_id=first.id)
+    third = client.responses.create(model="fake", input="turn C", previous_response_id=second.id)
+    assert third.previous_response_id == second.id and third.status == "completed"
+    seen = [(m["role"], m.get("content")) for m in fake_openai.requests[-1]["messages"] if m["role"] != "system"]
+    assert seen == [
+        ("user", "turn A"),
+        ("assistant", first.output_text),
+        ("user", "turn B"),
+        ("assistant", second.output_text),
+        ("user", "turn C"),
+    ]
+    with pytest.raises(openai.ConflictError):  # only the newest response of a conversation goes on
+        client.responses.create(model="fake", input="turn D", previous_response_id=first.id)
+
+
+def test_conversation_is_a_session(client: openai.OpenAI, script: Any, fake_openai: Any) -> None:
+    script("first answer", "second answer")
+    conversation = client.conversations.create()
+    assert conversation.id.startswith("conv_")
+    client.responses.create(model="fake", input="hello", conversation=conversation.id)
+    made = client.responses.create(model="fake", input="again", conversation={"id": conversation.id})
+    assert made.conversation is not None and made.conversation.id == conversation.id
+    users = [m["content"] for m in fake_openai.requests[-1]["messages"] if m["role"] == "user"]
+    assert users == ["hello", "again"]
+    items = client.conversations.items.list(conversation.id)
+    texts = [(i.role, i.content[0].text) for i in items.data if i.type == "message"]
+    assert texts[:2] == [("user", "hello"), ("assistant", made.output_text if False else texts[1][1])]
+    assert [t for t in texts if t[0] == "user"] == [("user", "hello"), ("user", "again")]
+    with pytest.raises(openai.NotFoundError):
+        client.responses.create(model="fake", input="x", conversation="conv_nobody_made_this")
+
+
+def test_function_tools_round_trip(client: openai.OpenAI, script: Any, fake_openai: Any) -> None:
+    script(
+        ScriptedTurn(tool_calls=[ScriptedToolCall("lookup_weather", {"city": "Oslo"}, "call_w1")]),
+        "It is sunny in Oslo.",
+    )
+    tools = [
+        {
+            "type": "function",
+            "name": "lookup_weather",
+            "description": "The weather in a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        }
+    ]
+    first = client.responses.create(model="fake", input="weather in Oslo?", tools=tools)  # type: ignore[arg-type]
+    calls = [i for i in first.output if i.type == "function_call"]
+    assert first.status == "completed" and len(calls) == 1
+    assert calls[0].call_id == "call_w1" and json.loads(calls[0].arguments) == {"city": "Oslo"}
+    answer = {"type": "function_call_output", "call_id": "call_w1", "output": "sunny, 21 C"}
+    second = client.responses.create(model="fake", previous_response_id=first.id, input=[answer], tools=tools)  # type: ignore[arg-type, list-item]
+    assert second.output_text == "It is sunny in Oslo." and second.previous_response_id == first.id
+    assert second.id != first.id
+    tool_message = [m for m in fake_openai.requests[-1]["messages"] if m["role"] == "tool"]
+    assert tool_message and tool_message[0]["content"] == "sunny, 21 C"
+    items = client.responses.input_items.list(second.id).data
+    assert [(i.type, i.call_id, i.output) for i in items] == [("function_call_output", "call_w1", "sunny, 21 C")]
+
+
+def confirm_script(script: Any, path: str) -> None:
+    script(ScriptedTurn(tool_calls=[ScriptedToolCall("delete_file", {"path": path}, "call_d1")]), "Done with it.")
+
+
+def test_approval_approve_and_reject(client: openai.OpenAI, script: Any, key_prefix: str) -> None:
+    import redis
+
+    count = counter_of(redis.Redis.from_url(TEST_REDIS_URL), key_prefix)
+    confirm_script(script, "/tmp/yes")
+    asked = client.responses.create(model="fake", input="delete /tmp/yes")
+    requests = [i for i in asked.output if i.type == "mcp_approval_request"]
+    assert len(requests) == 1 and requests[0].name == "delete_file" and requests[0].server_label == "fake"
+    assert json.loads(requests[0].arguments) == {"path": "/tmp/yes"} and count("delete_file:/tmp/yes") == 0
+    approve = {"type": "mcp_approval_response", "approval_request_id": requests[0].id, "approve": True}
+    done = client.responses.create(model="fake", previous_response_id=asked.id, input=[approve])  # type: ignore[list-item]
+    assert done.status == "completed" and done.output_text == "Done with it."
+    ran = [i for i in done.output if i.type == "mcp_call"]
+    assert [(c.name, c.output) for c in ran] == [("delete_file", "deleted /tmp/yes")]
+    assert count("delete_file:/tmp/yes") == 1
+    with pytest.raises(openai.ConflictError):  # answered once; the same answer again is refused
+        client.responses.create(model="fake", previous_response_id=asked.id, input=[approve])  # type: ignore[list-item]
+
+    confirm_script(script, "/tmp/no")
+    asked = client.responses.create(model="fake", input="delete /tmp/no")
+    request_id = next(i.id for i in asked.output if i.type == "mcp_approval_request")
+    reject = {"type": "mcp_approval_response", "approval_request_id": request_id, "approve": False, "reason": "no"}
+    done = client.responses.create(model="fake", previous_response_id=asked.id, input=[reject])  # type: ignore[list-item]
+    assert done.status == "completed" and count("delete_file:/tmp/no") == 0
+
+
+def test_approval_with_edited_arguments(client: openai.OpenAI, script: Any, key_prefix: str) -> None:
+    import redis
+
+    count = counter_of(redis.Redis.from_url(TEST_REDIS_URL), key_prefix)
+    confirm_script(script, "/tmp/asked")
+    asked = client.responses.create(model="fake", input="delete /tmp/asked")
+    request_id = next(i.id for i in asked.output if i.type == "mcp_approval_request")
+    edited = {
+        "type": "mcp_approval_response",
+        "approval_request_id": request_id,
+        "approve": True,
+        "arguments": json.dumps({"path": "/tmp/edited"}),
+    }
+    done = client.responses.create(model="fake", previous_response_id=asked.id, input=[edited])  # type: ignore[list-item]
+    assert [i.output for i in done.output if i.type == "mcp_call"] == ["deleted /tmp/edited"]
+    assert count("delete_file:/tmp/edited") == 1 and count("delete_file:/tmp/asked") == 0
+
+
+def test_cancel_a_running_and_a_finished_response(client: openai.OpenAI, script: Any) -> None:
+    script(" ".join(["word"] * 400), token_delay=0.02)
+    running = client.responses.create(model="fake", input="talk a lot", background=True)
+    assert running.status in ("queued", "in_progress")
+    cancelled = client.responses.cancel(running.id)
+    assert cancelled.status == "cancelled"
+    assert client.responses.cancel(running.id).status == "cancelled"  # idempotent
+    script("short")
+    finished = client.responses.create(model="fake", input="quick")
+    assert client.responses.cancel(finished.id).status == "completed"  # ended: answered as it is
+
+
+def test_cancel_a_queued_response(deploy: Any) -> None:
+    from agents_celery import Runtime
+
+    from .agents_fixture import fake
+
+    deployment = deploy("respq")  # no worker consumes its queue: the response stays queued
+    found = Server(Runtime(settings=deployment.settings, agents=[fake]))
+    try:
+        client = found.client()
+        queued = client.responses.create(model="fake", input="never started", background=True)
+        assert queued.status == "queued"
+        assert client.responses.cancel(queued.id).status == "cancelled"
+    finally:
+        found.close()
+
+
+def test_another_user_gets_404_everywhere(server: Server, script: Any) -> None:
+    script(ScriptedTurn(tool_calls=[ScriptedToolCall("delete_file", {"path": "/tmp/bob"}, "call_b")]), "ok")
+    bob, eve = server.client("bob"), server.client("eve")
+    made = bob.responses.create(model="fake", input="delete /tmp/bob")
+    with pytest.raises(openai.NotFoundError):
+        eve.responses.retrieve(made.id)
+    with pytest.raises(openai.NotFoundError):
+        list(eve.responses.retrieve(made.id, stream=True))
+    with pytest.raises(openai.NotFoundError):
+        eve.responses.cancel(made.id)
+    with pytest.raises(openai.NotFoundError):
+        eve.responses.delete(made.id)
+    with pytest.raises(openai.NotFoundError):
+        eve.responses.input_items.list(made.id)
+    request_id = next(i.id for i in made.output if i.type == "mcp_approval_request")
+    approve = [{"type": "mcp_approval_response", "approval_request_id": request_id, "approve": True}]
+    with pytest.raises(openai.NotFoundError):
+        eve.responses.create(model="fake", previous_response_id=made.id, input=approve)  # type: ignore[arg-type]
+    conversation = bob.conversations.create()
+    with pytest.raises(openai.NotFoundError):
+        eve.responses.create(model="fake", input="hi", conversation=conversation.id)
+    with pytest.raises(openai.NotFoundError):
+        eve.conversations.items.list(conversation.id)
+    assert bob.responses.retrieve(made.id).id == made.id  # still bob's, untouched
+    with pytest.raises(openai.NotFoundError):
+        bob.responses.retrieve("resp_" + "0" * 32 + "_0")
+
+
+def test_bad_input_is_refused_and_unsupported_is_said(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError):
+        client.responses.create(model="no-such-agent", input="hi")
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model="fake", input="hi", tools=[{"type": "web_search"}])  # type: ignore[list-item]
+    assert refused.value.body["code"] == "unsupported"  # type: ignore[index]
+    image = {"type": "input_image", "image_url": "https://example.com/cat.png"}
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model="fake", input=[{"role": "user", "content": [image]}])  # type: ignore[list-item]
+    assert refused.value.body["code"] == "unsupported"  # type: ignore[index]
+    schema = {"type": "json_schema", "name": "x", "schema": {"type": "object"}}
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model="fake", input="hi", text={"format": schema})  # type: ignore[typeddict-item]
+    assert refused.value.body["code"] == "unsupported"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError):
+        client.responses.create(model="fake", input="  ")
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve("not-a-response")
+
+
+def test_delete_a_response_deletes_its_run(client: openai.OpenAI, script: Any) -> None:
+    script("bye")
+    made = client.responses.create(model="fake", input="hi")
+    client.responses.delete(made.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(made.id)
