@@ -163,8 +163,14 @@ def test_200_turn_session_stays_under_the_budget(deploy: Any, fake_openai: Any) 
     assert last[1]["content"].startswith(SUMMARY_PREFIX)
     asked = [m["content"] for m in last if m["role"] == "user"]
     assert asked[-KEEP:] == [f"Question number {i} about the weather today?" for i in (198, 199)]
+
     # Every turn is still readable: the session's history has all 400 messages, in order, plus the markers.
-    history = rt.session(session).messages
+    # (the last run's messages reach the session just after its RUN_FINISHED)
+    def full() -> list[dict[str, Any]] | None:
+        messages = rt.session(session).messages
+        return messages if len([m for m in messages if not is_marker(m)]) >= 400 else None
+
+    history = wait_for(full, what="the session's history")
     plain = [m for m in history if not is_marker(m)]
     assert len(plain) == 400 and [m["content"] for m in plain[::2]] == [
         f"Question number {i} about the weather today?" for i in range(200)
@@ -187,7 +193,8 @@ def test_last_turns_sends_only_the_last_turns(deploy: Any, fake_openai: Any) -> 
         {"role": "assistant", "content": ANSWER},
         {"role": "user", "content": "message 4"},
     ]
-    assert len(cluster.runtime.session(session).messages) == 10  # the stored history keeps every turn
+    stored = wait_for(lambda: len(cluster.runtime.session(session).messages) >= 10, what="the session's history")
+    assert stored and len(cluster.runtime.session(session).messages) == 10  # the stored history keeps every turn
 
 
 def test_replay_of_the_log_shows_the_summary_step(deploy: Any, fake_openai: Any) -> None:
@@ -234,4 +241,6 @@ def test_summary_step_survives_kill_9(deploy: Any, fake_openai: Any) -> None:
     assert responder.summaries >= 2
     view = rt.get(stream.id)
     assert view.status.value == "completed" and view.output == ANSWER
-    assert len([m for m in rt.session(session).messages if is_marker(m)]) == 1
+    markers = lambda: [m for m in rt.session(session).messages if is_marker(m)]  # noqa: E731
+    wait_for(lambda: markers(), what="the summary in the session's history")  # it follows the run's end
+    assert len(markers()) == 1
