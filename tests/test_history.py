@@ -24,13 +24,14 @@ from agents_celery.history import (
     prompt_messages,
     prompt_tokens,
 )
+from agents_celery.http import agui
 from agents_celery.models import word_count
 from agents_celery.testing.openai_server import FakeReply, SummaryResponder
 
 from .agents_history import KEEP
 from .cluster import Deployment
 from .conftest import all_events, wait_for
-from .invariants import assert_run_sound
+from .invariants import assert_agui_stream, assert_run_sound
 
 
 def user(text: str) -> dict[str, Any]:
@@ -217,6 +218,32 @@ def test_replay_of_the_log_shows_the_summary_step(deploy: Any, fake_openai: Any)
     assert value["summary"].startswith("Summary of") and value["replaced"] >= 2 and value["kept"] >= 1
     assert value["prompt_tokens_before"] > 100 >= value["prompt_tokens_after"]
     assert rt.get(run_id).output == ANSWER
+    rendered = [agui.render(e) for e in events]  # the AG-UI dialect of the same log: valid, with the event
+    assert_agui_stream(rendered)
+    assert any(e["type"] == "CUSTOM" and e["name"] == "history_summarized" for e in rendered)
+
+
+def test_a_summary_that_cannot_be_made_fails_the_run_with_the_reason(deploy: Any, fake_openai: Any) -> None:
+    cluster = _deployment(deploy, 100)
+    cluster.start(1)
+    rt = cluster.runtime
+    answering = _answering()
+
+    def refusing(request: dict[str, Any]) -> FakeReply:
+        if is_summary_request(request):
+            return FakeReply(status=400, error="summary refused")
+        return answering(request)
+
+    fake_openai.responder = refusing
+    session = uuid.uuid4().hex
+    for i in range(20):
+        view = rt.run("summarizing", f"question {i} about things", session_id=session, timeout=30)
+        if view.status.value != "completed":
+            break
+    assert view.status.value == "failed" and "summary refused" in (view.error or {}).get("message", "")
+    events = all_events(rt, view.run_id)
+    assert_run_sound(events)
+    assert events[-1].type is EventType.RUN_ERROR and not _custom(events, "history_summarized")
 
 
 @pytest.mark.slow
