@@ -7,6 +7,7 @@ server, whose received requests are the prompts checked against the budget.
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -271,3 +272,23 @@ def test_summary_step_survives_kill_9(deploy: Any, fake_openai: Any) -> None:
     markers = lambda: [m for m in rt.session(session).messages if is_marker(m)]  # noqa: E731
     wait_for(lambda: markers(), what="the summary in the session's history")  # it follows the run's end
     assert len(markers()) == 1
+
+
+def test_stop_during_the_summary_step_cancels_the_run(deploy: Any, fake_openai: Any) -> None:
+    cluster = _deployment(deploy, 100)
+    cluster.start(1)
+    rt = cluster.runtime
+    fake_openai.responder = responder = _answering(summary_delay=2.0)  # a summary that takes ~12 s
+    session = uuid.uuid4().hex
+    for i in range(20):  # runs of the session until one starts a summary step
+        stream = rt.stream("summarizing", f"question {i} about things", session_id=session)
+        wait_for(lambda r=stream.id: responder.summaries >= 1 or rt.get(r).status.is_final, timeout=30, what="a run")
+        if responder.summaries:
+            break
+    stopped = time.monotonic()
+    rt.stop(stream.id)
+    events = all_events(rt, stream.id)
+    assert time.monotonic() - stopped < 5  # bounded by stop_grace_seconds, not by the summary's 12 s
+    assert_run_sound(events)
+    assert events[-1].type is EventType.RUN_FINISHED and events[-1].data["outcome"]["type"] == "cancelled"
+    assert not _custom(events, "history_summarized") and rt.get(stream.id).status.value == "cancelled"
