@@ -11,6 +11,7 @@ from typing import Any
 
 from .admission import DELETING, Admission, idempotent_run_id
 from .agent import Agent
+from .chatmessages import as_chat
 from .errors import (
     RunExpiredError,
     RunLiveError,
@@ -73,7 +74,7 @@ class Inspection:
             error=state.error.model_dump() if state.error else None,
             pending=state.pending,
             tool_calls=state.tool_calls,
-            messages=state.new_messages,
+            messages=as_chat(state.new_messages),
             stop_requested=self.store.stop_requested(run_id),
             usage=state.usage,
             created_at=state.created_at,

@@ -20,6 +20,7 @@ from typing import Any
 import ag_ui.core as agui
 import pydantic
 
+from ..chatmessages import as_chat
 from ..events import AGUI_MODELS, Event, EventType
 
 
@@ -169,9 +170,10 @@ def interrupt_view(interrupt: dict[str, Any]) -> dict[str, Any]:
 
 
 def to_messages(messages: list[dict[str, Any]], thread_id: str) -> list[dict[str, Any]]:
-    """A conversation (OpenAI chat messages) as AG-UI messages, with ids stable across snapshots."""
+    """A conversation (OpenAI chat messages, or a pydantic-ai agent's) as AG-UI messages, with ids stable across
+    snapshots."""
     out: list[dict[str, Any]] = []
-    for i, m in enumerate(messages):
+    for i, m in enumerate(as_chat(messages)):
         role, ident = m.get("role"), f"{thread_id}-{i}"
         text = m.get("content") if isinstance(m.get("content"), str) else None
         if role == "user":

@@ -32,6 +32,7 @@ from typing import Any
 import ag_ui.core as agui
 import pydantic
 
+from ..chatmessages import as_chat
 from ..decisions import Decision
 from ..errors import (
     BodyValidationError,
@@ -98,7 +99,7 @@ def history_check(earlier: list[Any]) -> Any:
     def check(history: list[dict[str, Any]]) -> None:
         if not earlier:
             return
-        stored = _texts([(m.get("role", ""), text_of(m.get("content"))) for m in history])
+        stored = _texts([(m.get("role", ""), text_of(m.get("content"))) for m in as_chat(history)])
         if sent != stored:
             raise HistoryMismatchError(
                 f"the earlier messages ({len(sent)} user/assistant texts) do not agree with the thread's stored "

@@ -1,0 +1,80 @@
+"""A run's conversation as OpenAI chat messages, whoever wrote it.
+
+Our own agents keep chat messages (``{"role": ..., "content": ...}``); a pydantic-ai agent's runs keep pydantic-ai's
+message history (``ModelMessagesTypeAdapter`` JSON: ``{"kind": "request" | "response", "parts": [...]}``). Readers
+that show a conversation (the AG-UI endpoint's MESSAGES_SNAPSHOT, its history check, ``GET /runs/<id>``'s
+messages) read it through :func:`as_chat`, so both kinds look the same. Plain dicts in, plain dicts out: no
+pydantic-ai import here.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(c if isinstance(c, str) else str(c.get("text") or c.get("content") or "") for c in content)
+    return "" if content is None else json.dumps(content)
+
+
+def _request(message: dict[str, Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for part in message.get("parts") or []:
+        kind = part.get("part_kind")
+        if kind == "system-prompt":
+            out.append({"role": "system", "content": _text(part.get("content"))})
+        elif kind == "user-prompt":
+            out.append({"role": "user", "content": _text(part.get("content"))})
+        elif kind == "tool-return":
+            content = part.get("content")
+            text = content if isinstance(content, str) else json.dumps(content)
+            out.append({"role": "tool", "tool_call_id": part.get("tool_call_id", ""), "content": text})
+        elif kind == "retry-prompt":
+            text = _text(part.get("content"))
+            if part.get("tool_name"):
+                out.append({"role": "tool", "tool_call_id": part.get("tool_call_id", ""), "content": text})
+            else:
+                out.append({"role": "user", "content": text})
+    return out
+
+
+def _response(message: dict[str, Any]) -> dict[str, Any]:
+    text = "".join(p.get("content") or "" for p in message.get("parts") or [] if p.get("part_kind") == "text")
+    calls = [
+        {
+            "id": p.get("tool_call_id", ""),
+            "type": "function",
+            "function": {"name": p.get("tool_name", ""), "arguments": _arguments(p.get("args"))},
+        }
+        for p in message.get("parts") or []
+        if p.get("part_kind") == "tool-call"
+    ]
+    out: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if calls:
+        out["tool_calls"] = calls
+    return out
+
+
+def _arguments(args: Any) -> str:
+    if isinstance(args, str):
+        return args
+    return json.dumps(args if args is not None else {})
+
+
+def as_chat(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with every pydantic-ai message replaced by the chat messages it stands for."""
+    if not any("kind" in m for m in messages):
+        return messages
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if m.get("kind") == "request":
+            out += _request(m)
+        elif m.get("kind") == "response":
+            out.append(_response(m))
+        else:
+            out.append(m)
+    return out

@@ -1,0 +1,140 @@
+"""pydantic-ai agents through the HTTP API: ``GET /agents``, the AgentOS reconnect story (pause, continue, drop the
+connection, resume), ``?format=agui`` and the official AG-UI client's verifier, against a real API server and a real
+worker serving tests/agents_pydantic.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from agents_celery.models import ScriptedToolCall, ScriptedTurn
+from agents_celery.testing import ScriptResponder
+
+from .api_support import ApiServer, frames, read_until
+from .cluster import Deployment
+from .conftest import TEST_REDIS_URL, wait_for
+from .invariants import assert_agui_stream, counter_of
+from .test_agui_client import CLIENT, node
+from .test_api import AGENTOS_TYPES, END, stored, wait_status
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def served(fake_openai: Any) -> Iterator[tuple[Deployment, ApiServer]]:
+    """One worker and one API server (Flask) of the module's own, serving the pydantic-ai agents."""
+    dep = Deployment("paihttp", fake_openai.url, {"AGENTS_CELERY_AGENTS": "tests.agents_pydantic"})
+    try:
+        dep.start(1)
+        api = ApiServer({**dep.env, "AGENTS_CELERY_KEEPALIVE_SECONDS": "0.3"}).wait_ready()
+        yield dep, api
+        api.stop()
+    finally:
+        dep.close()
+
+
+@pytest.fixture
+def client(served: tuple[Deployment, ApiServer]) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=served[1].url, timeout=30) as c:
+        yield c
+
+
+def count(dep: Deployment, name: str) -> int:
+    with redis.Redis.from_url(TEST_REDIS_URL) as r:
+        return counter_of(r, dep.prefix)(name)
+
+
+def test_get_agents_lists_the_pydantic_ai_agents(client: httpx.Client) -> None:
+    agents = {a["name"]: a for a in client.get("/agents").json()}
+    assert {"pai_weather", "pai_bank", "pai_files"} <= set(agents)
+    files = agents["pai_files"]
+    assert files["description"].startswith("Deletes files")
+    tools = {t["name"]: t for t in files["tools"]}
+    assert (
+        tools["delete_file"]["requires_confirmation"] is True and tools["list_files"]["requires_confirmation"] is False
+    )
+    assert tools["delete_file"]["parameters"]["properties"] == {"path": {"type": "string"}}
+
+
+def test_agentos_reconnect_story_with_a_pydantic_ai_agent(
+    client: httpx.Client, served: tuple[Deployment, ApiServer], fake_openai: Any
+) -> None:
+    path = f"/tmp/{uuid.uuid4().hex}"
+    fake_openai.responder = ScriptResponder(
+        [ScriptedTurn("Deleting.", [ScriptedToolCall("delete_file", {"path": path})]), "All done, the file is gone."]
+    )
+    with client.stream("POST", "/agents/pai_files/runs", data={"message": "delete it", "stream": "true"}) as resp:
+        assert resp.status_code == 200
+        first = list(frames(resp))  # the stream closes by itself after RunPaused
+    paused = first[-1].data
+    assert first[-1].event == "RunPaused" and paused["is_paused"] is True
+    assert paused["tools"][0]["tool_name"] == "delete_file" and paused["tools"][0]["tool_args"] == {"path": path}
+    run_id = paused["run_id"]
+    assert "".join(f.data["content"] for f in first if f.event == "RunContent") == "Deleting."
+    tools = [{**paused["tools"][0], "confirmed": True}]
+    body = {"tools": json.dumps(tools), "stream": "true", "background": "true"}
+    with client.stream("POST", f"/agents/pai_files/runs/{run_id}/continue", data=body) as resp:
+        assert resp.status_code == 200
+        dropped = read_until(resp, END, limit=3)  # then the connection is dropped
+    assert dropped[0].event == "RunContinued"
+    with client.stream(
+        "POST", f"/agents/pai_files/runs/{run_id}/resume", data={"last_event_index": dropped[-1].id}
+    ) as r:
+        assert r.status_code == 200
+        rest = list(frames(r))
+    assert rest[0].event in ("catch_up", "replay")
+    events = [f for f in first + dropped + rest if f.id is not None]
+    assert events[-1].event == "RunCompleted" and events[-1].data["content"] == "All done, the file is gone."
+    expected = [f.id for f in stored(client, run_id) if f.event in AGENTOS_TYPES]
+    assert [f.id for f in events] == expected  # contiguous: every renderable offset once, in order
+    assert count(served[0], f"pai:delete_file:{path}") == 1
+    completed = [f for f in events if f.event == "ToolCallCompleted"]
+    assert [c.data["tool"]["tool_name"] for c in completed] == ["delete_file"]
+    view = client.get(f"/runs/{run_id}").json()
+    assert view["status"] == "completed" and view["usage"]["total_tokens"] > 0
+
+
+def test_the_agui_dialect_of_a_pydantic_ai_run_is_strict(client: httpx.Client, fake_openai: Any) -> None:
+    fake_openai.responder = ScriptResponder(
+        [
+            ScriptedTurn("Looking.", [ScriptedToolCall("get_lat_lng", {"location": "Paris"})]),
+            ScriptedTurn(tool_calls=[ScriptedToolCall("get_weather", {"lat": 48.8, "lng": 2.3})]),
+            "Sunny in Paris.",
+        ]
+    )
+    resp = client.post("/agents/pai_weather/runs", data={"message": "Paris?", "stream": "false", "background": "true"})
+    run_id = resp.json()["run_id"]
+    wait_status(client, run_id, "completed")
+    with client.stream("GET", f"/runs/{run_id}/events", params={"format": "agui"}) as r:
+        got = [f.data for f in frames(r)]
+    assert_agui_stream(got)
+    types = [e["type"] for e in got]
+    assert types.count("TOOL_CALL_RESULT") == 2 and types[-1] == "RUN_FINISHED"
+
+
+def test_the_official_agui_client_resumes_a_pydantic_ai_interrupt(
+    served: tuple[Deployment, ApiServer], fake_openai: Any
+) -> None:
+    if shutil.which("node") is None or not (CLIENT / "node_modules" / "@ag-ui" / "client").is_dir():
+        pytest.fail("the AG-UI client is not installed: run scripts/ensure-agui-client (make test does)")
+    dep, api = served
+    asked, edited = f"/tmp/{uuid.uuid4().hex}", f"/tmp/{uuid.uuid4().hex}"
+    fake_openai.responder = ScriptResponder(
+        [ScriptedTurn("Deleting.", [ScriptedToolCall("delete_file", {"path": asked})]), "Done, it is gone."]
+    )
+    got = node(api, "interrupt", uuid.uuid4().hex, agent="pai_files", edited=edited)  # type: ignore[arg-type]
+    (interrupt,) = got["interrupts"]
+    assert interrupt["reason"] == "tool_call" and interrupt["toolCallId"]
+    assert "TOOL_CALL_RESULT" in got["resumedTypes"] and got["pendingAfter"] == 0
+    assert got["messages"][-1]["content"] == "Done, it is gone."
+    assert any(m["role"] == "tool" and m["content"] == f"deleted {edited}" for m in got["messages"])
+    assert got["replayError"] is None
+    wait_for(lambda: count(dep, f"pai:delete_file:{edited}") == 1, timeout=10, what="the edited call")
+    assert count(dep, f"pai:delete_file:{asked}") == 0
