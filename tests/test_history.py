@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from agents_celery import Agent, LastTurns, ScriptedModel, Summarize
+from agents_celery import Agent, LastTurns, ScriptedModel, ScriptedToolCall, ScriptedTurn, Summarize, tool
 from agents_celery.errors import ConfigurationError
 from agents_celery.events import EventType
 from agents_celery.history import (
@@ -26,7 +27,8 @@ from agents_celery.history import (
     prompt_tokens,
 )
 from agents_celery.http import agui
-from agents_celery.models import word_count
+from agents_celery.models import TextDelta, Usage, word_count
+from agents_celery.testing import InlineRunner
 from agents_celery.testing.openai_server import FakeReply, SummaryResponder
 
 from .agents_history import KEEP
@@ -119,6 +121,50 @@ def test_bad_policies_are_refused() -> None:
         LastTurns(0)
     with pytest.raises(ConfigurationError, match="max_prompt_tokens"):
         Summarize(max_prompt_tokens=0)
+
+
+class Recording:
+    """A ScriptedModel that records every prompt, and answers summary requests with a summary."""
+
+    name = "recording"
+
+    def __init__(self, turns: list[Any]) -> None:
+        self.inner = ScriptedModel(turns)
+        self.prompts: list[list[dict[str, Any]]] = []
+
+    def stream(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Iterator[Any]:
+        self.prompts.append(messages)
+        if is_summary_request({"messages": messages}):
+            return iter([TextDelta("The user asked about times; the tool said noon."), Usage(len(messages), 8, 0)])
+        return self.inner.stream(messages, tools)
+
+
+@tool
+def clock(city: str) -> str:
+    """The time in a city."""
+    return f"12:00 in {city}. " + "The clock tower's bells ring every quarter hour in the old town. " * 5
+
+
+def test_a_summary_in_the_middle_of_a_tool_loop_keeps_the_prompt_well_formed(settings: Any) -> None:
+    model = Recording([ScriptedTurn("", [ScriptedToolCall("clock", {"city": "Paris"})]), "It is noon in Paris."])
+    agent = Agent("looping", model=model, tools=[clock], history=Summarize(max_prompt_tokens=300, keep_last_turns=1))
+    session = uuid.uuid4().hex
+    with InlineRunner([agent], settings=settings) as runner:
+        for i in range(8):
+            view = runner.run("looping", f"What time is it in Paris, question {i}?", session_id=session)
+            assert view.status.value == "completed", view.error
+        summaries = [p for p in model.prompts if is_summary_request({"messages": p})]
+        turns_sent = [p for p in model.prompts if not is_summary_request({"messages": p})]
+        assert summaries and len(turns_sent) == 16
+        after = [model.prompts[i + 1] for i, p in enumerate(model.prompts) if is_summary_request({"messages": p})]
+        assert any(p[-1]["role"] == "tool" for p in after), "no summary between a tool step and the next turn"
+        for prompt in turns_sent:  # every tool result follows the assistant message that asked for it
+            asked: set[str] = set()
+            for m in prompt:
+                asked |= {c["id"] for c in m.get("tool_calls") or []}
+                assert m["role"] != "tool" or m["tool_call_id"] in asked, prompt
+                assert "usage" not in m and MARKER not in m
+        assert sum(1 for m in runner.runtime.session(session).messages if not is_marker(m)) == 8 * 4
 
 
 # -- real workers ------------------------------------------------------------------------------------------
