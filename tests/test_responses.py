@@ -4,6 +4,7 @@ fake OpenAI server as the agent's model. Crashes (kill -9 of a worker) are in te
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 from collections.abc import Iterator
@@ -292,7 +293,7 @@ def test_bad_input_is_refused_and_unsupported_is_said(client: openai.OpenAI) -> 
     with pytest.raises(openai.BadRequestError) as refused:
         client.responses.create(model="fake", input="hi", tools=[{"type": "web_search"}])  # type: ignore[list-item]
     assert refused.value.body["code"] == "unsupported"  # type: ignore[index]
-    image = {"type": "input_image", "image_url": "https://example.com/cat.png"}
+    image = {"type": "input_image", "file_id": "file-abc"}  # a provider's stored file: we have none
     with pytest.raises(openai.BadRequestError) as refused:
         client.responses.create(model="fake", input=[{"role": "user", "content": [image]}])  # type: ignore[list-item]
     assert refused.value.body["code"] == "unsupported"  # type: ignore[index]
@@ -304,6 +305,38 @@ def test_bad_input_is_refused_and_unsupported_is_said(client: openai.OpenAI) -> 
         client.responses.create(model="fake", input="  ")
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve("not-a-response")
+
+
+def test_image_and_file_parts_reach_the_model(client: openai.OpenAI, script: Any, fake_openai: Any) -> None:
+    script("A cat, and a one-page report.")
+    pdf = "data:application/pdf;base64," + base64.b64encode(b"%PDF-1.4 tiny").decode()
+    content = [
+        {"type": "input_text", "text": "What are these?"},
+        {"type": "input_image", "image_url": "https://example.com/cat.png", "detail": "low"},
+        {"type": "input_file", "filename": "report.pdf", "file_data": pdf},
+    ]
+    made = client.responses.create(model="fake", input=[{"role": "user", "content": content}])  # type: ignore[list-item]
+    assert made.output_text == "A cat, and a one-page report."
+    sent = [m for m in fake_openai.requests[-1]["messages"] if m["role"] == "user"][-1]["content"]
+    assert sent[0] == {"type": "text", "text": "What are these?"}
+    assert sent[1] == {"type": "image_url", "image_url": {"url": "https://example.com/cat.png", "detail": "low"}}
+    assert sent[2]["type"] == "file" and sent[2]["file"]["file_data"] == pdf
+    shown = client.responses.input_items.list(made.id).data[0].content
+    assert [p.type for p in shown] == ["input_text", "input_image", "input_file"]
+
+
+def test_a_part_over_the_limit_is_refused(fast_settings: Any, worker: Any) -> None:
+    small = Server(Runtime(settings=fast_settings.model_copy(update={"max_part_bytes": 100_000})))
+    try:
+        too_big = "data:image/png;base64," + base64.b64encode(b"x" * 200_000).decode()
+        with pytest.raises(openai.APIStatusError) as refused:
+            small.client().responses.create(
+                model="fake",
+                input=[{"role": "user", "content": [{"type": "input_image", "image_url": too_big}]}],  # type: ignore[list-item]
+            )
+        assert refused.value.status_code == 413 and refused.value.body["code"] == "input_too_large"  # type: ignore[index]
+    finally:
+        small.close()
 
 
 def test_delete_a_response_deletes_its_run(client: openai.OpenAI, script: Any) -> None:

@@ -62,31 +62,67 @@ class Input:
     paused run, and the items as given (``input_items``)."""
 
     text: str | None = None
+    #: The new user message's parts when it carries images or files (None: text only).
+    parts: list[dict[str, Any]] | None = None
     context: list[dict[str, str]] = field(default_factory=list)
     approvals: list[dict[str, Any]] = field(default_factory=list)
     outputs: list[dict[str, Any]] = field(default_factory=list)
     items: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _part_text(part: Any) -> str:
+def _chat_part(part: Any) -> dict[str, Any]:
+    """A Responses input content part as a Chat Completions one (:mod:`agents_celery.content`)."""
     if isinstance(part, str):
-        return part
+        return {"type": "text", "text": part}
     if not isinstance(part, dict):
         raise BadRequestError("a content part must be an object")
     kind = part.get("type")
     if kind in ("input_text", "output_text", "text"):
-        return str(part.get("text") or "")
+        return {"type": "text", "text": str(part.get("text") or "")}
+    if kind == "input_image" and isinstance(part.get("image_url"), str):
+        image = {"url": part["image_url"], **({"detail": part["detail"]} if part.get("detail") else {})}
+        return {"type": "image_url", "image_url": image}
+    if kind == "input_file" and isinstance(part.get("file_data"), str):
+        return {"type": "file", "file": {"filename": part.get("filename") or "file", "file_data": part["file_data"]}}
+    if kind == "input_file" and isinstance(part.get("file_id"), str):
+        return {"type": "file", "file": {"file_id": part["file_id"]}}
     if kind in ("input_image", "input_file", "input_audio"):
-        raise UnsupportedError(f"content parts of type {kind!r} are not supported yet (text only)")
+        raise UnsupportedError(
+            f"a {kind!r} part needs its data inline (image_url: a URL or data URL; input_file: file_data or file_id)"
+        )
     raise BadRequestError(f"unknown content part type {kind!r}")
 
 
-def _content_text(content: Any) -> str:
+def _content_parts(content: Any) -> list[dict[str, Any]]:
     if isinstance(content, str):
-        return content
+        return [{"type": "text", "text": content}]
     if isinstance(content, list):
-        return "".join(_part_text(p) for p in content)
+        return [_chat_part(p) for p in content]
     raise BadRequestError("a message's content must be a string or a list of parts")
+
+
+def _content_text(content: Any) -> str:
+    """The text of content that may hold only text (a function call's output, an earlier message)."""
+    parts = _content_parts(content)
+    if any(p["type"] != "text" for p in parts):
+        raise UnsupportedError("only the new user message may carry images and files")
+    return "".join(p["text"] for p in parts)
+
+
+def _as_input_items(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Parts as ``input_items`` shows them: inline data is not repeated (it is stored once, with the run)."""
+    shown = []
+    for p in parts:
+        if p["type"] == "text":
+            shown.append({"type": "input_text", "text": p["text"]})
+        elif p["type"] == "image_url":
+            url = p["image_url"]["url"]
+            shown.append({"type": "input_image", "image_url": url if not url.startswith("data:") else None})
+        else:
+            shown.append(
+                {"type": "input_file", "filename": p["file"].get("filename"), "file_id": p["file"].get("file_id")}
+            )
+    return shown
 
 
 def parse_input(value: str | list[dict[str, Any]], instructions: str | None) -> Input:
@@ -99,8 +135,17 @@ def parse_input(value: str | list[dict[str, Any]], instructions: str | None) -> 
         got.items = [_message("user", value)]
         return _checked(got)
     messages: list[tuple[str, str]] = []
-    for item in value:
-        _take(got, item, messages)
+    last = _last_user(value)
+    for i, item in enumerate(value):
+        if i == last:
+            parts = _content_parts(item.get("content"))
+            text = "".join(p["text"] for p in parts if p["type"] == "text")
+            if any(p["type"] != "text" for p in parts):
+                got.parts = parts
+            messages.append(("user", text))
+            got.items.append({"type": "message", "role": "user", "content": _as_input_items(parts)})
+        else:
+            _take(got, item, messages)
     for role, text in messages:
         if role in ("system", "developer"):
             got.context.append({"description": f"{role} message", "value": text})
@@ -110,6 +155,13 @@ def parse_input(value: str | list[dict[str, Any]], instructions: str | None) -> 
         turns = turns[:-1]
     got.context += [{"description": f"earlier {role} message", "value": text} for role, text in turns]
     return _checked(got)
+
+
+def _last_user(items: list[dict[str, Any]]) -> int | None:
+    """Where the new user message is: the last item, when it is a user message."""
+    if items and items[-1].get("role") == "user" and items[-1].get("type", "message") == "message":
+        return len(items) - 1
+    return None
 
 
 def _take(got: Input, item: dict[str, Any], messages: list[tuple[str, str]]) -> None:
@@ -139,7 +191,7 @@ def _take(got: Input, item: dict[str, Any], messages: list[tuple[str, str]]) -> 
 
 
 def _checked(got: Input) -> Input:
-    if got.text is not None and not got.text.strip():
+    if got.text is not None and not got.text.strip() and got.parts is None:
         raise BadRequestError("the user message must not be blank")
     if got.text is None and not (got.approvals or got.outputs):
         raise BadRequestError("input must end with a user message, or answer a paused response")
@@ -267,7 +319,7 @@ class ResponsesEndpoint:
         }
         stream = self.runtime.stream(
             body.model,
-            got.text or "",
+            got.parts or got.text or "",
             session_id=session_id,
             user_id=req.user_id,
             idempotency_key=req.headers.get("Idempotency-Key") or None,
