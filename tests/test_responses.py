@@ -345,3 +345,32 @@ def test_delete_a_response_deletes_its_run(client: openai.OpenAI, script: Any) -
     client.responses.delete(made.id)
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(made.id)
+
+
+@pytest.fixture(params=["flask", "django"])
+def api_process(request: pytest.FixtureRequest, worker: Any, worker_env: dict[str, str]) -> Iterator[Any]:
+    """``agents-celery api`` (Flask) or the Django example project under uvicorn, in a process of its own, with an
+    API key the openai SDK sends as ``Authorization: Bearer``."""
+    from .api_support import ApiServer
+
+    env = {**worker_env, "AGENTS_CELERY_API_KEY": "sk-test-key", "AGENTS_CELERY_KEEPALIVE_SECONDS": "0.3"}
+    found = ApiServer(env, django=request.param == "django").wait_ready()
+    yield found
+    found.stop()
+
+
+def test_a_round_trip_on_each_front_end(api_process: Any, script: Any) -> None:
+    script(ScriptedTurn(text="Checking.", tool_calls=[ScriptedToolCall("add", {"a": 2, "b": 3})]), "It is 5.")
+    client = openai.OpenAI(base_url=api_process.url + "/v1", api_key="sk-test-key", max_retries=0)
+    live = list(client.responses.create(model="fake", input="2+3?", stream=True, background=True))
+    check_sequence(live)
+    response_id = live[0].response.id
+    tail = list(client.responses.retrieve(response_id, stream=True, starting_after=4))
+    assert [e.sequence_number for e in tail] == [e.sequence_number for e in live[5:]]
+    final = client.responses.retrieve(response_id)
+    assert final.output_text == deltas(live) == "Checking.It is 5."
+    assert client.responses.cancel(response_id).status == "completed"
+    assert "fake" in [m.id for m in client.models.list().data]
+    stranger = openai.OpenAI(base_url=api_process.url + "/v1", api_key="sk-wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        stranger.responses.retrieve(response_id)
