@@ -374,3 +374,27 @@ def test_a_round_trip_on_each_front_end(api_process: Any, script: Any) -> None:
     stranger = openai.OpenAI(base_url=api_process.url + "/v1", api_key="sk-wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         stranger.responses.retrieve(response_id)
+
+
+def test_pydantic_ai_openai_responses_model_runs_against_us(server: Server, script: Any, fake_openai: Any) -> None:
+    """pydantic-ai's OpenAIResponsesModel (its background option on) with our endpoint as its provider: its own
+    tool is a client function tool of the run (function_call out, function_call_output back)."""
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIResponsesModel, OpenAIResponsesModelSettings
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    script(ScriptedTurn(tool_calls=[ScriptedToolCall("city_of", {"person": "Ada"}, "call_p1")]), "Ada lives in London.")
+    provider = OpenAIProvider(base_url=server.url + "/v1", api_key="unused")
+    model = OpenAIResponsesModel("fake", provider=provider)
+    settings = OpenAIResponsesModelSettings(openai_background=True, openai_previous_response_id="auto")
+    agent = Agent(model, model_settings=settings)
+
+    @agent.tool_plain
+    def city_of(person: str) -> str:
+        """Where a person lives."""
+        return {"Ada": "London"}.get(person, "unknown")
+
+    result = agent.run_sync("Where does Ada live?")
+    assert result.output == "Ada lives in London."
+    tool_message = [m for m in fake_openai.requests[-1]["messages"] if m["role"] == "tool"]
+    assert [m["content"] for m in tool_message] == ["London"]
