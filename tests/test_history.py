@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from agents_celery import Agent, LastTurns, ScriptedModel, ScriptedToolCall, ScriptedTurn, Summarize, tool
+from agents_celery import Agent, LastTurns, Runtime, ScriptedModel, ScriptedToolCall, ScriptedTurn, Summarize, tool
+from agents_celery.contrib.flask import close_app, create_app
 from agents_celery.errors import ConfigurationError
 from agents_celery.events import EventType
 from agents_celery.history import (
@@ -224,6 +225,12 @@ def test_200_turn_session_stays_under_the_budget(deploy: Any, fake_openai: Any) 
         f"Question number {i} about the weather today?" for i in range(200)
     ]
     assert len(history) - len(plain) == responder.summaries
+    app = create_app(Runtime(settings=cluster.settings))  # and over HTTP, as GET /sessions/<id> shows it
+    try:
+        shown = app.test_client().get(f"/sessions/{session}", query_string={"limit": 1})
+        assert shown.status_code == 200 and shown.json is not None and shown.json["messages"] == history, shown.text
+    finally:
+        close_app(app)
 
 
 def test_last_turns_sends_only_the_last_turns(deploy: Any, fake_openai: Any) -> None:
