@@ -37,6 +37,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import ConfigurationError, ToolArgumentsError
+from .greening import green, run_on_greenlets
 
 __all__ = ["Tool", "ToolContext", "tool"]
 
@@ -151,8 +152,9 @@ class Tool:
     def invoke(self, arguments: dict[str, Any] | str, context: ToolContext) -> str:
         """Validate the arguments, call the tool and return its result as a string.
 
-        An async tool is run with :func:`asyncio.run`, which needs a thread with no running event loop;
-        from async code use :meth:`ainvoke`.
+        An async tool is run with :func:`asyncio.run`, which needs a thread with no running event loop (on a
+        gevent worker, the process's one loop for async tools: :mod:`agents_celery.greening`); from async code use
+        :meth:`ainvoke`.
 
         Args:
             arguments: JSON string or dict of arguments.
@@ -168,6 +170,8 @@ class Tool:
         kwargs = self._call_kwargs(arguments, context)
         if not self.is_async:
             return _result_to_str(self.fn(**kwargs))
+        if green():  # greenlets share their thread's running loop: the process's one loop for async tools
+            return _result_to_str(run_on_greenlets(self.fn(**kwargs)))
         try:
             asyncio.get_running_loop()
         except RuntimeError:

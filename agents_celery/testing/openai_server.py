@@ -276,6 +276,9 @@ class FakeOpenAIServer:
 
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
+    #: The listen backlog: a thousand clients connecting at once (a gevent worker's runs) are not dropped and
+    #: retried a second later, as with socketserver's default of 5.
+    request_queue_size = 1024
     fake: FakeOpenAIServer
 
     def process_request(self, request: Any, client_address: Any) -> None:
