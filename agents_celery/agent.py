@@ -7,9 +7,10 @@ manifest to Redis so API processes can list agents without importing their code.
 
 from __future__ import annotations
 
+import copy
 import importlib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .errors import ConfigurationError
@@ -18,6 +19,7 @@ from .hooks import Hooks
 from .tools import Tool
 
 if TYPE_CHECKING:
+    from .mcptools import MCPTools
     from .models import Model
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -34,8 +36,9 @@ class Agent:
         name: Unique name; runs address the agent by it (``/agents/<name>/runs``).
         instructions: The system prompt.
         model: An :class:`~agents_celery.models.OpenAIChat`, a ``ScriptedModel`` or any ``Model``.
-        tools: Functions decorated with :func:`~agents_celery.tools.tool`, and other agents as
-            :meth:`as_tool` makes them (each call runs that agent as a child run).
+        tools: Functions decorated with :func:`~agents_celery.tools.tool`, other agents as :meth:`as_tool` makes
+            them (each call runs that agent as a child run), and :class:`~agents_celery.mcptools.MCPTools`
+            toolsets (the tools of an MCP server, listed once per run).
         description: Shown in ``GET /agents``.
         hooks: :class:`~agents_celery.hooks.Hooks` run around its steps, on the worker.
         queue: The Celery queue its steps go to (default: ``AGENTS_CELERY_QUEUE``). A worker started with
@@ -64,7 +67,7 @@ class Agent:
         name: str,
         instructions: str = "",
         model: Model | None = None,
-        tools: Sequence[Tool] = (),
+        tools: Sequence[Tool | MCPTools] = (),
         description: str = "",
         hooks: Sequence[Hooks] = (),
         queue: str | None = None,
@@ -91,7 +94,12 @@ class Agent:
             )
         self.history = history
         self.tools: dict[str, Tool] = {}
+        #: MCP toolsets: their tools join ``tools`` per run, from the listing the run recorded.
+        self.toolsets: list[MCPTools] = []
         for t in tools:
+            if not isinstance(t, Tool):
+                self._add_toolset(t)
+                continue
             if t.name in self.tools:
                 raise ConfigurationError(f"agent {name!r} has two tools named {t.name!r}")
             self.tools[t.name] = t
@@ -105,8 +113,35 @@ class Agent:
                 raise ConfigurationError(f"agent {name!r}: a tool is already named {tool_name!r}")
             self.handoffs[tool_name] = other
 
+    def _add_toolset(self, toolset: Any) -> None:
+        from .mcptools import MCPTools
+
+        if not isinstance(toolset, MCPTools):
+            raise ConfigurationError(
+                f"agent {self.name!r}: tools must be @tool functions, agents' as_tool() or MCPTools; got {toolset!r}"
+            )
+        if any(other.name == toolset.name for other in self.toolsets):
+            raise ConfigurationError(f"agent {self.name!r} has two MCP toolsets named {toolset.name!r}; pass name=...")
+        self.toolsets.append(toolset)
+
+    def for_run(self, listings: Mapping[str, Mapping[str, Any]]) -> Agent:
+        """This agent as a run sees it: its own tools, then the tools its MCP toolsets' recorded ``listings`` name
+        (a toolset with no listing adds none; a tool of the agent's own wins a clash of names). The agent itself is
+        left as it is."""
+        if not self.toolsets:
+            return self
+        view = copy.copy(self)
+        view.tools = dict(self.tools)
+        for toolset in self.toolsets:
+            listing = listings.get(toolset.name)
+            for t in toolset.tools(listing) if listing else []:
+                if t.name not in view.tools and t.name not in self.handoffs:
+                    view.tools[t.name] = t
+        return view
+
     def manifest(self) -> dict[str, Any]:
-        """What workers publish: name, description, model, tools and which need confirmation."""
+        """What workers publish: name, description, model, tools and which need confirmation, and each MCP toolset
+        with the tools it last served in this process."""
         return {
             "name": self.name,
             "description": self.description,
@@ -114,6 +149,7 @@ class Agent:
             "tools": [t.manifest() for t in self.tools.values()],
             "queue": self.queue,
             "handoffs": [other.name for other in self.handoffs.values()],
+            "toolsets": [ts.manifest() for ts in self.toolsets],
         }
 
     def as_tool(self, name: str | None = None, description: str | None = None) -> AgentTool:

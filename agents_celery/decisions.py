@@ -13,6 +13,7 @@ from typing import Any
 import jsonschema
 
 from .errors import DecisionError, ToolArgumentsError
+from .mcptools import exposed_name
 from .runs import RunState, ToolCall
 
 
@@ -57,6 +58,7 @@ def decide(state: RunState, decisions: list[Decision], manifest: dict[str, Any])
         if not client and answer is not None and answer.result is not None:
             raise DecisionError(f"tool call {call.id!r} ({call.name}) runs here: approve or reject it, no result")
     params = {t["name"]: t.get("parameters") for t in manifest.get("tools", [])}
+    params.update((k, v) for k, v in mcp_parameters(state, manifest).items() if k not in params)
     out = []
     for call in state.tool_calls:
         if call.id not in pending:
@@ -64,6 +66,19 @@ def decide(state: RunState, decisions: list[Decision], manifest: dict[str, Any])
             continue
         out.append(_apply(call, by_id.get(call.id, Decision(call.id)), params.get(call.name)))
     return out
+
+
+def mcp_parameters(state: RunState, manifest: dict[str, Any]) -> dict[str, Any]:
+    """The parameter schemas of the agent's MCP tools by the names the model calls them: from the tool lists the
+    run recorded, else from what the toolsets last served on a worker (the manifest)."""
+    found: dict[str, Any] = {}
+    for ts in manifest.get("toolsets", []):
+        listing = state.toolsets.get(ts.get("name", ""), {})
+        for spec in listing.get("tools", []):
+            found.setdefault(exposed_name(ts.get("prefix", ""), spec["name"]), spec.get("input_schema"))
+        for t in ts.get("tools", []):
+            found.setdefault(t["name"], t.get("parameters"))
+    return found
 
 
 def as_decision(value: Decision | dict[str, Any]) -> Decision:

@@ -340,6 +340,19 @@ class StreamGapError(AgentsCeleryError):
     code = "stream_gap"
 
 
+class MCPUnavailable(AgentsCeleryError):
+    """An MCP server could not be reached, or its connection died during a call (the model sees it as the call's
+    error result)."""
+
+    code = "mcp_unavailable"
+
+
+class MCPToolError(AgentsCeleryError):
+    """The MCP server answered a call with an error result."""
+
+    code = "mcp_tool_error"
+
+
 #: Raised on the caller's side (the client, ``Runtime.run``), never answered by the API: a reply naming one of
 #: their codes is an APIError.
 LOCAL: tuple[type[AgentsCeleryError], ...] = (RunTimeoutError, APIError, ConnectionLostError, StreamGapError)

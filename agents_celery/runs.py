@@ -131,6 +131,10 @@ class RunState(BaseModel):
     #: What the client passed along (AG-UI ``state``, ``context``, ``forwarded_props``); tools see it as
     #: :attr:`agents_celery.tools.ToolContext.client`, the model sees ``context`` after the instructions.
     client: dict[str, Any] = Field(default_factory=dict)
+    #: The tool lists of the agent's MCP toolsets, as this run fetched them (toolset name -> ``listed_at`` ms and
+    #: ``tools``: ``name``, ``description``, ``input_schema``): every step of the run, on any worker, offers and
+    #: calls these tools (:mod:`agents_celery.mcptools`).
+    toolsets: dict[str, dict[str, Any]] = Field(default_factory=dict)
     #: The agent the conversation was handed to (None: the run's own ``agent_id``); its next turns use it.
     active_agent: str | None = None
     #: A child run (started by a call of an ``Agent.as_tool()`` tool): its parent run and that call, and how

@@ -8,6 +8,7 @@ appear live (text and tool-call deltas) go through ``ctx.writer``; events that b
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -17,10 +18,11 @@ from typing import Any
 
 from ..agent import Agent, AgentTool
 from ..content import refs_in, resolved
-from ..errors import AgentsCeleryError, FencedError, ModelError, StopStep, ToolArgumentsError
+from ..errors import AgentsCeleryError, FencedError, MCPUnavailable, ModelError, StopStep, ToolArgumentsError
 from ..events import EventType, NewEvent, make_event, now_ms
 from ..history import Summarize, prompt_messages, with_usage
 from ..hooks import Hooks, StepInfo, call_hooks
+from ..mcptools import LIST_TIMEOUT
 from ..models import TurnAccumulator, Usage, reading_until
 from ..runs import RunFailure, RunState, RunStatus, ToolCall
 from ..settings import Settings
@@ -33,6 +35,8 @@ from . import children
 from .calls import CallAbandoned, Watch, run_call
 from .turn import TurnStream, new_id
 from .writer import EventWriter
+
+log = logging.getLogger(__name__)
 
 
 class Cancelled(Exception):
@@ -203,9 +207,10 @@ def _child_of(call: ToolCall) -> dict[str, str]:
 
 def model_turn(ctx: StepContext) -> StepResult:
     """Call the model once (with retries), stream its deltas, and decide what comes next."""
+    if ctx.state.turns >= ctx.settings.max_turns:
+        return failed(ctx.state, AgentsCeleryError(f"the run took more than {ctx.settings.max_turns} model turns"))
+    list_toolsets(ctx)
     state = ctx.state
-    if state.turns >= ctx.settings.max_turns:
-        return failed(state, AgentsCeleryError(f"the run took more than {ctx.settings.max_turns} model turns"))
     turn: TurnStream | None = None
     for retry in range(ctx.settings.model_retries + 1):
         turn = TurnStream(ctx.writer.emit, ctx.stop, ctx.lost)
@@ -229,6 +234,46 @@ def model_turn(ctx: StepContext) -> StepResult:
             raise
     assert turn is not None
     return _after_turn(ctx, turn)
+
+
+def list_toolsets(ctx: StepContext) -> None:
+    """The agent's MCP toolsets as the run sees them: the tool lists the run recorded, fetched now (on the call
+    pool, so a stop or a lost lease still ends the wait) for a toolset the run has none of, or whose list went
+    stale (:meth:`~agents_celery.mcptools.MCPTools.stale`). A new list goes into ``ctx.state`` (committed with the
+    turn) and this worker's manifest; a server that does not answer leaves the run with the list it had (none
+    at first: its tools are not offered this turn) and a CUSTOM ``mcp_unavailable`` event."""
+    agent = ctx.agent
+    if not agent.toolsets:
+        return
+    listings = dict(ctx.state.toolsets)
+    fetched = False
+    for toolset in agent.toolsets:
+        have = listings.get(toolset.name)
+        if have is not None and not toolset.stale(have):
+            continue
+        ctx.check()
+        what = f"run {ctx.state.run_id} MCP tools/list of {toolset.name!r}"
+        try:
+            listings[toolset.name] = run_call(
+                toolset.list_tools, ctx.watch(), what=what, deadline=time.monotonic() + LIST_TIMEOUT * 2
+            )
+            fetched = True
+            continue
+        except CallAbandoned as exc:
+            if exc.reason != "deadline":
+                raise _walked_away(ctx, exc) from None
+            error = f"MCP server {toolset.name!r} did not list its tools within {exc.seconds:.0f}s"
+        except MCPUnavailable as exc:
+            error = str(exc)
+        value = {"toolset": toolset.name, "error": error, "tools_kept": len((have or {}).get("tools", []))}
+        ctx.writer.emit(make_event(EventType.CUSTOM, name="mcp_unavailable", value=value))
+    if fetched:
+        ctx.state = ctx.state.model_copy(update={"toolsets": listings})
+        try:
+            ctx.store.agents.refresh(agent.manifest())
+        except Exception as exc:  # the manifest is a listing for people; the run goes on without it
+            log.warning("could not publish the manifest of %r: %s", agent.name, exc)
+    ctx.agent = agent.for_run(listings)
 
 
 def _stream_once(ctx: StepContext, turn: TurnStream) -> None:
@@ -414,6 +459,7 @@ def new_call(agent: Agent, raw: dict[str, str], client_tools: set[str] | None = 
 def tool_step(ctx: StepContext) -> StepResult:
     """Run the tool calls of the last turn (concurrently), through the effect ledger."""
     ctx.check()
+    ctx.agent = ctx.agent.for_run(ctx.state.toolsets)  # the MCP tools the run's last turn was offered
     todo = [c for c in ctx.state.tool_calls if not c.done]
     agents = [c for c in todo if c.agent]
     got, finished = children.NONE, {}

@@ -460,7 +460,8 @@ def _agent(manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 def _confirm_tools(manifest: dict[str, Any]) -> frozenset[str]:
-    return frozenset(t["name"] for t in manifest.get("tools", []) if t.get("requires_confirmation"))
+    served = [t for ts in manifest.get("toolsets", []) for t in ts.get("tools", [])]  # MCP tools last served
+    return frozenset(t["name"] for t in [*manifest.get("tools", []), *served] if t.get("requires_confirmation"))
 
 
 def _check_session(info: LogInfo, session_id: str | None) -> None:

@@ -1,0 +1,296 @@
+"""MCP connections of a worker process: one asyncio loop on a thread of its own, and one open session per server.
+
+The step's code is synchronous (a Celery task); the ``mcp`` client is async. Every process that talks to an MCP
+server starts one daemon thread running one event loop (:func:`submit` hands it a coroutine and waits for the
+result), and keeps one :class:`Connection` per server, opened on first use and reused by every later call of
+every run the process serves: a call costs one request on an open session, not a connect and an
+``initialize``. A forked child (Celery's prefork pool) notices the loop is its parent's and starts its own.
+
+A connection lives in a task of its own that holds the transport and the session open. When the transport dies
+(the server was killed, a reset, a stdio server exited), that task ends; calls waiting on the session are told
+at once (:class:`ConnectionLost`) rather than hang, and the next call opens a new session. A connection that
+cannot be opened raises :class:`ServerUnreachable`: nothing reached the server.
+
+Imported only by :mod:`agents_celery.mcptools` when a toolset is used: agents modules without MCP tools load no
+``mcp`` package.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
+
+import mcp_types
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.stdio import get_default_environment
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: How long opening a session (connect and ``initialize``) may take.
+OPEN_TIMEOUT = 10.0
+
+
+class ServerUnreachable(Exception):
+    """The session could not be opened: the request never reached the server."""
+
+
+class ConnectionLost(Exception):
+    """The connection died while a request was under way: the server may have acted on it."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a toolset's server is: a streamable HTTP ``url`` (with ``headers``), or a stdio ``command`` (with
+    ``env``)."""
+
+    url: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    command: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] | None = None
+
+    def label(self) -> str:
+        return self.url or " ".join(self.command)
+
+
+@dataclass
+class Connection:
+    """One open session to one server, held by a task of the process's loop."""
+
+    target: Target
+    #: Called (on the loop) when the server says its tool list changed.
+    on_list_changed: Callable[[], None]
+    session: ClientSession | None = None
+    holder: asyncio.Task[None] | None = None
+    closing: asyncio.Event | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    opened: int = 0
+
+    async def ready(self) -> tuple[ClientSession, asyncio.Task[None]]:
+        """The open session (opened now when there is none, or the last one died)."""
+        async with self.lock:
+            if self.session is None or self.holder is None or self.holder.done():
+                await self._open()
+            assert self.session is not None and self.holder is not None
+            return self.session, self.holder
+
+    async def _open(self) -> None:
+        started: asyncio.Future[ClientSession] = asyncio.get_running_loop().create_future()
+        self.closing = asyncio.Event()
+        self.holder = asyncio.create_task(self._hold(started, self.closing))
+        try:
+            self.session = await asyncio.wait_for(asyncio.shield(started), OPEN_TIMEOUT)
+        except BaseException as exc:
+            self.closing.set()
+            self.holder.cancel()
+            self.session = None
+            if isinstance(exc, asyncio.CancelledError) and not started.done():
+                raise
+            reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            raise ServerUnreachable(f"cannot open a session with {self.target.label()} ({reason})") from None
+        self.opened += 1
+
+    async def _hold(self, started: asyncio.Future[ClientSession], closing: asyncio.Event) -> None:
+        target = self.target
+        try:
+            async with AsyncExitStack() as stack:
+                if target.url is not None:
+                    http = create_mcp_http_client(headers=dict(target.headers))
+                    await stack.enter_async_context(http)
+                    streams = await stack.enter_async_context(streamable_http_client(target.url, http_client=http))
+                else:
+                    env = {**get_default_environment(), **dict(target.env or ())}
+                    params = StdioServerParameters(command=target.command[0], args=list(target.command[1:]), env=env)
+                    streams = await stack.enter_async_context(stdio_client(params, errlog=_errlog()))
+                session = await stack.enter_async_context(
+                    ClientSession(streams[0], streams[1], message_handler=self._on_message)
+                )
+                await session.initialize()
+                started.set_result(session)
+                await closing.wait()
+        except BaseException as exc:  # the transport died (or was closed): the next call opens a new session
+            if not started.done():
+                started.set_exception(exc if isinstance(exc, Exception) else ServerUnreachable(repr(exc)))
+            else:
+                log.info("MCP session with %s ended (%s: %s)", target.label(), type(exc).__name__, exc)
+        finally:
+            self.session = None
+
+    async def _on_message(self, message: Any) -> None:
+        root = getattr(message, "root", message)
+        if isinstance(root, mcp_types.ToolListChangedNotification):
+            self.on_list_changed()
+
+    async def request(self, make: Callable[[ClientSession], Coroutine[Any, Any, T]], timeout: float) -> T:
+        """``make(session)`` on the open session, bounded by ``timeout``.
+
+        Raises:
+            ServerUnreachable: no session could be opened.
+            ConnectionLost: the connection died before the answer came.
+            TimeoutError: no answer within ``timeout`` (the request is cancelled).
+        """
+        session, holder = await self.ready()
+        task = asyncio.ensure_future(make(session))
+        done, _ = await asyncio.wait({task, holder}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            try:
+                return task.result()
+            except MCPError as exc:
+                if exc.code == mcp_types.CONNECTION_CLOSED:
+                    self.drop()
+                    raise ConnectionLost(exc.error.message) from None
+                raise
+            except (OSError, EOFError) as exc:
+                self.drop()
+                raise ConnectionLost(f"{type(exc).__name__}: {exc}") from None
+            except Exception as exc:  # a transport error surfacing in the request (anyio, httpx)
+                if type(exc).__module__.split(".")[0] in ("httpx2", "httpcore2", "anyio"):
+                    self.drop()
+                    raise ConnectionLost(f"{type(exc).__name__}: {exc}") from None
+                raise
+        task.cancel()
+        if holder in done:
+            raise ConnectionLost(f"the connection to {self.target.label()} closed during the request")
+        raise TimeoutError(f"no answer from {self.target.label()} within {timeout:g}s")
+
+    def drop(self) -> None:
+        """Close the session (the next request opens a new one)."""
+        if self.closing is not None:
+            self.closing.set()
+        self.session = None
+
+
+def _errlog() -> Any:
+    """Where a stdio server's stderr goes: the process's stderr, or the original one when it was replaced by
+    something without a file descriptor (Celery's LoggingProxy in a worker)."""
+    try:
+        sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return sys.__stderr__
+    return sys.stderr
+
+
+class _Loop:
+    """The process's event loop, run by a daemon thread."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="agents-celery-mcp", daemon=True)
+        self.thread.start()
+        self.connections: dict[Target, Connection] = {}
+
+
+_LOOP: _Loop | None = None
+_LOCK = threading.Lock()
+
+
+def _process_loop() -> _Loop:
+    global _LOOP
+    with _LOCK:
+        if _LOOP is None or _LOOP.pid != os.getpid():  # first use, or a forked child of the process that made it
+            _LOOP = _Loop()
+        return _LOOP
+
+
+def submit(coro_fn: Callable[[], Coroutine[Any, Any, T]], timeout: float) -> T:
+    """Run ``coro_fn()`` on the process's loop and wait for it (at most ``timeout`` seconds, then cancel it)."""
+    loop = _process_loop().loop
+    future = asyncio.run_coroutine_threadsafe(coro_fn(), loop)
+    try:
+        return future.result(timeout)
+    except concurrent.futures.TimeoutError:
+        future.cancel()
+        raise TimeoutError(f"no answer within {timeout:g}s") from None
+
+
+def connection(target: Target, on_list_changed: Callable[[], None]) -> Connection:
+    """The process's connection to ``target`` (made on first use; opened by its first request)."""
+    pool = _process_loop()
+    with _LOCK:
+        conn = pool.connections.get(target)
+        if conn is None:
+            conn = pool.connections[target] = Connection(target, on_list_changed)
+        return conn
+
+
+def list_tools(target: Target, on_list_changed: Callable[[], None], timeout: float) -> list[dict[str, Any]]:
+    """The server's tools (every page): ``name``, ``description``, ``input_schema`` each."""
+    conn = connection(target, on_list_changed)
+
+    async def listing() -> list[dict[str, Any]]:
+        tools: list[dict[str, Any]] = []
+        cursor: str | None = None
+        while True:
+            page = await conn.request(_lister(cursor), timeout)
+            for t in page.tools:
+                schema = dict(t.input_schema or {"type": "object", "properties": {}})
+                tools.append({"name": t.name, "description": t.description or "", "input_schema": schema})
+            cursor = page.next_cursor
+            if not cursor:
+                return tools
+
+    return submit(listing, timeout + OPEN_TIMEOUT + 1)
+
+
+def _lister(cursor: str | None) -> Callable[[ClientSession], Coroutine[Any, Any, mcp_types.ListToolsResult]]:
+    params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
+    return lambda session: session.list_tools(params=params)
+
+
+def call_tool(
+    target: Target, on_list_changed: Callable[[], None], name: str, arguments: dict[str, Any], meta: dict[str, Any],
+    timeout: float,
+) -> tuple[str, bool]:  # fmt: skip
+    """Call ``name`` with ``arguments`` (``meta`` as the request's ``_meta``): the result as text, and whether the
+    server said it is an error."""
+    conn = connection(target, on_list_changed)
+
+    async def call() -> mcp_types.CallToolResult:
+        return await conn.request(
+            lambda s: s.call_tool(name, arguments, read_timeout_seconds=timeout, meta=cast(Any, meta)),
+            timeout,
+        )
+
+    result = submit(call, timeout + OPEN_TIMEOUT + 1)
+    return result_text(result), bool(result.is_error)
+
+
+def result_text(result: mcp_types.CallToolResult) -> str:
+    """A ``tools/call`` result as the text the model gets: its text parts, other parts as JSON, or its structured
+    content when it has no content."""
+    parts: list[str] = []
+    for block in result.content:
+        text = getattr(block, "text", None)
+        if isinstance(text, str):
+            parts.append(text)
+        else:
+            parts.append(json.dumps(block.model_dump(mode="json", exclude_none=True), ensure_ascii=False))
+    if not parts and result.structured_content is not None:
+        return json.dumps(result.structured_content, ensure_ascii=False)
+    return "\n".join(parts)
+
+
+def opened(target: Target) -> int:
+    """How many sessions this process opened with ``target`` (for tests and the bench)."""
+    pool = _process_loop()
+    conn = pool.connections.get(target)
+    return conn.opened if conn is not None else 0
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)

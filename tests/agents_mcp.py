@@ -1,0 +1,53 @@
+"""The agents of tests/test_mcp.py: the fake OpenAI model with the tools of tests/mcp_server.py, over streamable HTTP
+(``MCP_TEST_URL``) and over stdio (a server per worker process, started on first use)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from agents_celery import Agent, MCPTools, OpenAIChat, tool
+
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+def fake_model() -> OpenAIChat:
+    return OpenAIChat("fake-model", base_url=os.environ.get("FAKE_OPENAI_URL", "http://127.0.0.1:9/v1"), api_key="k")
+
+
+@tool
+def local_count(key: str) -> str:
+    """Count one execution under key (the same tool as the MCP server's ``count``, as a Python function)."""
+    import redis
+
+    client = redis.Redis.from_url(os.environ.get("AGENTS_CELERY_REDIS_URL", "redis://127.0.0.1:6379/9"))
+    prefix = os.environ.get("AGENTS_CELERY_KEY_PREFIX", "mcptest")
+    return f"count {key}: {client.incr(f'{prefix}:test:count:{key}')}"
+
+
+_timeout = float(os.environ.get("MCP_TEST_TOOL_TIMEOUT", "30"))
+
+http_tools = MCPTools(
+    url=os.environ.get("MCP_TEST_URL", "http://127.0.0.1:9/mcp"),
+    headers={"X-Test": "agents-celery"},
+    prefix="m_",
+    requires_confirmation=["delete"],
+    timeout=_timeout,
+)
+
+stdio_tools = MCPTools(
+    command=[sys.executable, "-m", "tests.mcp_server", "stdio"],
+    env={
+        "MCP_TEST_REDIS": os.environ.get("AGENTS_CELERY_REDIS_URL", "redis://127.0.0.1:6379/9"),
+        "MCP_TEST_PREFIX": os.environ.get("AGENTS_CELERY_KEY_PREFIX", "mcptest"),
+        "PYTHONPATH": str(_ROOT),
+    },
+    prefix="s_",
+    name="stdio",
+    idempotent=["count"],
+    timeout=_timeout,
+)
+
+mcp_http = Agent(name="mcp_http", model=fake_model(), tools=[http_tools, local_count], description="MCP over HTTP.")
+mcp_stdio = Agent(name="mcp_stdio", model=fake_model(), tools=[stdio_tools], description="MCP over stdio.")

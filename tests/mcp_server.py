@@ -1,0 +1,88 @@
+"""The MCP server of tests/test_mcp.py and bench/mcp.py: the ``mcp`` package's own server, over streamable HTTP
+(``python -m tests.mcp_server http PORT``, served by uvicorn) or stdio (``python -m tests.mcp_server stdio``).
+
+It counts in Redis (``MCP_TEST_REDIS``, keys under ``MCP_TEST_PREFIX``, as ``tests/invariants.py:counter_of``
+reads them): ``<p>:test:count:<key>`` per execution of ``count``/``slow_count``/``delete``/``hang``,
+``<p>:test:count:tools_list`` per ``tools/list`` request; and it keeps each call's ``_meta`` in the list
+``<p>:test:mcp:meta``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from typing import Any
+
+import redis
+from mcp.server.mcpserver import Context, MCPServer
+
+_redis = redis.Redis.from_url(os.environ.get("MCP_TEST_REDIS", "redis://127.0.0.1:6379/9"))
+PREFIX = os.environ.get("MCP_TEST_PREFIX", "mcptest")
+
+
+def bump(key: str) -> int:
+    return int(_redis.incr(f"{PREFIX}:test:count:{key}"))
+
+
+def keep_meta(ctx: Context, tool: str, args: dict[str, Any]) -> None:
+    meta = ctx.request_context.meta
+    found = meta.model_dump() if hasattr(meta, "model_dump") else dict(meta or {})
+    _redis.rpush(f"{PREFIX}:test:mcp:meta", json.dumps({"tool": tool, "args": args, "meta": found}, default=str))
+
+
+class CountingServer(MCPServer):
+    async def list_tools(self) -> Any:
+        bump("tools_list")
+        return await super().list_tools()
+
+
+server = CountingServer("agents-celery-tests")
+
+
+@server.tool()
+def count(key: str, ctx: Context) -> str:
+    """Count one execution under key."""
+    keep_meta(ctx, "count", {"key": key})
+    return f"count {key}: {bump(key)}"
+
+
+@server.tool()
+async def slow_count(key: str, seconds: float, ctx: Context) -> str:
+    """Count one execution under key, then take seconds to answer."""
+    keep_meta(ctx, "slow_count", {"key": key, "seconds": seconds})
+    n = bump(key)
+    await asyncio.sleep(seconds)
+    return f"slow count {key}: {n}"
+
+
+@server.tool()
+def delete(path: str, ctx: Context) -> str:
+    """Delete a file (the agent asks for a confirmation first)."""
+    keep_meta(ctx, "delete", {"path": path})
+    bump(f"delete:{path}")
+    return f"deleted {path}"
+
+
+@server.tool()
+async def hang(key: str) -> str:
+    """Never answer."""
+    bump(key)
+    await asyncio.sleep(3600)
+    return "woke"
+
+
+@server.tool()
+def fails(key: str) -> str:
+    """Always fail."""
+    raise ValueError(f"no such thing as {key}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "stdio":
+        server.run("stdio")
+    else:
+        import uvicorn
+
+        uvicorn.run(server.streamable_http_app(), host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")

@@ -1,0 +1,270 @@
+"""MCP tools (``MCPTools``): the ``mcp`` package's own server (tests/mcp_server.py) over streamable HTTP (uvicorn in a
+subprocess) and stdio, real workers, the real openai SDK against the fake OpenAI server.
+
+What is proved: each ``tools/call`` goes through the effect ledger with its ``run_id:tool_call_id`` key in
+``_meta``; ``tools/list`` is sent once per run however many turns; confirmations and edited arguments work as
+for Python tools; a kill -9 of the worker after the call was sent does not run it twice; the server killed
+mid-call gives the model an error result and the run completes; a stop during a call that never returns ends
+the run within the bound; agents modules without MCP tools do not import ``mcp``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from agents_celery import Agent, MCPTools, ScriptedModel, ScriptedToolCall
+from agents_celery.errors import ConfigurationError, ToolArgumentsError
+from agents_celery.events import EventType
+from agents_celery.models import turn_index
+from agents_celery.testing.openai_server import FakeReply
+
+from .cluster import ROOT, Deployment
+from .conftest import TEST_REDIS_URL, all_events, wait_for
+from .invariants import assert_run_sound, counter_of
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def scripted(request: dict[str, Any]) -> FakeReply:
+    """The user message says what the model does: ``<tool>:<key>[:<n>[:<seconds>]]`` calls the tool ``n`` times
+    (one call a turn), then answers with the last tool result it saw."""
+    messages = request.get("messages") or []
+    user = next(m["content"] for m in reversed(messages) if m.get("role") == "user")
+    name, key, *rest = user.split(":")
+    times = int(rest[0]) if rest else 1
+    turn = turn_index(messages)
+    if turn >= times:
+        last = next((m["content"] for m in reversed(messages) if m.get("role") == "tool"), "")
+        return FakeReply(text=f"Done: {last}")
+    args: dict[str, Any] = {"key": key} if name != "m_delete" else {"path": key}
+    if len(rest) > 1:
+        args["seconds"] = float(rest[1])
+    return FakeReply(tool_calls=(ScriptedToolCall(name, args, f"call_{turn}"),))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """tests/mcp_server.py over streamable HTTP, in a subprocess of its own."""
+
+    def __init__(self, prefix: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        env = {**os.environ, "MCP_TEST_REDIS": TEST_REDIS_URL, "MCP_TEST_PREFIX": prefix, "PYTHONPATH": str(ROOT)}
+        cmd = [sys.executable, "-m", "tests.mcp_server", "http", str(self.port)]
+        self.proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(self._listening, timeout=30, what="the MCP server to listen")
+
+    def _listening(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError("the MCP server exited")
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", self.port)) == 0
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def r() -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(TEST_REDIS_URL)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def mcp_deploy(fake_openai: Any, deploy: Any) -> Iterator[tuple[Deployment, Server]]:
+    fake_openai.responder = scripted
+    own: Deployment = deploy("mcp", {"AGENTS_CELERY_AGENTS": "tests.agents_mcp"})
+    server = Server(own.prefix)
+    own.env["MCP_TEST_URL"] = server.url
+    yield own, server
+    server.kill()
+
+
+def metas(r: redis.Redis, prefix: str) -> list[dict[str, Any]]:
+    return [json.loads(raw) for raw in r.lrange(f"{prefix}:test:mcp:meta", 0, -1)]
+
+
+def tool_results(events: list[Any]) -> list[str]:
+    return [e.data["content"] for e in events if e.type is EventType.TOOL_CALL_RESULT]
+
+
+def test_tools_listed_once_per_run_and_called_with_the_idempotency_key(
+    mcp_deploy: tuple[Deployment, Server], fake_openai: Any, r: redis.Redis
+) -> None:
+    own, _ = mcp_deploy
+    own.worker()
+    rt, count = own.runtime, counter_of(r, own.prefix)
+    before = fake_openai.calls  # the fake server serves the whole session
+    stream = rt.stream("mcp_http", "m_count:k1:4")
+    events = all_events(rt, stream.id)
+    assert rt.get(stream.id).status == "completed"
+    assert_run_sound(events, tool_counts={"k1": 4}, counter=count)
+    assert count("tools_list") == 1  # four tool turns and a last one: one tools/list
+    assert tool_results(events) == [f"count k1: {n}" for n in range(1, 5)]
+    keys = [m["meta"].get("idempotency_key") for m in metas(r, own.prefix)]
+    assert keys == [f"{stream.id}:call_{turn}" for turn in range(4)]
+    offered = [{t["function"]["name"] for t in req.get("tools", [])} for req in fake_openai.requests[before:]]
+    assert len(offered) == 5 and all({"m_count", "m_delete", "m_hang", "local_count"} <= names for names in offered)
+    manifest = rt.agent_manifest("mcp_http")  # the worker published what the toolset served
+    (toolset,) = manifest["toolsets"]
+    assert toolset["name"] == "m" and toolset["transport"] == "http"
+    served = {t["name"]: t for t in toolset["tools"]}
+    assert served["m_delete"]["requires_confirmation"] and not served["m_count"]["requires_confirmation"]
+    rt.run("mcp_http", "m_count:k2:1", timeout=60)
+    assert count("tools_list") == 2  # a run of its own lists again
+
+
+def test_confirmation_with_edited_arguments(mcp_deploy: tuple[Deployment, Server], r: redis.Redis) -> None:
+    own, _ = mcp_deploy
+    own.worker()
+    rt, count = own.runtime, counter_of(r, own.prefix)
+    stream = rt.stream("mcp_http", "m_delete:/tmp/a")
+    events = all_events(rt, stream.id)
+    interrupt = events[-1].data["outcome"]["interrupts"][0]
+    assert interrupt["reason"] == "confirmation_required"
+    assert interrupt["response_schema"]["properties"]["editedArgs"]["required"] == ["path"]  # the server's schema
+    assert count("delete:/tmp/a") == 0
+    with pytest.raises(ToolArgumentsError):  # checked against the schema the run recorded
+        rt.continue_run(stream.id, [{"tool_call_id": "call_0", "confirmed": True, "tool_args": {"path": 3}}])
+    rt.continue_run(stream.id, [{"tool_call_id": "call_0", "confirmed": True, "tool_args": {"path": "/tmp/b"}}])
+    events = all_events(rt, stream.id)
+    assert rt.get(stream.id).status == "completed"
+    assert (count("delete:/tmp/a"), count("delete:/tmp/b")) == (0, 1)
+    assert tool_results(events) == ["deleted /tmp/b"]
+    assert count("tools_list") == 1  # the run kept its list across the pause
+
+
+@pytest.mark.slow
+def test_kill_9_after_the_call_was_sent_runs_it_once(mcp_deploy: tuple[Deployment, Server], r: redis.Redis) -> None:
+    own, _ = mcp_deploy
+    first = own.worker()
+    rt, count = own.runtime, counter_of(r, own.prefix)
+    stream = rt.stream("mcp_http", "m_slow_count:slow:1:30")
+    wait_for(lambda: count("slow") == 1, timeout=30, what="the MCP call to reach the server")
+    first.kill()
+    own.worker()
+    events = all_events(rt, stream.id)  # the new worker finds the call started, not finished: a human decides
+    interrupt = events[-1].data["outcome"]["interrupts"][0]
+    assert interrupt["reason"] == "may_have_run" and interrupt["metadata"]["tool_name"] == "m_slow_count"
+    assert count("slow") == 1
+    rt.continue_run(stream.id, [{"tool_call_id": interrupt["tool_call_id"], "confirmed": False}])
+    events = all_events(rt, stream.id)
+    assert rt.get(stream.id).status == "completed"
+    assert_run_sound(events, tool_counts={"slow": 1}, counter=count)
+    retried = [e for e in events if e.type is EventType.STEP_STARTED and e.data["metadata"]["attempt"] == 2]
+    assert retried, "the tool step was retried by the second worker"
+
+
+def test_server_killed_mid_call_gives_an_error_result(mcp_deploy: tuple[Deployment, Server], r: redis.Redis) -> None:
+    own, server = mcp_deploy
+    own.worker()
+    rt, count = own.runtime, counter_of(r, own.prefix)
+    stream = rt.stream("mcp_http", "m_slow_count:mid:1:30")
+    wait_for(lambda: count("mid") == 1, timeout=30, what="the MCP call to reach the server")
+    killed = time.monotonic()
+    server.kill()
+    events = all_events(rt, stream.id)
+    took = time.monotonic() - killed
+    assert rt.get(stream.id).status == "completed", events[-1]
+    (result,) = tool_results(events)
+    assert result.startswith("Error: MCPUnavailable") and "may or may not have run" in result, result
+    assert took < 10, f"the lost connection took {took:.1f}s to notice"
+    assert_run_sound(events, tool_counts={"mid": 1}, counter=count)
+    # The server is gone: a new run cannot list the tools; the model is told, the run still completes.
+    stream = rt.stream("mcp_http", "m_count:gone:1")
+    events = all_events(rt, stream.id)
+    assert rt.get(stream.id).status == "completed"
+    unavailable = [e for e in events if e.type is EventType.CUSTOM and e.data["name"] == "mcp_unavailable"]
+    assert unavailable and unavailable[0].data["value"]["toolset"] == "m"
+    (result,) = tool_results(events)
+    assert result.startswith("Error: unknown tool 'm_count'")
+    assert count("gone") == 0
+
+
+def test_stop_during_a_hanging_call_ends_the_run_in_time(mcp_deploy: tuple[Deployment, Server], r: redis.Redis) -> None:
+    own, _ = mcp_deploy
+    own.worker()
+    rt, count = own.runtime, counter_of(r, own.prefix)
+    stream = rt.stream("mcp_http", "m_hang:hung:1")
+    wait_for(lambda: count("hung") == 1, timeout=30, what="the hanging MCP call to start")
+    stopped = time.monotonic()
+    rt.stop(stream.id)
+    events = all_events(rt, stream.id)
+    took = time.monotonic() - stopped
+    assert rt.get(stream.id).status == "cancelled"
+    bound = own.settings.stop_grace_seconds + 3
+    assert took < bound, f"the stop took {took:.1f}s (bound {bound:g}s)"
+    assert events[-1].data["outcome"]["type"] == "cancelled"
+    assert_run_sound(events)
+    # The worker's next run still gets through to the server (the abandoned request did not wedge the session).
+    view = rt.run("mcp_http", "m_count:after:1", timeout=60)
+    assert view.status == "completed" and count("after") == 1
+
+
+def test_stdio_server(mcp_deploy: tuple[Deployment, Server], r: redis.Redis) -> None:
+    own, _ = mcp_deploy
+    own.worker()
+    rt, count = own.runtime, counter_of(r, own.prefix)
+    stream = rt.stream("mcp_stdio", "s_count:io:3")
+    events = all_events(rt, stream.id)
+    assert rt.get(stream.id).status == "completed"
+    assert not [e.data for e in events if e.type is EventType.CUSTOM and e.data["name"] == "mcp_unavailable"]
+    assert tool_results(events) == [f"count io: {n}" for n in (1, 2, 3)]
+    assert count("tools_list") == 1
+    assert_run_sound(events, tool_counts={"io": 3}, counter=count)
+    stream = rt.stream("mcp_stdio", "s_fails:x:1")  # the server's error result is the model's business
+    events = all_events(rt, stream.id)
+    (result,) = tool_results(events)
+    assert rt.get(stream.id).status == "completed" and result.startswith("Error: MCPToolError") and "x" in result
+
+
+# -- no worker -------------------------------------------------------------------------------------------
+
+
+def test_agents_modules_without_mcp_tools_do_not_import_mcp() -> None:
+    code = "import sys, tests.agents_fixture, agents_celery; agents_celery.MCPTools; print('mcp' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_toolset_configuration_and_the_run_view() -> None:
+    with pytest.raises(ConfigurationError):
+        MCPTools()
+    with pytest.raises(ConfigurationError):
+        MCPTools(url="http://x/mcp", command=["srv"])
+    with pytest.raises(ConfigurationError):
+        MCPTools(command="srv --stdio")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError):
+        Agent(name="a", model=ScriptedModel(["x"]), tools=[MCPTools(url="http://x/mcp"), MCPTools(url="http://x/m")])
+    toolset = MCPTools(url="http://x/mcp", prefix="fs.", requires_confirmation=True, idempotent=["read"], list_ttl=60)
+    agent = Agent(name="a", model=ScriptedModel(["x"]), tools=[toolset])
+    listing = {"listed_at": 1_000, "tools": [{"name": "read", "description": "Read.", "input_schema": {
+        "type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}]}  # fmt: skip
+    view = agent.for_run({"fs": listing})
+    assert list(agent.tools) == [] and list(view.tools) == ["fs_read"]  # the agent itself is left alone
+    read = view.tools["fs_read"]
+    assert read.requires_confirmation and read.idempotent
+    assert read.validate('{"path": "/a"}') == {"path": "/a"}
+    with pytest.raises(ToolArgumentsError):
+        read.validate('{"path": 1}')
+    assert not toolset.stale(listing, now_ms=60_999) and toolset.stale(listing, now_ms=61_000)
+    toolset.changed_at = 1_001  # the server said its list changed after the run fetched it
+    assert toolset.stale(listing, now_ms=2_000)
