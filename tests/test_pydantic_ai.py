@@ -4,7 +4,7 @@ own OpenAIChatModel against the fake OpenAI server; each shape run in-process an
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,6 +13,7 @@ import redis
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.testing import ScriptResponder
 
+from .cluster import Deployment
 from .conftest import TEST_REDIS_URL, all_events, wait_for
 from .invariants import assert_run_sound, counter_of
 
@@ -57,64 +58,99 @@ def in_process(fake_openai: Any, agent_name: str, message: str, turns: list[Any]
     return result.output, messages, fake_openai.calls - before
 
 
-def backend(deploy: Callable[..., Any], **extra: str) -> Any:
-    dep = deploy("pai", {"AGENTS_CELERY_AGENTS": AGENTS, **extra})
-    dep.start(1)
-    return dep
+@pytest.fixture(scope="module")
+def shared(fake_openai: Any) -> Iterator[Deployment]:
+    """One worker of the module's own for the tests that kill nothing (tool counts are read as deltas)."""
+    dep = Deployment("pai", fake_openai.url, {"AGENTS_CELERY_AGENTS": AGENTS})
+    try:
+        dep.start(1)
+        yield dep
+    finally:
+        dep.close()
 
 
-def test_weather_agent_runs_on_the_backend_as_in_process(deploy: Callable[..., Any], fake_openai: Any) -> None:
+@pytest.fixture(scope="module")
+def crashable(fake_openai: Any) -> Iterator[Deployment]:
+    """A deployment whose workers the crash tests kill (each test first tops it up to two live workers)."""
+    dep = Deployment("paicrash", fake_openai.url, {"AGENTS_CELERY_AGENTS": AGENTS})
+    try:
+        yield dep
+    finally:
+        dep.close()
+
+
+def alive(dep: Deployment, n: int = 2) -> int:
+    """Start workers until ``n`` are alive; how many have died so far."""
+    dead = sum(w.proc.poll() is not None for w in dep.workers)
+    if len(dep.workers) - dead < n:
+        dep.start(n - (len(dep.workers) - dead))
+    return dead
+
+
+class Counts:
+    """The tool executions counted under a deployment's prefix since it was made."""
+
+    def __init__(self, r: redis.Redis, dep: Deployment, *names: str) -> None:
+        self.read = counter_of(r, dep.prefix)
+        self.before = {name: self.read(name) for name in names}
+
+    def __call__(self, name: str) -> int:
+        return self.read(name) - self.before.get(name, 0)
+
+
+WEATHER_TOOLS = ("pai:get_lat_lng", "pai:get_weather")
+
+
+def test_weather_agent_runs_on_the_backend_as_in_process(shared: Deployment, fake_openai: Any) -> None:
     output, messages, calls = in_process(fake_openai, "pai_weather", "Weather in London?", WEATHER)
-    dep = backend(deploy)
-    rt = dep.runtime
+    rt = shared.runtime
     fake_openai.responder = ScriptResponder(WEATHER)
-    before = fake_openai.calls
-    stream = rt.stream("pai_weather", "Weather in London?")
-    events = all_events(rt, stream.id)
-    view = stream.get()
-    assert view.status == "completed", events[-1].data
-    assert view.output == output
-    assert fake_openai.calls - before == calls
-    state, _ = rt.store.load(stream.id)
-    assert stripped(state.messages) == stripped(messages)
-    assert state.usage["total_tokens"] > 0
     with redis.Redis.from_url(TEST_REDIS_URL) as r:
-        counts = {"pai:get_lat_lng": 1, "pai:get_weather": 1}
-        assert_run_sound(events, tool_counts=counts, counter=counter_of(r, dep.prefix))
+        counts = Counts(r, shared, *WEATHER_TOOLS)
+        before = fake_openai.calls
+        stream = rt.stream("pai_weather", "Weather in London?")
+        events = all_events(rt, stream.id)
+        view = stream.get()
+        assert view.status == "completed", events[-1].data
+        assert view.output == output
+        assert fake_openai.calls - before == calls
+        state, _ = rt.store.load(stream.id)
+        assert stripped(state.messages) == stripped(messages)
+        assert state.usage["total_tokens"] > 0 and view.usage == state.usage
+        assert_run_sound(events, tool_counts=dict.fromkeys(WEATHER_TOOLS, 1), counter=counts)
     kinds = [e.type.value for e in events]
     assert kinds.count("TOOL_CALL_RESULT") == 2
     assert "TEXT_MESSAGE_CONTENT" in kinds and "TOOL_CALL_ARGS" in kinds
 
 
-def _crash_key(dep: Any, point: str) -> str:
+def _crash_key(dep: Deployment, point: str) -> str:
     return f"{dep.prefix}:test:crash:{point}:any"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("writes", [1, 2, 3])
 def test_a_worker_killed_after_a_journal_write_replays_the_segment(
-    deploy: Callable[..., Any], fake_openai: Any, writes: int
+    crashable: Deployment, fake_openai: Any, writes: int
 ) -> None:
     output, messages, calls = in_process(fake_openai, "pai_weather", "Weather in London?", WEATHER)
-    dep = deploy("paicrash", {"AGENTS_CELERY_AGENTS": AGENTS})
-    dep.start(2)
-    rt = dep.runtime
+    dead = alive(crashable)
+    rt = crashable.runtime
     fake_openai.responder = ScriptResponder(WEATHER)
     with redis.Redis.from_url(TEST_REDIS_URL) as r:
-        r.set(_crash_key(dep, "journal"), writes)
+        counts = Counts(r, crashable, *WEATHER_TOOLS)
+        r.set(_crash_key(crashable, "journal"), writes)
         before = fake_openai.calls
         stream = rt.stream("pai_weather", "Weather in London?")
         events = all_events(rt, stream.id)
-        assert r.get(_crash_key(dep, "journal")) is None, "the crash never happened"
-        assert sum(w.proc.poll() is not None for w in dep.workers) == 1
+        assert r.get(_crash_key(crashable, "journal")) is None, "the crash never happened"
+        assert sum(w.proc.poll() is not None for w in crashable.workers) == dead + 1
         view = stream.get()
         assert view.status == "completed", events[-1].data
         assert view.output == output
         assert fake_openai.calls - before == calls  # no journaled unit ran again
         state, _ = rt.store.load(stream.id)
         assert stripped(state.messages) == stripped(messages)
-        counts = {"pai:get_lat_lng": 1, "pai:get_weather": 1}
-        assert_run_sound(events, tool_counts=counts, counter=counter_of(r, dep.prefix))
+        assert_run_sound(events, tool_counts=dict.fromkeys(WEATHER_TOOLS, 1), counter=counts)
     assert any(e.type.value == "CUSTOM" and e.data.get("name") == "attempt_abandoned" for e in events)
     assert [e.type.value for e in events].count("TOOL_CALL_RESULT") == 2
 
@@ -122,28 +158,25 @@ def test_a_worker_killed_after_a_journal_write_replays_the_segment(
 @pytest.mark.slow
 @pytest.mark.parametrize("approve", [True, False])
 def test_a_tool_killed_before_its_journal_write_pauses_as_may_have_run(
-    deploy: Callable[..., Any], fake_openai: Any, approve: bool
+    crashable: Deployment, fake_openai: Any, approve: bool
 ) -> None:
-    dep = deploy("paitool", {"AGENTS_CELERY_AGENTS": AGENTS})
-    dep.start(2)
-    rt = dep.runtime
+    alive(crashable)
+    rt = crashable.runtime
     fake_openai.responder = ScriptResponder(WEATHER)
     with redis.Redis.from_url(TEST_REDIS_URL) as r:
-        r.set(_crash_key(dep, "tool_body"), 1)
+        counts = Counts(r, crashable, *WEATHER_TOOLS)
+        r.set(_crash_key(crashable, "tool_body"), 1)
         stream = rt.stream("pai_weather", "Weather in London?")
         wait_for(lambda: stream.get().status == "paused", timeout=30, what="the may-have-run pause")
-        view = stream.get()
-        pending = view.pending if hasattr(view, "pending") else None
         state, _ = rt.store.load(stream.id)
         assert [(c.name, c.pause_reason) for c in state.pending] == [("get_lat_lng", "may_have_run")]
-        assert counter_of(r, dep.prefix)("pai:get_lat_lng") == 1
-        del pending
+        assert counts("pai:get_lat_lng") == 1
         call_id = state.pending[0].id
         rt.continue_run(stream.id, [{"tool_call_id": call_id, "confirmed": approve}])
         wait_for(lambda: stream.get().status == "completed", timeout=30, what="the run's end")
         events = all_events(rt, stream.id)
-        counts = {"pai:get_lat_lng": 2 if approve else 1, "pai:get_weather": 1}
-        assert_run_sound(events, tool_counts=counts, counter=counter_of(r, dep.prefix))
+        expected = {"pai:get_lat_lng": 2 if approve else 1, "pai:get_weather": 1}
+        assert_run_sound(events, tool_counts=expected, counter=counts)
     results = [e for e in events if e.type.value == "TOOL_CALL_RESULT"]
     assert [e.data["tool_call_id"] for e in results].count(call_id) == 1
     if not approve:
@@ -155,51 +188,47 @@ def _delete(path: str) -> list[Any]:
 
 
 @pytest.mark.parametrize("decision", ["approve", "edit", "reject"])
-def test_a_tool_needing_approval_pauses_and_continues(
-    deploy: Callable[..., Any], fake_openai: Any, decision: str
-) -> None:
+def test_a_tool_needing_approval_pauses_and_continues(shared: Deployment, fake_openai: Any, decision: str) -> None:
     from pydantic_ai import DeferredToolRequests, DeferredToolResults
     from pydantic_ai.messages import ModelMessagesTypeAdapter
 
     agents = module(fake_openai)
-    fake_openai.responder = ScriptResponder(_delete("a.txt"))
-    first = agents.files.run_sync("Delete a.txt", output_type=[str, DeferredToolRequests])
+    asked, edited = f"a-{decision}.txt", f"b-{decision}.txt"
+    fake_openai.responder = ScriptResponder(_delete(asked))
+    first = agents.files.run_sync(f"Delete {asked}", output_type=[str, DeferredToolRequests])
     assert isinstance(first.output, DeferredToolRequests)
-    dep = backend(deploy)
-    rt = dep.runtime
-    fake_openai.responder = ScriptResponder(_delete("a.txt"))
-    stream = rt.stream("pai_files", "Delete a.txt")
+    rt = shared.runtime
+    fake_openai.responder = ScriptResponder(_delete(asked))
+    stream = rt.stream("pai_files", f"Delete {asked}")
     wait_for(lambda: stream.get().status == "paused", timeout=30, what="the approval pause")
     events = all_events(rt, stream.id)
     outcome = events[-1].data["outcome"]
     assert outcome["type"] == "interrupt"
-    (asked,) = outcome["interrupts"]
-    assert asked["metadata"] == {"tool_name": "delete_file", "tool_args": {"path": "a.txt"}}
-    assert "editedArgs" in asked["response_schema"]["properties"]
-    call_id = asked["tool_call_id"]
+    (interrupt,) = outcome["interrupts"]
+    assert interrupt["metadata"] == {"tool_name": "delete_file", "tool_args": {"path": asked}}
+    assert "editedArgs" in interrupt["response_schema"]["properties"]
+    call_id = interrupt["tool_call_id"]
     answer: dict[str, Any] = {"tool_call_id": call_id, "confirmed": decision != "reject"}
     if decision == "edit":
-        answer["tool_args"] = {"path": "b.txt"}
+        answer["tool_args"] = {"path": edited}
     if decision == "reject":
         answer["confirmation_note"] = "keep it"
     rt.continue_run(stream.id, [answer])
     wait_for(lambda: stream.get().status == "completed", timeout=30, what="the run's end")
     events = all_events(rt, stream.id)
     with redis.Redis.from_url(TEST_REDIS_URL) as r:
-        counts = {
-            "pai:delete_file:a.txt": int(decision == "approve"),
-            "pai:delete_file:b.txt": int(decision == "edit"),
-        }
-        assert_run_sound(events, tool_counts=counts, counter=counter_of(r, dep.prefix))
+        expected = {f"pai:delete_file:{asked}": int(decision == "approve"), f"pai:delete_file:{edited}": 0}
+        if decision == "edit":
+            expected = {f"pai:delete_file:{asked}": 0, f"pai:delete_file:{edited}": 1}
+        assert_run_sound(events, tool_counts=expected, counter=counter_of(r, shared.prefix))
     (result,) = [e for e in events if e.type.value == "TOOL_CALL_RESULT"]
-    expected = {"approve": "deleted a.txt", "edit": "deleted b.txt", "reject": "keep it"}[decision]
-    assert expected in result.data["content"]
+    wanted = {"approve": f"deleted {asked}", "edit": f"deleted {edited}", "reject": "keep it"}[decision]
+    assert wanted in result.data["content"]
     if decision == "approve":  # the same conversation as in-process, resumed with the same decision
-        fake_openai.responder = ScriptResponder(_delete("a.txt"))
+        fake_openai.responder = ScriptResponder(_delete(asked))
         results = DeferredToolResults(approvals={call_id: True})
         done = agents.files.run_sync(message_history=first.all_messages(), deferred_tool_results=results)
         state, _ = rt.store.load(stream.id)
-        assert stripped(state.messages) == stripped(
-            ModelMessagesTypeAdapter.dump_python(done.all_messages(), mode="json")
-        )
+        in_proc = ModelMessagesTypeAdapter.dump_python(done.all_messages(), mode="json")
+        assert stripped(state.messages) == stripped(in_proc)
         assert stream.get().output == done.output
