@@ -232,3 +232,92 @@ def test_a_tool_needing_approval_pauses_and_continues(shared: Deployment, fake_o
         in_proc = ModelMessagesTypeAdapter.dump_python(done.all_messages(), mode="json")
         assert stripped(state.messages) == stripped(in_proc)
         assert stream.get().output == done.output
+
+
+BANK = [
+    ScriptedTurn(tool_calls=[ScriptedToolCall("customer_balance", {"include_pending": False})]),
+    ScriptedTurn(tool_calls=[ScriptedToolCall("customer_balance", {"include_pending": True})]),
+    ScriptedTurn(
+        tool_calls=[ScriptedToolCall("final_result", {"support_advice": "All fine.", "block_card": False, "risk": 1})]
+    ),
+]
+
+
+def test_structured_output_and_a_model_retry_as_in_process(shared: Deployment, fake_openai: Any) -> None:
+    output, messages, calls = in_process(fake_openai, "pai_bank", "What is my balance?", BANK)
+    rt = shared.runtime
+    fake_openai.responder = ScriptResponder(BANK)
+    with redis.Redis.from_url(TEST_REDIS_URL) as r:
+        counts = Counts(r, shared, "pai:customer_balance")
+        before = fake_openai.calls
+        stream = rt.stream("pai_bank", "What is my balance?")
+        events = all_events(rt, stream.id)
+        assert stream.get().status == "completed", events[-1].data
+        assert fake_openai.calls - before == calls == 3
+        assert_run_sound(events, tool_counts={"pai:customer_balance": 2}, counter=counts)
+    assert stream.get().output == output.model_dump_json()
+    assert events[-1].data["result"] == output.model_dump_json()
+    state, _ = rt.store.load(stream.id)
+    assert stripped(state.messages) == stripped(messages)
+    results = [e.data["content"] for e in events if e.type.value == "TOOL_CALL_RESULT"]
+    assert len(results) == 3 and "include_pending must be true" in results[0]  # the retry, the balance, the output
+
+
+def test_a_session_carries_the_pydantic_ai_history(shared: Deployment, fake_openai: Any) -> None:
+    rt = shared.runtime
+    fake_openai.responder = ScriptResponder(["Nice to meet you, Ada."])
+    first = rt.stream("pai_weather", "My name is Ada.")
+    wait_for(lambda: first.get().status == "completed", timeout=30, what="the first run")
+    session = first.get().session_id
+    fake_openai.responder = ScriptResponder(["Your name is Ada."])
+    wait_for(lambda: rt.store.sessions.history(session), timeout=10, what="the session's history")
+    second = rt.stream("pai_weather", "What is my name?", session_id=session)
+    wait_for(lambda: second.get().status == "completed", timeout=30, what="the second run")
+    sent = fake_openai.requests[-1]["messages"]
+    said = [(m["role"], m.get("content")) for m in sent if m["role"] in ("user", "assistant")]
+    assert said == [("user", "My name is Ada."), ("assistant", "Nice to meet you, Ada."), ("user", "What is my name?")]
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+    history = rt.store.sessions.history(session)
+    assert len(ModelMessagesTypeAdapter.validate_python(history)) == 4  # stored as pydantic-ai's messages
+
+
+def test_a_stop_while_the_model_streams_cancels_the_run(shared: Deployment, fake_openai: Any) -> None:
+    import time
+
+    rt = shared.runtime
+    fake_openai.responder = ScriptResponder([" ".join(f"w{i}" for i in range(400))], token_delay=0.02)
+    stream = rt.stream("pai_weather", "Talk for a while.")
+    for ev in stream.events():
+        if ev.type.value == "TEXT_MESSAGE_CONTENT":
+            break
+    t0 = time.monotonic()
+    rt.stop(stream.id)
+    wait_for(lambda: stream.get().status == "cancelled", timeout=10, what="the cancelled run")
+    assert time.monotonic() - t0 < 3
+    events = all_events(rt, stream.id)
+    assert events[-1].data["outcome"] == {"type": "cancelled"}
+    assert_run_sound(events)
+
+
+def test_a_journal_that_does_not_fit_fails_the_run_naming_the_unit(shared: Deployment, fake_openai: Any) -> None:
+    import json
+
+    from agents_celery.admission import idempotent_run_id
+
+    rt = shared.runtime
+    key = f"mismatch-{os.urandom(4).hex()}"
+    run_id = idempotent_run_id(key, None)
+    fake_openai.responder = ScriptResponder(WEATHER)
+    with redis.Redis.from_url(TEST_REDIS_URL) as r:  # the journal of an agent since renamed
+        entry = {"name": "old_weather__model.request_stream", "ordinal": 0, "digest": "0" * 32, "result": None}
+        r.hset(rt.store.keys.run(run_id).effects, "j:0:0", json.dumps(entry))
+        before = fake_openai.calls
+        stream = rt.stream("pai_weather", "Weather in London?", idempotency_key=key)
+        assert stream.id == run_id
+        events = all_events(rt, stream.id)
+    assert stream.get().status == "failed"
+    assert events[-1].data["code"] == "journal_mismatch"
+    assert "'old_weather__model.request_stream'" in events[-1].data["message"]
+    assert "'pai_weather__model.request_stream'" in events[-1].data["message"]
+    assert fake_openai.calls == before  # nothing ran against a journal that does not fit

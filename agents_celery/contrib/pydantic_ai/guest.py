@@ -118,6 +118,8 @@ class GuestAgent(Agent):
             )
         except WalkedAway as exc:
             if exc.reason == "stopped":
+                for event in segment.open_ends():  # a model unit stopped mid-stream: its messages end here
+                    ctx.writer.emit(event)
                 raise Cancelled() from None
             raise FencedError(f"run {state.run_id!r}: lease lost; another attempt owns the run") from None
         except MayHaveRun as exc:

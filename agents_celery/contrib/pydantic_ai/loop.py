@@ -43,21 +43,25 @@ class WalkedAway(Exception):
 def run_segment(
     coro: Coroutine[Any, Any, T], stop: threading.Event, lost: threading.Event, grace: float, poll: float
 ) -> T:
-    """Run ``coro`` on the process loop and wait for it; a stop (after ``grace`` seconds) or a lost lease cancels
-    it and raises WalkedAway."""
-    future = asyncio.run_coroutine_threadsafe(coro, process_loop())
-    stopped_at: float | None = None
-    waited = 0.0
+    """Run ``coro`` on the process loop and wait for it. A stop request or a lost lease cancels it (pydantic-ai's
+    code is async: a cancellation lands at its next ``await``, so a model that streams stops at once) and raises
+    WalkedAway once the coroutine finished unwinding, or after ``grace`` seconds if it does not."""
+    settled = threading.Event()
+
+    async def guarded() -> T:
+        try:
+            return await coro
+        finally:
+            settled.set()
+
+    future = asyncio.run_coroutine_threadsafe(guarded(), process_loop())
     while True:
         try:
             return future.result(timeout=poll)
         except concurrent.futures.TimeoutError:
-            waited += poll
-        if lost.is_set():
+            pass
+        reason = "lost" if lost.is_set() else "stopped" if stop.is_set() else None
+        if reason is not None:
             future.cancel()
-            raise WalkedAway("lost")
-        if stop.is_set():
-            stopped_at = waited if stopped_at is None else stopped_at
-            if waited - stopped_at >= grace:
-                future.cancel()
-                raise WalkedAway("stopped")
+            settled.wait(grace)
+            raise WalkedAway(reason)

@@ -108,6 +108,10 @@ class Segment:
     def leave(token: contextvars.Token[Segment | None]) -> None:
         _CURRENT.reset(token)
 
+    def open_ends(self) -> list[NewEvent]:
+        """The ends of what a model unit that was walked away from left open (after its coroutine unwound)."""
+        return self._stream.close() if self._stream is not None else []
+
     def on_event(self, event: Any) -> None:
         """An event of the run: live into the log inside a model unit, else kept for the unit's journal write."""
         if self._stream is not None:
@@ -142,11 +146,9 @@ class Segment:
                 return self._record(seq, entry, ready, call_id)
         self._buffer = []
         self._stream = ModelStream() if isinstance(operation_id, ModelRequestId) else None
-        try:
-            result = await body()
-        finally:
-            closers = self._stream.close() if self._stream is not None else []
-            self._stream = None
+        result = await body()  # a cancelled body leaves its stream open: the step closes it (open_ends)
+        closers = self._stream.close() if self._stream is not None else []
+        self._stream = None
         self._buffer = [*closers, *self._buffer]
         self.ran += 1
         return self._record(seq, entry, result, call_id)
