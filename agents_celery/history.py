@@ -267,7 +267,14 @@ def plan_summary(policy: HistoryPolicy | None, messages: Sequence[dict[str, Any]
 def _transcript_line(message: dict[str, Any]) -> str:
     role = str(message.get("role") or "?")
     content = message.get("content")
-    text = content if isinstance(content, str) else json.dumps(content) if content else ""
+    if isinstance(content, list):  # content parts: their text, and a placeholder for each image or file
+        text = " ".join(
+            str(p.get("text") or "") if p.get("type") == "text" else f"[{p.get('type') or 'part'}]"
+            for p in content
+            if isinstance(p, dict)
+        )
+    else:
+        text = content if isinstance(content, str) else json.dumps(content) if content else ""
     calls = [
         f"{(c.get('function') or {}).get('name')}({(c.get('function') or {}).get('arguments')})"
         for c in message.get("tool_calls") or []

@@ -101,6 +101,14 @@ def test_summary_plan_marker_and_view() -> None:
     assert view2[1:] == [m for m in later[plan2.cut :]]
 
 
+def test_a_summary_request_names_images_and_files_without_their_data() -> None:
+    parts = [{"type": "text", "text": "look at this"}, {"type": "image_url", "ref": "r/0", "bytes": 99}]
+    messages = [{"role": "user", "content": parts}, assistant("a cat"), *turns(2)]
+    plan = plan_summary(Summarize(max_prompt_tokens=10, keep_last_turns=2), messages, 0)
+    assert plan is not None
+    assert "user: look at this [image_url]" in plan.request(Summarize(max_prompt_tokens=10), messages)[1]["content"]
+
+
 def test_nothing_to_summarise_when_the_kept_turns_are_all() -> None:
     assert plan_summary(Summarize(max_prompt_tokens=1, keep_last_turns=2), turns(2), 0) is None
 
