@@ -96,6 +96,8 @@ _EXPORTS: dict[str, str] = {
             "ConnectionLostError",
             "StreamGapError",
             "LogRewoundError",
+            "OutputSchemaError",
+            "OutputValidationError",
         )
     },
 }
@@ -138,6 +140,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         InputTooLargeError,
         ModelError,
         NotFoundError,
+        OutputSchemaError,
+        OutputValidationError,
         PayloadTooLargeError,
         RedisUnavailableError,
         RunBusyError,

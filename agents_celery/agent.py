@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from .errors import ConfigurationError
 from .history import HistoryPolicy, LastTurns, Summarize
 from .hooks import Hooks
+from .output import OutputSpec, output_spec
 from .tools import Tool
 
 if TYPE_CHECKING:
@@ -49,6 +50,11 @@ class Agent:
             log and session; the handoff is a CUSTOM ``handoff`` event and the state's ``active_agent``.
         history: What of a long conversation goes into the prompt: :class:`~agents_celery.history.LastTurns` or
             :class:`~agents_celery.history.Summarize` (None: all of it). The stored history keeps every turn.
+        output_type: The final answer's shape: a pydantic model class or a JSON Schema dict. The model is asked
+            for it (``response_format`` ``json_schema``), each final answer is validated, a failed one is sent back
+            to the model (``output_retries`` times), and the run's ``output`` is the validated JSON value
+            (``Runtime.run`` returns the model's instance). A run's ``output_schema`` overrides it. See
+            ``docs/output.md``.
     """
 
     #: An agent of another framework (a pydantic-ai agent) runs each step of its runs itself: the engine calls
@@ -57,6 +63,8 @@ class Agent:
     guest: ClassVar[bool] = False
     #: The history policy (see ``history`` above); a class default too, for subclasses that set their own up.
     history: HistoryPolicy | None = None
+    #: What the final answer must be (see ``output_type`` above; None: plain text); a class default too.
+    output: OutputSpec | None = None
 
     def run_step(self, ctx: Any) -> Any:
         """A guest agent's step (see :attr:`guest`); our own agents have none."""
@@ -73,6 +81,7 @@ class Agent:
         queue: str | None = None,
         handoffs: Sequence[Agent] = (),
         history: HistoryPolicy | None = None,
+        output_type: Any = None,
     ) -> None:
         if not _NAME.match(name):
             raise ConfigurationError(f"agent name {name!r} must be 1-64 letters, digits, '_', '-' or '.'")
@@ -93,6 +102,8 @@ class Agent:
                 f"agent {name!r}: history must be LastTurns(...) or Summarize(...), got {history!r}"
             )
         self.history = history
+        self.output_type = output_type
+        self.output = output_spec(output_type)
         self.tools: dict[str, Tool] = {}
         #: MCP toolsets: their tools join ``tools`` per run, from the listing the run recorded.
         self.toolsets: list[MCPTools] = []
@@ -150,6 +161,7 @@ class Agent:
             "queue": self.queue,
             "handoffs": [other.name for other in self.handoffs.values()],
             "toolsets": [ts.manifest() for ts in self.toolsets],
+            "output_schema": self.output.schema if self.output is not None else None,
         }
 
     def as_tool(self, name: str | None = None, description: str | None = None) -> AgentTool:

@@ -15,6 +15,7 @@
     │   ├── EventValidationError      an event that is not a valid AG-UI event
     │   ├── ToolArgumentsError        tool arguments that fail the tool's schema
     │   ├── IdempotencyKeyReusedError an Idempotency-Key sent again with another request
+    │   ├── OutputSchemaError         an output_schema (or output_type) that is not a valid JSON Schema (HTTP 422)
     │   ├── DecisionError             a continue decision that names no pending call, or is malformed (HTTP 400)
     │   └── UnsupportedError          a well-formed request asking for what is not supported (yet) (HTTP 400)
     ├── NotFoundError                 (HTTP 404)
@@ -35,6 +36,7 @@
     ├── FencedError                   a write carried a lease token that is no longer current
     ├── SchemaVersionError            stored state with an unknown schema version
     ├── ModelError                    the model call failed (``retryable`` says whether to try again)
+    ├── OutputValidationError         the model's answer did not match the output schema (after the retries)
     ├── StopStep                      raised by a hook to stop the current step; the run fails with the reason
     ├── AbandonedRunError             a step failed more attempts than allowed; the run fails visibly
     ├── JournalMismatchError          a pydantic-ai run's replay met another unit than its journal recorded
@@ -147,6 +149,12 @@ class IdempotencyKeyReusedError(ValidationError):
     """An Idempotency-Key already names a run started by a different request (agent, message, session, user)."""
 
     code = "idempotency_key_reused"
+
+
+class OutputSchemaError(ValidationError):
+    """An ``output_schema`` (or an agent's ``output_type``) that is not a valid JSON Schema; nothing was created."""
+
+    code = "invalid_output_schema"
 
 
 class DecisionError(ValidationError):
@@ -282,6 +290,14 @@ class ModelError(AgentsCeleryError):
         super().__init__(message)
         self.retryable = retryable
         self.status_code = status_code
+
+
+class OutputValidationError(AgentsCeleryError):
+    """The model's final answer did not match the run's output schema. The engine sends the problem back to the
+    model as a retried turn (``output_retries``); past them the run fails with this error, which ``Runtime.run``
+    raises for an agent with a pydantic ``output_type``."""
+
+    code = "invalid_output"
 
 
 class StopStep(AgentsCeleryError):

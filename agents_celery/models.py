@@ -82,7 +82,9 @@ class Model(Protocol):
     """Streams one assistant turn.
 
     ``messages`` are Chat Completions message dicts; ``tools`` are :meth:`Tool.openai_schema` dicts and may be
-    empty. Failures raise :class:`~agents_celery.errors.ModelError`. A model that reads a network stream may
+    empty. A model whose ``stream`` takes a ``response_format`` keyword is passed one (Chat Completions'
+    ``{"type": "json_schema", ...}``) when the run asks for structured output; any other is told the schema in
+    its system prompt. Failures raise :class:`~agents_celery.errors.ModelError`. A model that reads a network stream may
     look at :data:`STOP_READING` between reads: when it is set and returns True, the caller no longer wants the
     turn, and the model should stop reading and return.
     """
@@ -224,12 +226,19 @@ class OpenAIChat:
             self._client.close()
             self._client = None
 
-    def stream(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Iterator[ModelChunk]:
+    def stream(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        *,
+        response_format: dict[str, Any] | None = None,
+    ) -> Iterator[ModelChunk]:
         """Stream one assistant turn.
 
         Args:
             messages: Chat Completions messages.
             tools: Tool schemas; when empty no ``tools`` field is sent.
+            response_format: Chat Completions ``response_format`` (structured output); None sends none.
 
         Yields:
             Text deltas, tool call deltas, then the usage.
@@ -243,7 +252,7 @@ class OpenAIChat:
         # raw: building a pydantic model per chunk cost about 0.2 ms of token latency, four times the rest.
         create = self._get_client().chat.completions.with_streaming_response.create
         try:
-            with create(**self._request(messages, tools)) as response:
+            with create(**self._request(messages, tools, response_format)) as response:
                 for data in _sse_data(response.iter_lines()):
                     yield from _chunk_deltas(data)
         except openai.OpenAIError as exc:
@@ -268,7 +277,9 @@ class OpenAIChat:
             )
         return self._client
 
-    def _request(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+    def _request(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], response_format: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         request: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
@@ -277,6 +288,8 @@ class OpenAIChat:
         }
         if tools:
             request["tools"] = tools
+        if response_format is not None:
+            request["response_format"] = response_format
         if self.temperature is not None:
             request["temperature"] = self.temperature
         if self.max_tokens is not None:
@@ -484,12 +497,19 @@ class ScriptedModel:
         """What a worker publishes about the model."""
         return {"provider": "scripted", "name": self._name, "turns": len(self.turns)}
 
-    def stream(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Iterator[ModelChunk]:
+    def stream(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        *,
+        response_format: dict[str, Any] | None = None,
+    ) -> Iterator[ModelChunk]:
         """Stream the scripted turn that ``messages`` call for.
 
         Args:
             messages: Chat Completions messages (only roles and string contents are read).
             tools: Ignored.
+            response_format: Ignored (script the JSON the turn answers).
 
         Yields:
             Text deltas, tool call deltas, then the usage.

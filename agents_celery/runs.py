@@ -157,7 +157,12 @@ class RunState(BaseModel):
     #: A pydantic-ai run (:mod:`agents_celery.contrib.pydantic_ai`): the segment of its replay journal the next step
     #: runs (a segment is one ``agent.run(...)``; it ends at the run's end or at a pause for deferred tools).
     segment: int = 0
-    output: str | None = None
+    #: The run's own output schema (a JSON Schema; None: the agent's ``output_type``, if any, decides).
+    output_schema: dict[str, Any] | None = None
+    #: How many final answers failed the output schema and were sent back to the model so far.
+    output_retries: int = 0
+    #: The final answer: its text, or the validated JSON value under an output schema.
+    output: Any = None
     error: RunFailure | None = None
     usage: dict[str, int] = Field(default_factory=dict)
     created_at: int = 0
@@ -253,7 +258,8 @@ class RunView:
     session_id: str
     status: RunStatus
     last_offset: int
-    output: str | None
+    #: The final answer: its text, or the validated JSON value when the run had an output schema.
+    output: Any
     error: dict[str, str] | None
     pending: list[ToolCall] = field(default_factory=list)
     tool_calls: list[ToolCall] = field(default_factory=list)

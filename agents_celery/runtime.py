@@ -36,6 +36,7 @@ from .engine.children import reopened
 from .engine.lifecycle import Lifecycle
 from .engine.waiting import start_next
 from .errors import (
+    OutputValidationError,
     PayloadTooLargeError,
     RedisUnavailableError,
     RunBusyError,
@@ -48,6 +49,7 @@ from .errors import (
     ValidationError,
 )
 from .events import Event, EventType, make_event, parse_position
+from .output import check_schema
 from .runs import RunState, RunStatus, RunView
 from .scheduling import Scheduling
 from .settings import Settings, load_settings
@@ -191,6 +193,7 @@ class Runtime(Scheduling):
         schedule: tuple[str, int] | None = None,
         webhook_url: str | None = None,
         multitask_strategy: str = "reject",
+        output_schema: dict[str, Any] | None = None,
     ) -> RunStream:
         """Start a run and return its stream handle (the run executes on the workers).
 
@@ -221,9 +224,16 @@ class Runtime(Scheduling):
         derived from the key (and the user), so the run is created exactly once. A key reused with another
         agent, message, session or user is refused (IdempotencyKeyReusedError); a call refused (the session is
         busy) created nothing, so a later retry starts the run once the session is free.
+
+        ``output_schema`` (a JSON Schema dict) makes the run's final answer structured output, overriding the
+        agent's ``output_type``: the model is asked with it, the answer validated (a failed one sent back to the
+        model, ``output_retries`` times), and the run's ``output`` is the validated JSON value
+        (docs/output.md). Not a valid JSON Schema: OutputSchemaError (HTTP 422), nothing created.
         """
         manifest = self.agent_manifest(agent)
         checked = check_parts(message, self.settings)
+        if output_schema is not None:
+            check_schema(output_schema)
         extra_tools = check_client_tools(client_tools, manifest)
         start = start_ms(start_after, start_at)
         check_webhook(webhook_url, self.settings)
@@ -253,6 +263,7 @@ class Runtime(Scheduling):
                 client_tools=extra_tools,
                 client=dict(client or {}),
                 webhook_url=webhook_url,
+                output_schema=output_schema,
                 schedule_id=schedule[0] if schedule else None,
                 scheduled_for=schedule[1] if schedule else None,
                 created_at=now,
@@ -422,8 +433,14 @@ class Runtime(Scheduling):
 
     # -- blocking ---------------------------------------------------------------------------------------
 
-    def run(self, agent: Agent | str, message: UserContent, *, timeout: float | None = None, **kwargs: Any) -> RunView:
-        """Start a run and block until it ends or pauses. Caller-bound: on Ctrl-C or timeout the run is stopped."""
+    def run(self, agent: Agent | str, message: UserContent, *, timeout: float | None = None, **kwargs: Any) -> Any:
+        """Start a run and block until it ends or pauses. Caller-bound: on Ctrl-C or timeout the run is stopped.
+
+        Returns the run's :class:`RunView`; for an agent with a pydantic ``output_type`` (given as the
+        ``Agent``, or known to this Runtime through ``agents``) and no ``output_schema`` of the run's own, the
+        validated output as an instance of that model once the run completed, and OutputValidationError raised
+        when it failed for want of a valid answer (any other end: the RunView).
+        """
         stream = self.stream(agent, message, **kwargs)
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
@@ -436,7 +453,16 @@ class Runtime(Scheduling):
             with contextlib.suppress(RunFinishedError):
                 self.stop(stream.id, "caller gave up")
             raise
-        return self.get(stream.id)
+        view = self.get(stream.id)
+        known = agent if isinstance(agent, Agent) else self.local_agents.get(agent)
+        spec = known.output if known is not None and kwargs.get("output_schema") is None else None
+        if spec is None or spec.model is None:
+            return view
+        if view.status == RunStatus.COMPLETED:
+            return spec.instance(view.output)
+        if view.status == RunStatus.FAILED and view.error and view.error.get("type") == "OutputValidationError":
+            raise OutputValidationError(f"run {view.run_id!r}: {view.error.get('message')}")
+        return view
 
     def close(self) -> None:
         """Close the Redis client, and the broker connections of the Celery app this Runtime made."""

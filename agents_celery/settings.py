@@ -91,6 +91,9 @@ class Settings(BaseSettings):
     #: Retries of a failing model call (timeouts, 429, 5xx) inside one step, with exponential backoff.
     model_retries: int = Field(default=3, ge=0)
     model_backoff_seconds: float = Field(default=0.5, ge=0)
+    #: Structured output: how many times a final answer that fails the output schema is sent back to the model
+    #: (each a model turn of its own) before the run fails with OutputValidationError.
+    output_retries: int = Field(default=2, ge=0, le=20)
     #: Model turns one run may take before it fails (guards against tool loops).
     max_turns: int = Field(default=25, ge=1)
     #: Agents as tools: how deep child runs may nest (a caller's run is depth 0), and how many child runs one

@@ -253,3 +253,7 @@ lead = Agent(
     tools=[researcher.as_tool(), slow_count, idempotent_count],
     description="Hands research to the researcher.",
 )
+
+# Structured output (tests/test_output.py): defined apart so the test process imports it without this module's
+# Redis client; imported last so GET /agents lists it after the agents above.
+from .agents_output import forecaster  # noqa: E402, F401

@@ -16,6 +16,7 @@ decision to the child named, without the prefix.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
 import uuid
@@ -205,7 +206,7 @@ def look(store: RunStore, call: ToolCall) -> tuple[ToolCall, list[NewEvent], lis
             [],
         )
     if child.status == RunStatus.COMPLETED:
-        output = child.output or ""
+        output = child.output if isinstance(child.output, str) else json.dumps(child.output)  # a structured output
         finished = make_event(
             EventType.SUBAGENT_FINISHED, subagent_run_id=child_id, result=output, outcome={"type": "success"}
         )

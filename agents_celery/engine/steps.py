@@ -18,12 +18,21 @@ from typing import Any
 
 from ..agent import Agent, AgentTool
 from ..content import refs_in, resolved
-from ..errors import AgentsCeleryError, FencedError, MCPUnavailable, ModelError, StopStep, ToolArgumentsError
+from ..errors import (
+    AgentsCeleryError,
+    FencedError,
+    MCPUnavailable,
+    ModelError,
+    OutputValidationError,
+    StopStep,
+    ToolArgumentsError,
+)
 from ..events import EventType, NewEvent, make_event, now_ms
 from ..history import Summarize, prompt_messages, with_usage
 from ..hooks import Hooks, StepInfo, call_hooks
 from ..mcptools import LIST_TIMEOUT
 from ..models import TurnAccumulator, Usage, reading_until
+from ..output import prompt_hint, retry_message, spec_for, stream_options
 from ..runs import RunFailure, RunState, RunStatus, ToolCall
 from ..settings import Settings
 from ..storage.eventlog import LogStatus
@@ -138,7 +147,7 @@ def completed(state: RunState, events: list[NewEvent]) -> StepResult:
         thread_id=state.session_id,
         run_id=state.run_id,
         outcome={"type": "success"},
-        result=state.output or "",
+        result=state.output if state.output is not None else "",
     )
     return StepResult(state, [*events, finished], "ended")
 
@@ -282,17 +291,21 @@ def _stream_once(ctx: StepContext, turn: TurnStream) -> None:
     ctx.check()
     call_hooks(ctx.hooks, "before_model_call", ctx.info, ctx.state.messages)
     prompt = _with_context(ctx.agent.instructions, ctx.state.client.get("context"))
+    model, spec = ctx.agent.model, spec_for(ctx.agent.output, ctx.state.output_schema)
+    asked = stream_options(model, spec)  # response_format, for a model that takes it
+    if spec is not None and not asked:  # any other model is told in its prompt
+        prompt = "\n\n".join(p for p in (prompt, prompt_hint(spec)) if p)
     system = [{"role": "system", "content": prompt}] if prompt else []
     tools = [*ctx.agent.tool_schemas(), *(_client_schema(t) for t in ctx.state.client_tools)]
     # the history policy shortens the prompt (never the stored history); images and files are stored once beside
     # the run: the model gets the ones its prompt names back in their Chat Completions form
     shortened = prompt_messages(ctx.agent.history, ctx.state.messages)
-    model, messages = ctx.agent.model, [*system, *with_parts(ctx.state, ctx.store, shortened)]
+    messages = [*system, *with_parts(ctx.state, ctx.store, shortened)]
 
     def read() -> None:
         ctx.writer.starting()
         with reading_until(turn.unwanted):  # the model's stop signal: OpenAIChat looks on every line
-            chunks = model.stream(messages, tools)
+            chunks = model.stream(messages, tools, **asked)
             try:
                 for chunk in chunks:
                     if not turn.offer(chunk):
@@ -393,15 +406,23 @@ def _after_turn(ctx: StepContext, turn: TurnStream) -> StepResult:
     call_hooks(ctx.hooks, "after_model_call", ctx.info, message)
     if isinstance(ctx.agent.history, Summarize):  # the next turn's prompt is counted from it
         message = with_usage(message, turn.acc.usage.prompt_tokens, turn.acc.usage.completion_tokens)
-    return after_turn(ctx.agent, ctx.state, turn.acc, _step_finished(ctx, "model"), message)
+    finished = _step_finished(ctx, "model")
+    return after_turn(ctx.agent, ctx.state, turn.acc, finished, message, output_retries=ctx.settings.output_retries)
 
 
 def after_turn(
-    agent: Agent, state: RunState, acc: TurnAccumulator, finished: NewEvent, message: dict[str, Any] | None = None
+    agent: Agent,
+    state: RunState,
+    acc: TurnAccumulator,
+    finished: NewEvent,
+    message: dict[str, Any] | None = None,
+    *,
+    output_retries: int = 0,
 ) -> StepResult:
     """What a model turn's answer (``acc``, as the assistant ``message``) makes of the run, with the turn's
-    STEP_FINISHED (``finished``); no I/O. No tool call: the run completes with the turn's text. A call that
-    waits for a human or for the client: the run pauses. Otherwise the tool step comes next."""
+    STEP_FINISHED (``finished``); no I/O. No tool call: the run completes with the turn's text (under an output
+    schema: with the validated answer, see :func:`final_answer`). A call that waits for a human or for the
+    client: the run pauses. Otherwise the tool step comes next."""
     usage = dict(state.usage)
     if isinstance(acc.usage, Usage):
         for name in ("prompt_tokens", "completion_tokens", "total_tokens"):
@@ -420,10 +441,40 @@ def after_turn(
     )
     events = [finished]
     if not calls:
-        return completed(state, events)
+        return final_answer(agent, state, acc.text, events, output_retries)
     if state.pending:
         return paused(agent, state, events)
     return StepResult(state, events, "live")
+
+
+def final_answer(agent: Agent, state: RunState, text: str, events: list[NewEvent], retries: int) -> StepResult:
+    """A turn without tool calls: the run completes with ``text``, or, under an output schema, with the validated
+    answer. An answer that fails the schema is sent back to the model as a turn of its own (a CUSTOM
+    ``output_retry`` event says why), ``retries`` times at most; then the run fails with OutputValidationError."""
+    spec = spec_for(agent.output, state.output_schema)
+    if spec is None:
+        return completed(state, events)
+    try:
+        value = spec.check(text)
+    except OutputValidationError as exc:
+        if state.output_retries >= retries:
+            error = OutputValidationError(
+                f"the model's answer did not match the output schema {spec.name!r} after {state.output_retries} "
+                f"retries: {exc}"
+            )
+            return failed(state.model_copy(update={"output": None}), error, events)
+        attempt = state.output_retries + 1
+        state = state.model_copy(
+            update={
+                "messages": [*state.messages, retry_message(str(exc))],
+                "output_retries": attempt,
+                "output": None,
+                "next": "model",
+            }
+        )
+        value = {"attempt": attempt, "max_retries": retries, "error": str(exc), "schema": spec.name}
+        return StepResult(state, [*events, make_event(EventType.CUSTOM, name="output_retry", value=value)], "live")
+    return completed(state.model_copy(update={"output": value}), events)
 
 
 def new_call(agent: Agent, raw: dict[str, str], client_tools: set[str] | None = None) -> ToolCall:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         FakeOpenAIServer,
         FakeReply,
         Responder,
+        SchemaResponder,
         ScriptResponder,
         SummaryResponder,
     )
@@ -31,6 +32,7 @@ _SERVER_NAMES = {
     "FakeOpenAIServer",
     "FakeReply",
     "Responder",
+    "SchemaResponder",
     "ScriptResponder",
     "SummaryResponder",
 }
@@ -51,6 +53,7 @@ __all__ = [
     "FakeReply",
     "InlineRunner",
     "Responder",
+    "SchemaResponder",
     "ScriptResponder",
     "SummaryResponder",
 ]

@@ -10,7 +10,8 @@ can talk to it::
 
 A *responder* maps the JSON body of a ``POST /v1/chat/completions`` request to a :class:`FakeReply`. It can be
 swapped while the server runs (``server.responder = ...``). :class:`ScriptResponder` picks turns with the same
-rule as :class:`~agents_celery.models.ScriptedModel`; :class:`FailingResponder` injects failures.
+rule as :class:`~agents_celery.models.ScriptedModel`; :class:`FailingResponder` injects failures;
+:class:`SchemaResponder` answers structured-output requests with scripted JSON (valid, invalid, then valid...).
 
 From a shell (for a worker, a bench or another language's tests)::
 
@@ -28,6 +29,7 @@ import contextlib
 import functools
 import http
 import json
+import re
 import signal
 import sys
 import threading
@@ -43,7 +45,15 @@ from typing import Any, Self
 from ..history import is_summary_request
 from ..models import ScriptedToolCall, ScriptedTurn, as_turn, split_tokens, turn_index, word_count
 
-__all__ = ["FailingResponder", "FakeOpenAIServer", "FakeReply", "Responder", "ScriptResponder", "SummaryResponder"]
+__all__ = [
+    "FailingResponder",
+    "FakeOpenAIServer",
+    "FakeReply",
+    "Responder",
+    "SchemaResponder",
+    "ScriptResponder",
+    "SummaryResponder",
+]
 
 #: OpenAI's ``error.type`` and ``error.code`` for common statuses.
 _ERROR_KINDS: dict[int, tuple[str, str | None]] = {
@@ -110,6 +120,97 @@ class ScriptResponder:
             for i, call in enumerate(turn.tool_calls)
         )
         return FakeReply(text=turn.text, tool_calls=calls, token_delay=self.token_delay)
+
+
+class SchemaResponder:
+    """Answers structured-output requests (``response_format`` ``json_schema``) with scripted JSON, one answer per
+    attempt: the first answer, then, after each message that sent a failed validation back
+    (:data:`agents_celery.output.RETRY_PREFIX`), the next one; past the end the last repeats.
+
+    Like OpenAI, it refuses (400) a ``strict`` schema that breaks strict mode's rules (an object without
+    ``additionalProperties: false``, a property not ``required``), and, unless ``require_format`` is False, a
+    request that asks for no ``json_schema`` format at all. ``formats`` holds the ``response_format`` of each
+    request answered.
+
+    Args:
+        answers: Each a JSON value (sent as JSON text) or a string (sent as it is: not JSON, or JSON that breaks the
+            schema). ``["{bad", {"ok": 1}]``: invalid then valid; ``["{bad"]``: never valid.
+        token_delay: Seconds slept before each streamed chunk of the answer.
+        require_format: Refuse a request without a ``json_schema`` ``response_format``.
+    """
+
+    def __init__(self, answers: Sequence[Any], *, token_delay: float = 0.0, require_format: bool = True) -> None:
+        if not answers:
+            raise ValueError("SchemaResponder needs at least one answer")
+        self.answers = [a if isinstance(a, str) else json.dumps(a) for a in answers]
+        self.token_delay = token_delay
+        self.require_format = require_format
+        self.formats: list[dict[str, Any] | None] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, request: dict[str, Any]) -> FakeReply:
+        """The answer for the attempt ``request`` is (or a 400 naming what is wrong with its format)."""
+        fmt = request.get("response_format")
+        with self._lock:
+            self.formats.append(fmt)
+        problem = format_problem(fmt) if fmt is not None or self.require_format else None
+        if problem is not None:
+            return FakeReply(status=400, error=f"Invalid 'response_format': {problem}")
+        attempt = retries_sent(request.get("messages") or [])
+        return FakeReply(text=self.answers[min(attempt, len(self.answers) - 1)], token_delay=self.token_delay)
+
+
+def retries_sent(messages: Sequence[dict[str, Any]]) -> int:
+    """How many failed validations were sent back to the model since the last user message of the caller's."""
+    from ..output import RETRY_PREFIX
+
+    count = 0
+    for message in reversed(messages):
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if not (isinstance(content, str) and content.startswith(RETRY_PREFIX)):
+            break
+        count += 1
+    return count
+
+
+def format_problem(fmt: Any) -> str | None:
+    """What OpenAI would refuse in a ``response_format`` asking for a JSON Schema (None: nothing)."""
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
+        return f"expected {{'type': 'json_schema', ...}}, got {fmt!r}"
+    spec = fmt.get("json_schema")
+    if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
+        return "json_schema.schema must be an object"
+    name = spec.get("name")
+    if not isinstance(name, str) or not re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", name):
+        return f"json_schema.name must be 1-64 letters, digits, '_' or '-', got {name!r}"
+    if spec.get("strict"):
+        return _strict_problem(spec["schema"], "#")
+    return None
+
+
+def _strict_problem(node: Any, where: str) -> str | None:
+    if isinstance(node, list):
+        return next((p for i, sub in enumerate(node) if (p := _strict_problem(sub, f"{where}/{i}"))), None)
+    if not isinstance(node, dict):
+        return None
+    if node.get("type") == "object" or "properties" in node:
+        if node.get("additionalProperties") is not False:
+            return f"In context={where}, 'additionalProperties' is required to be supplied and to be false"
+        missing = sorted(set(node.get("properties") or {}) - set(node.get("required") or []))
+        if missing:
+            return f"In context={where}, 'required' must include every key in properties; missing {missing}"
+    for key, value in node.items():
+        if key in ("properties", "$defs", "definitions") and isinstance(value, dict):
+            found = next((p for k, sub in value.items() if (p := _strict_problem(sub, f"{where}/{key}/{k}"))), None)
+        elif key in ("items", "anyOf"):
+            found = _strict_problem(value, f"{where}/{key}")
+        else:
+            found = None
+        if found:
+            return found
+    return None
 
 
 class FailingResponder:

@@ -1,0 +1,170 @@
+"""Structured output (issue #30 part 1): ``Agent(output_type=...)``, a run's ``output_schema``, the model asked with
+``response_format``, answers validated, failed ones sent back as retried turns, and the validated output.
+
+Real Redis, real workers, the real openai SDK against the fake OpenAI server's SchemaResponder.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+import pytest
+import redis
+from pydantic import BaseModel, Field
+
+from agents_celery import OutputSchemaError, OutputValidationError, Runtime
+from agents_celery.events import EventType
+from agents_celery.output import RETRY_PREFIX, check_schema, output_spec, strict_schema
+from agents_celery.testing.openai_server import SchemaResponder, format_problem
+
+from .agents_output import Forecast, forecaster
+from .conftest import all_events
+from .invariants import assert_run_sound
+
+PARIS = {"city": "Paris", "temperature_c": 21.5, "summary": "Sunny with a light breeze."}
+POINT = {
+    "type": "object",
+    "title": "Point",
+    "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}, "label": {"type": "string"}},
+    "required": ["x", "y"],
+}
+
+
+def names(events: list[Any], name: str) -> list[Any]:
+    return [e for e in events if e.type is EventType.CUSTOM and e.data["name"] == name]
+
+
+def model_steps(events: list[Any]) -> list[Any]:
+    return [e for e in events if e.type is EventType.STEP_STARTED and e.data["metadata"]["kind"] == "model"]
+
+
+# -- the schema, as the model is asked with it (no I/O) ----------------------------------------------------
+
+
+class Inner(BaseModel):
+    x: int = Field(description="a described ref")
+
+
+class Shape(BaseModel):
+    kind: Literal["a", "b"]
+    note: str | None = None
+    inner: Inner = Field(description="a $ref with a sibling")
+    more: list[Inner] = []
+
+
+def test_strict_schema_follows_the_openai_sdk_rules() -> None:
+    from openai.lib._pydantic import to_strict_json_schema  # the SDK's private helper, as the reference
+
+    assert strict_schema(Shape.model_json_schema()) == to_strict_json_schema(Shape)
+    fmt = output_spec(Shape).response_format()  # type: ignore[union-attr]
+    assert fmt["json_schema"]["strict"] is True and fmt["json_schema"]["name"] == "Shape"
+    assert format_problem(fmt) is None
+
+
+def test_a_schema_strict_mode_cannot_take_is_sent_as_given_not_strict() -> None:
+    free = {"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": True}
+    assert strict_schema(free) is None
+    assert strict_schema({"type": "array", "items": {"type": "string"}}) is None
+    assert strict_schema({"type": "object", "properties": {"a": {"not": {"type": "null"}}}}) is None
+    fmt = output_spec(free).response_format()  # type: ignore[union-attr]
+    assert fmt["json_schema"] == {"name": "output", "schema": free, "strict": False}
+    # property names are names, not keywords
+    assert strict_schema({"type": "object", "properties": {"not": {"type": "integer"}}}) is not None
+
+
+@pytest.mark.parametrize(
+    ("schema", "words"),
+    [
+        ([1, 2], "JSON Schema object"),
+        ({"type": "objekt"}, "at type"),
+        ({"type": "object", "properties": {"a": {"$ref": "https://example.com/s.json"}}}, "local references"),
+        ({"type": "object", "required": "a"}, "at required"),
+    ],
+)
+def test_an_invalid_output_schema_is_refused(schema: Any, words: str) -> None:
+    with pytest.raises(OutputSchemaError, match=words) as caught:
+        check_schema(schema)
+    assert caught.value.status == 422 and caught.value.code == "invalid_output_schema"
+
+
+def test_answers_are_checked_and_problems_named() -> None:
+    spec = output_spec(Forecast)
+    assert spec is not None
+    assert spec.check("```json\n" + json.dumps(PARIS) + "\n```") == PARIS  # a fence is tolerated
+    with pytest.raises(OutputValidationError, match="temperature_c"):
+        spec.check('{"city": "Paris"}')
+    with pytest.raises(OutputValidationError, match=r"not JSON|Invalid JSON"):
+        output_spec(POINT).check("{nope")  # type: ignore[union-attr]
+    with pytest.raises(OutputValidationError, match="at y: 'two' is not of type 'integer'"):
+        output_spec(POINT).check('{"x": 1, "y": "two"}')  # type: ignore[union-attr]
+
+
+# -- runs on a real worker -----------------------------------------------------------------------------------
+
+
+def test_valid_on_the_first_try(runtime: Runtime, fake_openai: Any) -> None:
+    fake_openai.responder = responder = SchemaResponder([PARIS])
+    result = runtime.run(forecaster, "What is the weather in Paris?", timeout=30)
+    assert isinstance(result, Forecast) and result == Forecast(**PARIS)
+    fmt = responder.formats[-1]
+    assert fmt is not None and fmt["json_schema"]["name"] == "Forecast" and fmt["json_schema"]["strict"] is True
+    assert fmt["json_schema"]["schema"]["additionalProperties"] is False
+    run_id = runtime.runs(agent_id="forecaster", limit=1).runs[0].run_id
+    events = all_events(runtime, run_id)
+    assert_run_sound(events)
+    deltas = [e for e in events if e.type is EventType.TEXT_MESSAGE_CONTENT]
+    assert len(deltas) > 3 and json.loads("".join(e.data["delta"] for e in deltas)) == PARIS  # streamed as made
+    assert events[-1].type is EventType.RUN_FINISHED and events[-1].data["result"] == PARIS
+    assert runtime.get(run_id).output == PARIS and not names(events, "output_retry")
+
+
+def test_invalid_then_valid_is_one_visible_retry_step(runtime: Runtime, fake_openai: Any) -> None:
+    fake_openai.responder = SchemaResponder(['{"city": "Paris", "temperature_c": "warm"}', PARIS])
+    stream = runtime.stream(forecaster, "What is the weather in Paris?")
+    events = all_events(runtime, stream.id)
+    assert_run_sound(events)
+    (retry,) = names(events, "output_retry")
+    assert retry.data["value"]["attempt"] == 1 and "temperature_c" in retry.data["value"]["error"]
+    steps = model_steps(events)
+    assert [s.data["metadata"]["step"] for s in steps] == [0, 1]  # the retry is a committed step of its own
+    assert steps[0].offset < retry.offset < steps[1].offset
+    view = runtime.get(stream.id)
+    assert view.status == "completed" and view.output == PARIS
+    sent_back = [m for m in view.messages if m["role"] == "user" and m["content"].startswith(RETRY_PREFIX)]
+    assert len(sent_back) == 1 and "temperature_c" in sent_back[0]["content"]
+    asked = [r for r in fake_openai.requests if r.get("messages", [{}])[-1].get("content") == sent_back[0]["content"]]
+    assert len(asked) == 1 and asked[0]["response_format"]["json_schema"]["name"] == "Forecast"
+
+
+def test_never_valid_fails_the_run_with_a_clear_error(runtime: Runtime, fake_openai: Any) -> None:
+    fake_openai.responder = SchemaResponder(["Sorry, I cannot answer in JSON."])
+    with pytest.raises(OutputValidationError, match="did not match the output schema 'Forecast' after 2 retries"):
+        runtime.run(forecaster, "What is the weather in Atlantis?", timeout=30)
+    run_id = runtime.runs(agent_id="forecaster", limit=1).runs[0].run_id
+    events = all_events(runtime, run_id)
+    assert_run_sound(events)
+    assert len(names(events, "output_retry")) == runtime.settings.output_retries == 2
+    assert events[-1].type is EventType.RUN_ERROR and events[-1].data["code"] == "invalid_output"
+    assert "not JSON" in events[-1].data["message"] or "Invalid JSON" in events[-1].data["message"]
+    view = runtime.get(run_id)
+    assert view.status == "failed" and view.output is None and view.error["type"] == "OutputValidationError"
+
+
+def test_a_run_schema_overrides_the_agent_and_serves_any_agent(runtime: Runtime, fake_openai: Any) -> None:
+    fake_openai.responder = responder = SchemaResponder([{"x": 1, "y": 2}])
+    view = runtime.run("fake", "Where is the point?", output_schema=POINT, timeout=30)
+    assert view.status == "completed" and view.output == {"x": 1, "y": 2}
+    assert responder.formats[-1]["json_schema"]["name"] == "Point"  # type: ignore[index]
+    # on an agent with an output_type, the run's schema wins (and run() answers the view, not a Forecast)
+    view = runtime.run(forecaster, "Where is the point?", output_schema=POINT, timeout=30)
+    assert view.status == "completed" and view.output == {"x": 1, "y": 2}
+    assert responder.formats[-1]["json_schema"]["name"] == "Point"  # type: ignore[index]
+
+
+def test_a_bad_run_schema_creates_nothing(runtime: Runtime, r: redis.Redis) -> None:
+    prefix = runtime.settings.key_prefix
+    before = sorted(r.scan_iter(match=f"{prefix}:*", count=1000))
+    with pytest.raises(OutputSchemaError, match="not a valid JSON Schema"):
+        runtime.stream("fake", "hi", output_schema={"type": "object", "properties": {"a": {"type": 3}}})
+    assert sorted(r.scan_iter(match=f"{prefix}:*", count=1000)) == before
