@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -172,15 +173,17 @@ def test_function_tools_round_trip(client: openai.OpenAI, script: Any, fake_open
     first = client.responses.create(model="fake", input="weather in Oslo?", tools=tools)  # type: ignore[arg-type]
     calls = [i for i in first.output if i.type == "function_call"]
     assert first.status == "completed" and len(calls) == 1
-    assert calls[0].call_id == "call_w1" and json.loads(calls[0].arguments) == {"city": "Oslo"}
-    answer = {"type": "function_call_output", "call_id": "call_w1", "output": "sunny, 21 C"}
+    assert calls[0].call_id.endswith("_call_w1") and json.loads(calls[0].arguments) == {"city": "Oslo"}
+    answer = {"type": "function_call_output", "call_id": calls[0].call_id, "output": "sunny, 21 C"}
     second = client.responses.create(model="fake", previous_response_id=first.id, input=[answer], tools=tools)  # type: ignore[arg-type, list-item]
     assert second.output_text == "It is sunny in Oslo." and second.previous_response_id == first.id
     assert second.id != first.id
     tool_message = [m for m in fake_openai.requests[-1]["messages"] if m["role"] == "tool"]
     assert tool_message and tool_message[0]["content"] == "sunny, 21 C"
     items = client.responses.input_items.list(second.id).data
-    assert [(i.type, i.call_id, i.output) for i in items] == [("function_call_output", "call_w1", "sunny, 21 C")]
+    assert [(i.type, i.call_id, i.output) for i in items] == [("function_call_output", calls[0].call_id, "sunny, 21 C")]
+    with pytest.raises(openai.ConflictError):  # answered: a stateless client's answer again (no previous id) is refused
+        client.responses.create(model="fake", input=[answer], tools=tools)  # type: ignore[arg-type, list-item]
 
 
 def confirm_script(script: Any, path: str) -> None:
@@ -376,9 +379,13 @@ def test_a_round_trip_on_each_front_end(api_process: Any, script: Any) -> None:
         stranger.responses.retrieve(response_id)
 
 
-def test_pydantic_ai_openai_responses_model_runs_against_us(server: Server, script: Any, fake_openai: Any) -> None:
-    """pydantic-ai's OpenAIResponsesModel (its background option on) with our endpoint as its provider: its own
-    tool is a client function tool of the run (function_call out, function_call_output back)."""
+@pytest.mark.parametrize("with_previous", [True, False], ids=["previous_response_id", "stateless"])
+def test_pydantic_ai_openai_responses_model_runs_against_us(
+    server: Server, script: Any, fake_openai: Any, with_previous: bool
+) -> None:
+    """pydantic-ai's OpenAIResponsesModel with our endpoint as its provider, with its background option and
+    previous_response_id, and stateless (its defaults: the whole history each time, our function_call item ids
+    name the paused run): its own tool is a client function tool of the run."""
     from pydantic_ai import Agent
     from pydantic_ai.models.openai import OpenAIResponsesModel, OpenAIResponsesModelSettings
     from pydantic_ai.providers.openai import OpenAIProvider
@@ -387,7 +394,7 @@ def test_pydantic_ai_openai_responses_model_runs_against_us(server: Server, scri
     provider = OpenAIProvider(base_url=server.url + "/v1", api_key="unused")
     model = OpenAIResponsesModel("fake", provider=provider)
     settings = OpenAIResponsesModelSettings(openai_background=True, openai_previous_response_id="auto")
-    agent = Agent(model, model_settings=settings)
+    agent = Agent(model, model_settings=settings if with_previous else OpenAIResponsesModelSettings())
 
     @agent.tool_plain
     def city_of(person: str) -> str:
@@ -398,3 +405,36 @@ def test_pydantic_ai_openai_responses_model_runs_against_us(server: Server, scri
     assert result.output == "Ada lives in London."
     tool_message = [m for m in fake_openai.requests[-1]["messages"] if m["role"] == "tool"]
     assert [m["content"] for m in tool_message] == ["London"]
+
+
+def test_idempotency_key_and_metadata(client: openai.OpenAI, script: Any) -> None:
+    script("once")
+    key = {"Idempotency-Key": f"k-{uuid.uuid4().hex}"}
+    first = client.responses.create(model="fake", input="hi", metadata={"ticket": "T-1"}, extra_headers=key)
+    again = client.responses.create(model="fake", input="hi", metadata={"ticket": "T-1"}, extra_headers=key)
+    assert again.id == first.id and again.metadata == {"ticket": "T-1"}
+    with pytest.raises(openai.UnprocessableEntityError):  # the same key for another request
+        client.responses.create(model="fake", input="something else", extra_headers=key)
+
+
+def test_an_expired_response_answers_404(client: openai.OpenAI, script: Any, fast_settings: Any) -> None:
+    """Past retention only the run's tombstone is left: /v1 answers 404 as OpenAI does (our /runs routes 410)."""
+    import httpx
+    import redis
+
+    from agents_celery.http.responses import parse_response_id
+    from agents_celery.storage.keys import Keys
+
+    script("soon gone")
+    made = client.responses.create(model="fake", input="hi")
+    parsed = parse_response_id(made.id)
+    assert parsed is not None
+    keys = Keys(fast_settings.key_prefix).run(parsed[0])
+    with redis.Redis.from_url(TEST_REDIS_URL) as r:
+        assert r.exists(keys.gone)
+        r.delete(keys.run, keys.events, keys.messages)  # what retention's expiry leaves: the tombstone
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(made.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.input_items.list(made.id)
+    assert httpx.get(f"{str(client.base_url).removesuffix('/v1/')}/runs/{parsed[0]}").status_code == 410

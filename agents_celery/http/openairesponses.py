@@ -49,7 +49,15 @@ from ..runtime import Runtime
 from .access import Access
 from .bodies import ConversationBody, CreateBody, Limits, parse
 from .messages import Reply, Request, Wait
-from .responses import ResponseFold, Segment, parse_response_id, response_id, starts_segment
+from .responses import (
+    ResponseFold,
+    Segment,
+    client_call_id,
+    parse_client_call_id,
+    parse_response_id,
+    response_id,
+    starts_segment,
+)
 from .sse import LogStream, frame
 
 #: How long a cancel waits for the response to end before it answers (it ends within the stop's bound).
@@ -139,20 +147,21 @@ def parse_input(value: str | list[dict[str, Any]], instructions: str | None) -> 
     for i, item in enumerate(value):
         if i == last:
             parts = _content_parts(item.get("content"))
-            text = "".join(p["text"] for p in parts if p["type"] == "text")
+            got.text = "".join(p["text"] for p in parts if p["type"] == "text")
             if any(p["type"] != "text" for p in parts):
                 got.parts = parts
-            messages.append(("user", text))
             got.items.append({"type": "message", "role": "user", "content": _as_input_items(parts)})
         else:
             _take(got, item, messages)
+    if got.approvals or got.outputs:  # answers to a paused run: the messages before them are its history
+        if last is not None:
+            raise UnsupportedError("a new user message cannot come with answers: send it in the next request")
+        got.items = [item for item in got.items if item["type"] != "message"]
+        return got
     for role, text in messages:
         if role in ("system", "developer"):
             got.context.append({"description": f"{role} message", "value": text})
     turns = [(role, text) for role, text in messages if role in ("user", "assistant")]
-    if turns and turns[-1][0] == "user":
-        got.text = turns[-1][1]
-        turns = turns[:-1]
     got.context += [{"description": f"earlier {role} message", "value": text} for role, text in turns]
     return _checked(got)
 
@@ -300,7 +309,14 @@ class ResponsesEndpoint:
                 return self._continue(req, body, run_id, base, got)
             session_id: str | None = self._after(run_id, base, body.previous_response_id)
         elif got.text is None:
-            raise BadRequestError("answers to a paused response need its previous_response_id")
+            named = _run_of_calls([o["call_id"] for o in got.outputs])
+            if named is None:
+                raise BadRequestError(
+                    "answers to a paused response need its previous_response_id (or function_call_output items "
+                    "with the call_id of its function_call items)"
+                )
+            run_id, _ = self._segment(req, response_id(named, 0), "read")  # 404 unless the caller may see it
+            return self._continue(req, body, run_id, self._latest(run_id), got)
         else:
             session_id = conversation
             if conversation:
@@ -343,15 +359,13 @@ class ResponsesEndpoint:
         return view.session_id
 
     def _continue(self, req: Request, body: CreateBody, run_id: str, base: int, got: Input) -> Reply:
-        view = self.runtime.get(run_id)
+        view, named = self.runtime.get(run_id), response_id(run_id, base)
         self.access.allow(req, "continue", view, view.agent_id)
         if body.model != view.agent_id:
-            raise BadRequestError(f"response {body.previous_response_id!r} is of model {view.agent_id!r}")
+            raise BadRequestError(f"response {named!r} is of model {view.agent_id!r}")
         if view.status.value != "paused" or self._latest(run_id) != base:
-            raise RunNotPausedError(
-                f"response {body.previous_response_id!r} is not waiting for answers (its run is {view.status.value})"
-            )
-        decisions = [Decision(o["call_id"], result=o["output"]) for o in got.outputs]
+            raise RunNotPausedError(f"response {named!r} is not waiting for answers (its run is {view.status.value})")
+        decisions = [Decision(_model_call_id(run_id, o["call_id"]), result=o["output"]) for o in got.outputs]
         decisions += [_approval(a) for a in got.approvals]
         before = self.store.log.info(run_id).last_offset  # the continue's RUN_STARTED comes right after
         self.runtime.continue_run(run_id, decisions)
@@ -515,6 +529,18 @@ def _segment_of(state: RunState, base: int, confirm: frozenset[str]) -> Segment:
     return Segment(state.run_id, base, state.agent_id, dict(record or {}), functions, confirm, dict(state.usage))
 
 
+def _run_of_calls(ids: list[str]) -> str | None:
+    """The run the ``call_id`` of our function calls name (:func:`.responses.client_call_id`), if one."""
+    runs = {parsed[0] for i in ids if (parsed := parse_client_call_id(i)) is not None}
+    return runs.pop() if len(runs) == 1 else None
+
+
+def _model_call_id(run_id: str, call_id: str) -> str:
+    """The model's id of a call of the client's tool, from the ``call_id`` the client answers with."""
+    parsed = parse_client_call_id(call_id)
+    return parsed[1] if parsed is not None and parsed[0] == run_id else call_id
+
+
 def _approval(item: dict[str, Any]) -> Decision:
     """An ``mcp_approval_response`` as a decision; ``arguments`` (JSON text or an object) edits the call's."""
     ident, approve = item["approval_request_id"], item["approve"]
@@ -536,7 +562,8 @@ def _answers(fold: ResponseFold) -> list[dict[str, Any]]:
     for d in fold.decisions:
         ident = d.get("tool_call_id", "")
         if fold.segment.functions and ident in fold.function_outputs:
-            items.append({"type": "function_call_output", "call_id": ident, "output": fold.function_outputs[ident]})
+            call_id = client_call_id(fold.segment.run_id, ident)
+            items.append({"type": "function_call_output", "call_id": call_id, "output": fold.function_outputs[ident]})
         else:
             approve = d.get("decision") == "approved"
             items.append({"type": "mcp_approval_response", "approval_request_id": ident, "approve": approve})

@@ -33,6 +33,7 @@ Mapping (stored AG-UI event -> Responses events):
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +56,21 @@ def parse_response_id(value: str) -> tuple[str, int] | None:
     if not run_id or not base.isascii() or not base.isdigit() or len(base) > 18:
         return None
     return run_id, int(base)
+
+
+def client_call_id(run_id: str, call_id: str) -> str:
+    """The ``call_id`` a client sees for a call of its function tool: the model's id, prefixed with the run's, so
+    that a stateless client's ``function_call_output`` (which carries nothing else) finds its paused run."""
+    return f"call_{run_id}_{call_id}"
+
+
+_CLIENT_CALL = re.compile(r"call_([0-9a-f]{32})_(.+)", re.ASCII | re.DOTALL)
+
+
+def parse_client_call_id(value: str) -> tuple[str, str] | None:
+    """(run id, the model's call id) of a :func:`client_call_id`; None for another id."""
+    found = _CLIENT_CALL.fullmatch(value)
+    return (found.group(1), found.group(2)) if found else None
 
 
 def starts_segment(ev: Event) -> bool:
@@ -215,7 +231,14 @@ class ResponseFold:
                 return []  # shown as an approval request at the pause (or as an mcp_call once it ran)
             item: dict[str, Any]
             if name in self.segment.functions:
-                item = {"id": f"fc_{cid}", "type": "function_call", "call_id": cid, "name": name, "arguments": ""}
+                exposed = client_call_id(self.segment.run_id, cid)
+                item = {
+                    "id": f"fc_{exposed}",
+                    "type": "function_call",
+                    "call_id": exposed,
+                    "name": name,
+                    "arguments": "",
+                }
             else:
                 item = {
                     "id": cid,
