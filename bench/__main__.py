@@ -24,7 +24,10 @@ from agents_celery.errors import RedisUnavailableError
 from .common import Row, log, missing, print_table, stop_all
 from .report import RunInfo, document, readme_section, write_readme
 
-BENCHES = ["eventlog", "steps", "latency", "sse", "recovery", "pool", "listing", "schedules", "subagents", "history"]
+BENCHES = [
+    "eventlog", "steps", "latency", "sse", "responses", "recovery", "pool", "listing", "schedules", "subagents",
+    "history",
+]  # fmt: skip
 #: Exit statuses.
 MET, MISSED, FAILED = 0, 1, 2
 

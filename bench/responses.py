@@ -1,0 +1,118 @@
+"""The OpenAI Responses API under /v1: token latency of its SSE, and how soon a ``starting_after`` resume answers.
+
+- Token latency: as :mod:`bench.latency` (a FakeOpenAIServer stamps each token with its send time, ~300 tokens 5 ms
+  apart, one real worker), read as ``POST /v1/responses`` with ``stream=true`` from a gunicorn API process, the
+  client ``http.client`` reading lines as they arrive. Floor: XADD -> XREAD BLOCK across processes, p50, measured
+  in the same run (before and after). Target <= 3x, as the other dialects. Beside it (info), the same runs read as
+  ``GET /runs/<id>/events`` (the canonical dialect), interleaved, so the renderer's own cost shows under the load.
+- Resume: on the finished response of one such run (about 1,250 events), the time from sending
+  ``GET /v1/responses/<id>?stream=true&starting_after=N`` (N near the end) to its first event arriving. Floor: the
+  same run's ``GET /runs/<id>/events?after=<offset>`` to its first event (what the other dialects' resume costs;
+  the Responses renderer folds the segment from its start to number the events). Informational.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+from typing import Any
+
+from .common import Row, agents_worker, log, median, percentile, prefixed, runtime_for
+from .latency import GAP, sse_token_latencies, stamping_server, xread_floor
+
+
+def responses_token_latencies(port: int, tokens: int) -> tuple[list[float], str, int]:
+    """Latencies (ms) of every token of one streamed response; its id and last sequence number."""
+    out: list[float] = []
+    response_id, last = "", -1
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        body = json.dumps({"model": "streamer", "input": "go", "stream": True, "background": True})
+        conn.request("POST", "/v1/responses", body, {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        assert resp.status == 200, resp.status
+        while raw := resp.readline():
+            line = raw.decode()
+            if not line.startswith("data:"):
+                continue
+            if '"response.output_text.delta"' in line:
+                now = time.time_ns()
+                out.append((now - int(json.loads(line[5:])["delta"].strip())) / 1e6)
+                continue
+            event = json.loads(line[5:])
+            last = event.get("sequence_number", last)
+            if event["type"] == "response.created":
+                response_id = event["response"]["id"]
+    finally:
+        conn.close()
+    assert len(out) == tokens, f"expected {tokens} tokens over the Responses SSE, got {len(out)}"
+    return out, response_id, last
+
+
+def first_event_ms(port: int, path: str) -> float:
+    """Milliseconds from sending a GET of ``path`` to the first SSE ``data:`` line arriving."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        conn.connect()
+        t0 = time.perf_counter()
+        conn.request("GET", path, headers={"Accept": "text/event-stream"})
+        resp = conn.getresponse()
+        assert resp.status == 200, (path, resp.status)
+        while raw := resp.readline():
+            if raw.startswith(b"data:"):
+                return (time.perf_counter() - t0) * 1000
+        raise AssertionError(f"{path}: no event")
+    finally:
+        conn.close()
+
+
+def run(quick: bool) -> list[Row]:
+    from .sse import start_api
+
+    samples, tokens, runs = 500, 300, 1 if quick else 3
+    resumes = 20 if quick else 60
+    with prefixed("responses") as prefix:
+        log("responses: XADD -> XREAD BLOCK floor")
+        floor = xread_floor(prefix, samples)
+        server = stamping_server(tokens, GAP)
+        queue = f"{prefix}-agents"
+        worker = agents_worker(prefix, queue, f"{prefix}-resp", {"FAKE_OPENAI_URL": server.url})
+        api: Any = None
+        try:
+            worker.wait_ready()
+            api, port = start_api(prefix, queue)
+            log(f"responses: {runs} streamed response(s) of {tokens} tokens, 5 ms apart")
+            responses_token_latencies(port, tokens)  # warm-up
+            rt = runtime_for(prefix, queue)
+            lat: list[float] = []
+            canonical_lat: list[float] = []
+            for _ in range(runs):  # interleaved with the same runs read as /runs/<id>/events: the load hits both
+                got, response_id, last = responses_token_latencies(port, tokens)
+                lat += got
+                canonical_lat += sse_token_latencies(rt, port, tokens)
+            run_id = response_id.removeprefix("resp_").rpartition("_")[0]
+            offset = rt.store.log.info(run_id).last_offset
+            rt.close()
+            log(f"responses: {resumes} resumes near the end of a {last + 1}-event response")
+            resumed = [
+                first_event_ms(port, f"/v1/responses/{response_id}?stream=true&starting_after={last - 5}")
+                for _ in range(resumes)
+            ]
+            canonical = [first_event_ms(port, f"/runs/{run_id}/events?after={offset - 5}") for _ in range(resumes)]
+            floor += xread_floor(prefix, samples // 2)  # the floor again, after: drift hits both
+        finally:
+            if api is not None:
+                api.stop()
+            worker.stop()
+            server.stop()
+    return [
+        Row("token latency p50, Responses SSE (/v1)", percentile(lat, 50), "ms",
+            "XADD->XREAD BLOCK p50", percentile(floor, 50), "<=", 3.0, readme=True),
+        Row("token latency p99, Responses SSE (/v1)", percentile(lat, 99), "ms",
+            "XADD->XREAD BLOCK p99", percentile(floor, 99), "<=", None),
+        Row("token latency p50, Responses SSE vs /runs/<id>/events SSE", percentile(lat, 50), "ms",
+            "/runs SSE p50", percentile(canonical_lat, 50), "<=", None),
+        Row(f"starting_after resume, first event ({last + 1}-event response)", median(resumed), "ms",
+            "/runs/<id>/events?after= first event", median(canonical), "<=", None),
+    ]  # fmt: skip
