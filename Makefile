@@ -64,6 +64,7 @@ test-newest:
 
 # Every bench; writes docs/benchmarks.md and README's Performance section from the run; exits 1 on a missed target.
 bench: install
+	$(PY) -m pip install -q -c $(LOCK) -e '.[bench]'  # the peers some benches compare with (DBOS)
 	PY=$(PY) scripts/ensure-redis
 	scripts/ensure-redis-tools
 	$(PY) -m bench --write docs/benchmarks.md --readme README.md

@@ -173,6 +173,7 @@ def log(message: str) -> None:
 NEEDS: dict[str, tuple[str, ...]] = {
     "latency": ("httpx", "gunicorn", "gevent", "flask"),
     "sse": ("httpx", "gunicorn", "gevent", "flask", "psutil", "uvicorn", "django"),
+    "pydantic_ai": ("pydantic_ai", "dbos", "psycopg"),  # the [pydantic-ai] and [bench] extras
 }
 
 
