@@ -144,8 +144,10 @@ class AsyncClient:
         idempotency_key: str | None = None,
         until_pause: bool = True,
         start_after: float | None = None,
+        output_schema: dict[str, Any] | None = None,
     ) -> AsyncRunStream:
-        plan = plans.start(agent, message, session_id, user_id, idempotency_key, until_pause, start_after)
+        asked = (session_id, user_id, idempotency_key, until_pause, start_after, output_schema)
+        plan = plans.start(agent, message, *asked)
         return AsyncRunStream(self, *await self._do(plan))
 
     async def get_stream(self, run_id: str) -> AsyncRunStream:

@@ -413,11 +413,14 @@ def start(
     idempotency_key: str | None,
     until_pause: bool,
     start_after: float | None,
+    output_schema: dict[str, Any] | None = None,
 ) -> Plan[Opened]:
-    """Start a run: its stream from the first event."""
+    """Start a run: its stream from the first event (``output_schema``: structured output, docs/output.md)."""
     body: dict[str, Any] = {"message": message, "stream": False, "background": True}
     if start_after is not None:
         body["start_after"] = start_after
+    if output_schema is not None:
+        body["output_schema"] = output_schema
     if session_id:
         body["session_id"] = session_id
     if user_id:

@@ -157,10 +157,13 @@ class Client:
         idempotency_key: str | None = None,
         until_pause: bool = True,
         start_after: float | None = None,
+        output_schema: dict[str, Any] | None = None,
     ) -> RunStream:
         """Start a run (it executes on the workers) and return its stream, from the first event; ``start_after``
-        (seconds) delays it (``scheduled`` until then)."""
-        plan = plans.start(agent, message, session_id, user_id, idempotency_key, until_pause, start_after)
+        (seconds) delays it (``scheduled`` until then); ``output_schema`` asks for structured output
+        (docs/output.md)."""
+        asked = (session_id, user_id, idempotency_key, until_pause, start_after, output_schema)
+        plan = plans.start(agent, message, *asked)
         return RunStream(self, *self._do(plan))
 
     def get_stream(self, run_id: str) -> RunStream:

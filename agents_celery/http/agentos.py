@@ -12,7 +12,8 @@ Mapping (stored AG-UI type -> AgentOS event):
   ``tool.tool_args`` is whole. It means "the model asked for this call"; a call that needs confirmation
   is announced this way just before ``RunPaused``.
 - TOOL_CALL_RESULT -> ``ToolCallCompleted`` (``tool.result`` = the tool's output)
-- RUN_FINISHED success -> ``RunCompleted`` (``content`` = the final text); interrupt -> ``RunPaused``
+- RUN_FINISHED success -> ``RunCompleted`` (``content`` = the final text, or the validated JSON value of a
+  structured output with ``content_type`` ``json``); interrupt -> ``RunPaused``
   (``tools`` = the pending calls, ``is_paused: true``); cancelled -> ``RunCancelled``
 - RUN_ERROR -> ``RunError`` (``content`` = the reason)
 - STEP_*, TEXT_MESSAGE_START/END, TOOL_CALL_START/ARGS, CUSTOM: no AgentOS equivalent; **skipped**, so
@@ -184,8 +185,10 @@ def _finished(data: dict[str, Any]) -> dict[str, Any]:
         tools = [tool_object(i, None, None) for i in outcome["pending_tool_call_ids"]]
         return {"event": "RunPaused", "tools": tools, "is_paused": True, "content": None}
     result = data.get("result")
-    text = result if isinstance(result, str) or result is None else json.dumps(result)
-    return {"event": "RunCompleted", "content": text, "content_type": "str"}
+    if result is None or isinstance(result, str):
+        return {"event": "RunCompleted", "content": result, "content_type": "str"}
+    # structured output: the validated JSON value itself, as Agno sends a response model's content
+    return {"event": "RunCompleted", "content": result, "content_type": "json"}
 
 
 def paused_tool(interrupt: dict[str, Any]) -> dict[str, Any]:

@@ -16,6 +16,8 @@ How AG-UI's words map onto ours:
   (``resolved`` with ``{approved, editedArgs, note}``, or ``cancelled``), and ``tool`` messages answer the
   client's calls. Input without them while the thread waits is refused with RUN_ERROR, as the spec says; a
   resume replayed (even under another runId) attaches to the segment the first one started.
+- ``forwardedProps.output_schema`` (a JSON Schema) makes a new run's answer structured output (docs/output.md):
+  RUN_FINISHED's ``result`` is then the validated JSON value.
 - ``POST /agui/<agent_id>/connect`` attaches to the thread's run where it stands (``Last-Event-ID``: from
   that offset); a synthesized RUN_STARTED and the open messages come first, as ``?format=agui`` does.
 
@@ -44,6 +46,7 @@ from ..errors import (
     ValidationError,
 )
 from ..events import Event
+from ..output import check_schema
 from ..runs import RunStatus, RunView
 from ..runtime import Runtime
 from . import agui as agui_mod
@@ -148,6 +151,9 @@ class AguiEndpoint:
         self.access.allow(req, "start", agent_id=agent_id)
         inp = parse_input(req.body())
         thread, client_run = inp.thread_id, inp.run_id
+        schema = output_schema_of(inp)
+        if schema is not None:  # before the session check records an owner
+            check_schema(schema)
         self.access.session(req, thread, "start", agent_id)  # another user's thread: 404, as a hidden run
         seen = self.store.sessions.segment(thread, client_run)
         if seen is not None:
@@ -184,6 +190,7 @@ class AguiEndpoint:
             client_tools=[t.model_dump(exclude_none=True) for t in inp.tools or []],
             client=_client(inp),
             check_history=history_check(inp.messages[:-1]),
+            output_schema=schema,
         )
         self.store.sessions.mark_segment(thread, [client_run], stream.run_id, -1)
         return self._reply(inp, stream.run_id, -1)
@@ -280,6 +287,12 @@ class AguiEndpoint:
     def _refuse(self, inp: agui.RunAgentInput, message: str, code: str) -> Reply:
         segment = Segment(inp.thread_id, inp.run_id, error=(message, code))
         return Reply(200, stream=LogStream("", -1, "agui", True, segment=segment))
+
+
+def output_schema_of(inp: agui.RunAgentInput) -> Any:
+    """The run's output schema, ``forwardedProps.output_schema`` (None: none; ``Runtime.stream`` checks it)."""
+    props = inp.forwarded_props
+    return props.get("output_schema") if isinstance(props, dict) else None
 
 
 def _client(inp: agui.RunAgentInput) -> dict[str, Any]:

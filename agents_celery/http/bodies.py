@@ -59,6 +59,9 @@ class RunBody(MessageBody):
     webhook_url: str | None = Field(default=None, max_length=2000)
     #: When another run of the session is live: refuse (409), wait for it, or stop it and start after it.
     multitask_strategy: Literal["reject", "enqueue", "interrupt"] = "reject"
+    #: Structured output: a JSON Schema the final answer must match (a JSON object; in a form, its JSON text).
+    #: Any JSON is taken here, so that what is not a valid schema is named by ``Runtime.stream`` (422).
+    output_schema: Any = None
 
     @field_validator("start_at")
     @classmethod

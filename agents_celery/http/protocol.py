@@ -39,6 +39,7 @@ from ..errors import (
     ValidationError,
 )
 from ..events import Event
+from ..output import check_schema
 from ..runs import RunView, SessionInfo, SessionView, ToolCall
 from ..runtime import Runtime
 from ..schedule import Schedule
@@ -156,7 +157,9 @@ class API:
     def create_run(self, req: Request, agent_id: str) -> Reply:
         manifest = self.runtime.agent_manifest(agent_id)  # 404 before looking at the body
         self.access.allow(req, "start", agent_id=agent_id)
-        body = parse(req.body(), RunBody, limits=self.limits)
+        body = parse(req.body(), RunBody, ("output_schema",), limits=self.limits)
+        if body.output_schema is not None:  # before the session check records an owner
+            check_schema(body.output_schema)
         user_id = req.user_id or body.user_id
         if req.user_id and body.user_id and body.user_id != req.user_id:
             raise ForbiddenError(f"you are user {req.user_id!r}: you may not start runs as {body.user_id!r}")
@@ -173,6 +176,7 @@ class API:
             start_at=body.start_at,
             webhook_url=body.webhook_url,
             multitask_strategy=body.multitask_strategy,
+            output_schema=body.output_schema,
         )
         return self._finish(req, stream.run_id, stream.session_id, -1, body, manifest)
 
