@@ -30,7 +30,10 @@ FRONT_END_KEYS = frozenset(
     }
 )
 SENTINEL_SCHEMES = {"redis+sentinel", "sentinel"}
-_REDIS_SCHEMES = {"redis", "rediss", "unix", "redis+socket", "redis+sentinel", "sentinel"}
+CLUSTER_SCHEMES = {"redis+cluster", "rediss+cluster"}
+_REDIS_SCHEMES = {"redis", "rediss", "unix", "redis+socket", "redis+sentinel", "sentinel", *CLUSTER_SCHEMES}
+#: Buckets each global key is split into on a Redis Cluster when ``AGENTS_CELERY_INDEX_BUCKETS`` is unset.
+CLUSTER_BUCKETS = 16
 DEFAULT_KEY_PREFIX = "ac"
 DEFAULT_QUEUE = "agents"
 
@@ -131,6 +134,13 @@ class Settings(BaseSettings):
     #: addresses or CIDR networks. Every other loopback, private, link-local or reserved address is refused
     #: (:mod:`agents_celery.webhook`). A host's settings dict may give a list.
     webhook_allow: str = ""
+    #: Redis Cluster (docs/cluster.md): how many keys each global key is split into (unset: 16 on a cluster, 1
+    #: otherwise). Changing it on a deployment with runs hides the runs indexed under the old split.
+    index_buckets: int | None = None
+    #: The failover fence (docs/cluster.md): a commit, a run's creation and a status change wait until this many
+    #: replicas hold them (Redis ``WAIT``), at most ``wait_replicas_timeout_ms``; 0 (the default) waits for none.
+    wait_replicas: int = Field(default=0, ge=0)
+    wait_replicas_timeout_ms: int = Field(default=100, ge=1)
 
     @model_validator(mode="before")
     @classmethod
@@ -145,7 +155,43 @@ class Settings(BaseSettings):
         scheme = urlparse(value).scheme
         if scheme not in _REDIS_SCHEMES:
             raise ValueError(f"expected a redis:// rediss:// or unix:// URL, got {value!r}")
+        if scheme in CLUSTER_SCHEMES:
+            parse_cluster(value)
         return value
+
+    @field_validator("broker_url")
+    @classmethod
+    def _check_broker_url(cls, value: str | None) -> str | None:
+        if value and (urlparse(value).scheme in CLUSTER_SCHEMES or "cluster" in urlparse(value).scheme):
+            raise ValueError(
+                f"{value!r} is a Redis Cluster URL, and Celery cannot use Redis Cluster as its broker (celery#2852): "
+                "give a plain Redis, Sentinel or RabbitMQ URL here; run state can stay on the cluster "
+                "(AGENTS_CELERY_REDIS_URL=redis+cluster://...)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _check_cluster_broker(self) -> Settings:
+        if self.cluster and not self.broker_url:
+            raise ValueError(
+                "AGENTS_CELERY_REDIS_URL is a Redis Cluster, which Celery cannot use as its broker (celery#2852): "
+                "set CELERY_BROKER_URL to a plain Redis, Sentinel or RabbitMQ URL"
+            )
+        if self.index_buckets is not None and not 1 <= self.index_buckets <= 1024:
+            raise ValueError(f"index_buckets must be from 1 to 1024, got {self.index_buckets}")
+        return self
+
+    @property
+    def cluster(self) -> bool:
+        """Whether run state lives on a Redis Cluster."""
+        return urlparse(self.redis_url).scheme in CLUSTER_SCHEMES
+
+    @property
+    def buckets(self) -> int:
+        """How many keys each global key (indexes, live index, manifests, schedules) is split into."""
+        if self.index_buckets is not None:
+            return self.index_buckets
+        return CLUSTER_BUCKETS if self.cluster else 1
 
     @field_validator("webhook_allow", mode="before")
     @classmethod
@@ -277,3 +323,32 @@ def parse_sentinel(url: str) -> SentinelURL:
             f"AGENTS_CELERY_REDIS_URL: expected redis+sentinel://host:port[,host:port]/service_name[/db], got {url!r}"
         )
     return SentinelURL(hosts, path[0], int(path[1]) if len(path) > 1 else 0, password or None)
+
+
+@dataclass(frozen=True)
+class ClusterURL:
+    """The parts of a Redis Cluster URL."""
+
+    hosts: list[tuple[str, int]]
+    password: str | None
+    tls: bool
+
+
+def parse_cluster(url: str) -> ClusterURL:
+    """Split ``redis+cluster://[:password@]h1:p1[,h2:p2...]`` (``rediss+cluster`` for TLS); ValueError when
+    malformed."""
+    parsed = urlparse(url)
+    netloc = parsed.netloc
+    password = None
+    if "@" in netloc:
+        auth, netloc = netloc.rsplit("@", 1)
+        password = unquote(auth.split(":", 1)[1]) if ":" in auth else unquote(auth)
+    hosts = []
+    for part in filter(None, netloc.split(",")):
+        host, _, port = part.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"bad cluster node address {part!r} in {url!r}: expected host:port")
+        hosts.append((host, int(port)))
+    if not hosts or parsed.path.strip("/") not in ("", "0"):
+        raise ValueError(f"expected redis+cluster://host:port[,host:port...] (a cluster has only db 0), got {url!r}")
+    return ClusterURL(hosts, password or None, parsed.scheme.startswith("rediss"))

@@ -96,8 +96,10 @@ class Deployment:
     and their cleanup. Tests get one from the ``deploy`` fixture (tests/conftest.py), which closes it.
 
     ``prefix`` shares an existing key prefix instead (the session's: its keys are the session's to delete);
-    ``broker_url`` puts workers and Runtime on another broker (RabbitMQ). What only the workers see (a fault
-    proxy in front of Redis, a worker-side limit) goes to :meth:`start`'s ``env``.
+    ``broker_url`` puts workers and Runtime on another broker (RabbitMQ); ``redis_url`` their run state on another
+    Redis (a Redis Cluster: tests/rediscluster.py), the broker staying the session's Redis unless ``broker_url``
+    says otherwise. What only the workers see (a fault proxy in front of Redis, a worker-side limit) goes to
+    :meth:`start`'s ``env``.
     """
 
     def __init__(
@@ -108,6 +110,7 @@ class Deployment:
         *,
         prefix: str | None = None,
         broker_url: str | None = None,
+        redis_url: str | None = None,
     ) -> None:
         from agents_celery.settings import load_settings
 
@@ -117,14 +120,15 @@ class Deployment:
         self._owns_prefix = prefix is None
         self.queue = f"{name}-{uuid.uuid4().hex[:8]}"
         self.broker_url = broker_url or TEST_BROKER_URL
+        self.redis_url = redis_url or TEST_REDIS_URL
         extra = {"FAKE_OPENAI_URL": fake_openai_url, **(extra or {})}
-        self.env = worker_env(TEST_REDIS_URL, self.broker_url, self.prefix, self.queue, extra)
+        self.env = worker_env(self.redis_url, self.broker_url, self.prefix, self.queue, extra)
         variables = {**FAST, **{k: v for k, v in extra.items() if k.startswith("AGENTS_CELERY_")}}
         overrides = {k.removeprefix("AGENTS_CELERY_").lower(): v for k, v in variables.items()}
         for given in ("redis_url", "broker_url", "key_prefix", "queue"):
             overrides.pop(given, None)
         self.settings = load_settings(
-            redis_url=TEST_REDIS_URL, broker_url=self.broker_url, key_prefix=self.prefix, queue=self.queue, **overrides
+            redis_url=self.redis_url, broker_url=self.broker_url, key_prefix=self.prefix, queue=self.queue, **overrides
         )
         self.workers: list[Worker] = []
         self._runtime: Any = None
@@ -163,10 +167,21 @@ class Deployment:
             self._runtime.close()
         import redis
 
+        from agents_celery.storage.connections import connect
+
         from .conftest import TEST_REDIS_URL
 
+        if self.redis_url != TEST_REDIS_URL and self._owns_prefix:
+            state = connect(self.redis_url)
+            try:
+                for key in state.scan_iter(match=f"{self.prefix}:*", count=1000):
+                    state.delete(key)
+            except redis.RedisError:
+                pass  # a test that broke the cluster; it is torn down with the session
+            finally:
+                state.close()
         with redis.Redis.from_url(TEST_REDIS_URL) as client:
-            patterns = [f"{self.prefix}:*"] if self._owns_prefix else []
+            patterns = [f"{self.prefix}:*"] if self._owns_prefix and self.redis_url == TEST_REDIS_URL else []
             if self.broker_url == TEST_REDIS_URL:
                 patterns.append(f"{self.queue}*")  # the queue and its priority lists
             for pattern in patterns:

@@ -189,6 +189,23 @@ def worker(worker_env: dict[str, str]) -> Iterator[Any]:
     w.stop()
 
 
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real local Redis Cluster (3 masters, 3 replicas on private ports, tests/rediscluster.py), made on first
+    use and torn down when the session ends. Tests that break it (a killed master) make their own instead."""
+    import shutil
+
+    from .rediscluster import LocalCluster
+
+    if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
+        pytest.fail("redis-server or redis-cli is not on PATH (.ci/run runs scripts/ensure-redis-tools)")
+    made = LocalCluster(tmp_path_factory.mktemp("redis-cluster"))
+    try:
+        yield made.start()
+    finally:
+        made.stop()
+
+
 @pytest.fixture
 def deploy(fake_openai: Any) -> Iterator[Callable[..., Any]]:
     """Makes deployments of the test's own, ``deploy(name, extra=None, **options)`` (tests/cluster.py:Deployment:

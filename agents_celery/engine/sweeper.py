@@ -50,6 +50,18 @@ Resend = Callable[[str, int, str, str, str, str], None]
 Backlog = Callable[[str], int]
 
 
+def _due(store: RunStore, now_ms: int) -> list[str]:
+    """Runs past their deadline, the earliest first, from every bucket of the live index (one bucket but on a
+    Redis Cluster); at most :data:`BATCH`."""
+    buckets = store.keys.buckets_of(store.keys.live)
+    with store.redis.pipeline(transaction=False) as pipe:
+        for key in buckets:
+            pipe.zrangebyscore(key, 0, now_ms, start=0, num=BATCH, withscores=True)
+        found: list[Any] = pipe.execute()
+    rows = sorted((score, member.decode()) for batch in found for member, score in batch)
+    return [run_id for _, run_id in rows[:BATCH]]
+
+
 def sweep(
     store: RunStore,
     resend: Resend,
@@ -70,8 +82,7 @@ def sweep(
     if not store.redis.set(keys.sweeper, "1", nx=True, px=interval_ms):
         return []
     now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
-    found: Any = store.redis.zrangebyscore(keys.live, 0, now_ms, start=0, num=BATCH)
-    due = [r.decode() for r in found]
+    due = _due(store, now_ms)
     grace_ms = int(s.enqueue_grace_seconds * 1000)
     requeued: list[str] = []
     backed_up = _Backlogs(backlog)

@@ -14,7 +14,7 @@ import logging
 import threading
 
 from ..runtime import Runtime
-from ..storage.connections import connect
+from ..storage.connections import connect, idle_pools, is_cluster
 from ..storage.eventlog import EventLog
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ class Streams:
             idle_check=runtime.store.idle_check,
         )
         self.max_connections = max_connections
-        self._pools = [self.redis.connection_pool, runtime.redis.connection_pool]
+        self._pools = [*idle_pools(self.redis), *idle_pools(runtime.redis)]
         self._closed = threading.Event()
         self._reaper = threading.Thread(
             target=self._close_idle, args=(idle_close_seconds,), name="agents-celery-idle-close", daemon=True
@@ -82,6 +82,8 @@ class Streams:
 def widen_pool(runtime: Runtime, max_connections: int) -> None:
     """Let the Runtime's own pool (redis-py's default caps it at 100) open up to ``max_connections``, so many
     concurrent short requests under an async worker do not fail with "Too many connections"."""
+    if is_cluster(runtime.redis):
+        return  # one pool per node, each of redis-py's cluster default size
     pool = runtime.redis.connection_pool
     current = getattr(pool, "max_connections", None)
     if isinstance(current, int) and current < max_connections:

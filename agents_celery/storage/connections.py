@@ -4,6 +4,10 @@
 - ``redis+socket:///path/to/redis.sock?db=N``: a unix socket, in the form Celery's broker URLs use.
 - ``redis+sentinel://[:password@]host:port[,host:port...]/service_name[/db]`` (or ``sentinel://``): asks the
   Sentinels for the current master of ``service_name`` and follows failovers.
+- ``redis+cluster://[:password@]host:port[,host:port...]`` (or ``rediss+cluster://``): a Redis Cluster (any nodes
+  as seeds); the client is redis-py's ``RedisCluster``, which finds the others and follows failovers and
+  resharding (docs/cluster.md). redis-py's cluster client is not a ``redis.Redis``: :func:`is_cluster` tells, and
+  the helpers below (:func:`keeping_one`, :func:`idle_pools`, :func:`atomic`) do the right thing for both.
 """
 
 from __future__ import annotations
@@ -15,12 +19,17 @@ from urllib.parse import parse_qs, urlparse
 
 import redis
 import redis.asyncio as aredis
+import redis.asyncio.cluster as acluster
 import redis.asyncio.sentinel as asentinel
+import redis.cluster
 import redis.sentinel
 
 from ..errors import ConfigurationError
 from ..ids import pid
-from ..settings import SENTINEL_SCHEMES, parse_sentinel
+from ..settings import CLUSTER_SCHEMES, SENTINEL_SCHEMES, parse_cluster, parse_sentinel
+
+#: Options of a plain client that a cluster client does not take (it makes a pool per node itself).
+_NOT_FOR_CLUSTER = ("timeout", "db", "connection_pool")
 
 
 def _socket(url: str) -> tuple[str, int]:
@@ -33,6 +42,15 @@ def connect(url: str, *, blocking_pool: bool = False, **options: Any) -> redis.R
     """A sync client for ``url``. ``options`` go to the connections (timeouts, ``max_connections`` ...);
     ``blocking_pool`` makes a full pool wait (``timeout`` seconds) instead of failing (not with Sentinel)."""
     scheme = urlparse(url).scheme
+    if scheme in CLUSTER_SCHEMES:
+        c = parse_cluster(url)
+        for name in _NOT_FOR_CLUSTER:
+            options.pop(name, None)
+        nodes = [redis.cluster.ClusterNode(host, port) for host, port in c.hosts]  # type: ignore[no-untyped-call]
+        cluster: redis.Redis = redis.cluster.RedisCluster(  # type: ignore[assignment]
+            startup_nodes=nodes, password=c.password, ssl=c.tls, **options
+        )
+        return cluster
     if scheme in SENTINEL_SCHEMES:
         s = parse_sentinel(url)
         options.pop("timeout", None)
@@ -51,13 +69,39 @@ def connect(url: str, *, blocking_pool: bool = False, **options: Any) -> redis.R
     return redis.Redis(connection_pool=pool)
 
 
+def is_cluster(client: Any) -> bool:
+    """Whether ``client`` is a Redis Cluster client (sync or asyncio)."""
+    return isinstance(client, (redis.cluster.RedisCluster, acluster.RedisCluster))
+
+
+def atomic(client: redis.Redis) -> Any:
+    """A MULTI/EXEC pipeline for commands on keys of one slot. A cluster client runs it as a transaction where
+    redis-py can (6.1 and later); older ones cannot, and get a plain pipeline (the caller orders its commands so
+    a crash between them leaves nothing a reader misreads)."""
+    if is_cluster(client):
+        try:
+            return client.pipeline(transaction=True)
+        except redis.RedisError:  # redis-py < 6.1: "transaction is deprecated in cluster mode"
+            return client.pipeline(transaction=False)
+    return client.pipeline(transaction=True)
+
+
+def idle_pools(client: redis.Redis) -> list[Any]:
+    """The connection pools whose idle connections a reaper may close: the client's own, or (a cluster) none,
+    since redis-py's cluster client keeps a pool per node and remakes them on failover itself."""
+    return [] if is_cluster(client) else [client.connection_pool]
+
+
 def keeping_one(client: redis.Redis) -> redis.Redis:
     """A client that keeps one connection of ``client``'s pool for all its commands until it is closed
     (redis-py's ``single_connection_client``), sharing ``client``'s response callbacks (a copy is ~13 KiB).
 
     For a reader that holds a connection anyway while it waits in XREAD BLOCK: taking it out of the pool and
     back for every batch costs a pid check each way and a read probing for stale data, five system calls.
-    Call :func:`reconnect_if_closed` before each read, as the reader may sit idle between them."""
+    Call :func:`reconnect_if_closed` before each read, as the reader may sit idle between them. A cluster client
+    is returned as it is (each command goes to the node of its key's slot, over that node's pool)."""
+    if is_cluster(client):
+        return client
     own = redis.Redis(connection_pool=client.connection_pool, single_connection_client=True)
     own.response_callbacks = client.response_callbacks
     return own
@@ -67,6 +111,8 @@ def let_go(client: redis.Redis) -> None:
     """End a :func:`keeping_one` client whose reader is done (a stream whose client went away, or ended): its
     connection is closed, not kept idle in the pool. A process that served a thousand streams would otherwise
     keep a thousand idle connections (and file descriptors) for good; opening one per stream costs one connect."""
+    if is_cluster(client):
+        return  # :func:`keeping_one` gave the shared cluster client itself
     conn = client.connection
     if conn is not None:
         conn.disconnect()  # type: ignore[no-untyped-call]
@@ -79,6 +125,8 @@ def reconnect_if_closed(client: redis.Redis) -> None:
     if it has, it is closed or holds a stray reply, and either way it must go. This is the pool's own check on
     checkout (``Connection.can_read``: three system calls); the worker's fast path polls the socket instead
     (:func:`agents_celery.broker.fastpaths.reconnect_if_closed`, one)."""
+    if is_cluster(client):
+        return
     conn = client.connection
     if conn is None:
         return
@@ -113,7 +161,8 @@ class ThreadClients:
         self.shared = client
         self._idle_check = idle_check
         self._local = threading.local()
-        self._threads = threading.local.__module__ == "_thread"  # real threads, not greenlets
+        # real threads, not greenlets; a cluster client routes each command to its node's pool itself
+        self._threads = threading.local.__module__ == "_thread" and not is_cluster(client)
         #: Bumped by :meth:`renew`; a thread whose client is older makes its connection again.
         self._generation = 0
 
@@ -149,6 +198,15 @@ class ThreadClients:
 def connect_async(url: str, **options: Any) -> aredis.Redis:
     """An asyncio client for ``url`` (same URL forms as :func:`connect`)."""
     scheme = urlparse(url).scheme
+    if scheme in CLUSTER_SCHEMES:
+        c = parse_cluster(url)
+        for name in _NOT_FOR_CLUSTER:
+            options.pop(name, None)
+        nodes = [acluster.ClusterNode(host, port) for host, port in c.hosts]
+        cluster: aredis.Redis = acluster.RedisCluster(  # type: ignore[assignment]
+            startup_nodes=nodes, password=c.password, ssl=c.tls, **options
+        )
+        return cluster
     if scheme in SENTINEL_SCHEMES:
         s = parse_sentinel(url)
         timeout = options.get("socket_connect_timeout")

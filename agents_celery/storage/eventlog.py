@@ -23,7 +23,7 @@ import redis.asyncio as aredis
 
 from ..errors import LogRewoundError, RedisUnavailableError, RunExpiredError, RunNotFoundError, ValidationError
 from ..events import Event, NewEvent, tag_of
-from .connections import IdleCheck, ThreadClients, keeping_one, let_go, reconnect_if_closed
+from .connections import IdleCheck, ThreadClients, is_cluster, keeping_one, let_go, reconnect_if_closed
 from .keys import Keys
 from .scripts import refusal, register
 
@@ -33,6 +33,9 @@ LogStatus = Literal["live", "paused", "ended"]
 PAGE = 1000
 #: One stored entry: its offset and its stored JSON.
 Entry = tuple[int, str]
+#: On a Redis Cluster, a tail watching child runs blocks on its own log this long at a time, then looks at the
+#: children's (one multi-stream XREAD needs one slot): a child's event reaches it within about this much.
+CLUSTER_POLL_MS = 100
 
 
 @dataclass(frozen=True)
@@ -260,7 +263,10 @@ def follow_sync(
             reply = client.xrange(key, min=step.start, count=PAGE)
         elif isinstance(step, XRead):
             streams: dict[Any, Any] = {key: step.last, **(watching.streams() if watching is not None else {})}
-            reply = client.xread(streams, count=PAGE, block=step.block_ms)
+            if len(streams) > 1 and is_cluster(client):
+                reply = _xread_per_slot(client, key, streams, step.block_ms)
+            else:
+                reply = client.xread(streams, count=PAGE, block=step.block_ms)
             if len(streams) > 1 and watching is not None:
                 reply, pages = watching.split(reply, key)
                 yield from pages
@@ -286,13 +292,63 @@ async def follow_async(
             reply = await client.xrange(key, min=step.start, count=PAGE)
         elif isinstance(step, XRead):
             streams: dict[Any, Any] = {key: step.last, **(watching.streams() if watching is not None else {})}
-            reply = await client.xread(streams, count=PAGE, block=step.block_ms)
+            if len(streams) > 1 and is_cluster(client):
+                reply = await _axread_per_slot(client, key, streams, step.block_ms)
+            else:
+                reply = await client.xread(streams, count=PAGE, block=step.block_ms)
             if len(streams) > 1 and watching is not None:
                 reply, pages = watching.split(reply, key)
                 for page in pages:
                     yield page
         else:
             reply = await status()
+
+
+def _merged(replies: Iterable[Any]) -> list[Any]:
+    """Single-stream XREAD replies as one multi-stream reply (a list of ``[stream, entries]``)."""
+    out: list[Any] = []
+    for reply in replies:
+        if reply:
+            out += list(reply.items()) if isinstance(reply, dict) else list(reply)
+    return out
+
+
+def _xread_per_slot(client: redis.Redis, key: str, streams: dict[Any, Any], block_ms: int) -> list[Any]:
+    """A blocking XREAD of several runs' logs on a Redis Cluster, where each is in a slot of its own: every log
+    without blocking (one pipeline: a round trip per node), then a block of :data:`CLUSTER_POLL_MS` on ``key``
+    alone, until something came or ``block_ms`` passed."""
+    deadline = time.monotonic() + block_ms / 1000
+    while True:
+        with client.pipeline(transaction=False) as pipe:
+            for stream, last in streams.items():
+                pipe.xread({stream: last}, count=PAGE)
+            got = _merged(pipe.execute())
+        if got:
+            return got
+        left_ms = int((deadline - time.monotonic()) * 1000)
+        if left_ms <= 0:
+            return []
+        own = client.xread({key: streams[key]}, count=PAGE, block=max(1, min(CLUSTER_POLL_MS, left_ms)))
+        if own:
+            return _merged([own])
+
+
+async def _axread_per_slot(client: aredis.Redis, key: str, streams: dict[Any, Any], block_ms: int) -> list[Any]:
+    """:func:`_xread_per_slot` for asyncio code."""
+    deadline = time.monotonic() + block_ms / 1000
+    while True:
+        pipe = client.pipeline(transaction=False)
+        for stream, last in streams.items():
+            pipe.xread({stream: last}, count=PAGE)
+        got = _merged(await pipe.execute())
+        if got:
+            return got
+        left_ms = int((deadline - time.monotonic()) * 1000)
+        if left_ms <= 0:
+            return []
+        own = await client.xread({key: streams[key]}, count=PAGE, block=max(1, min(CLUSTER_POLL_MS, left_ms)))
+        if own:
+            return _merged([own])
 
 
 class EventLog:

@@ -14,10 +14,16 @@ and the sweeper puts a run it finds ended back in order.
 An ended run leaves every index when its retention is over: its end schedules that in ``<p>:runs:expiring``
 (member: the run's index entry as JSON, score: when it expires), which the sweeper works off. Sessions leave
 theirs ``session_ttl`` after their last activity, or when a listing finds the session gone.
+
+On a Redis Cluster each index is split into buckets (:meth:`~.keys.Keys.bucket`: a run's entries all go to the
+bucket of its id, a session's to that of the session id), so no node holds all of them; a listing reads every
+bucket of the index it walks and merges them in order (:meth:`RunIndex.walk`). With one bucket (plain Redis)
+each index is the one key it always was.
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import json
 import time
@@ -114,18 +120,23 @@ class RunIndex:
     # -- writes (added to a pipeline the caller sends anyway) --------------------------------------------
 
     def _run_keys(self, entry: Entry) -> list[str]:
+        """The (unsplit) names of the indexes of the run's fields."""
         k = self.keys
         found = [k.runs, k.runs_of("agent", entry.agent_id), k.runs_of("session", entry.session_id)]
         if entry.user_id:
             found.append(k.runs_of("user", entry.user_id))
         return found
 
+    def _at(self, name: str, run_id: str) -> str:
+        """The bucket of index ``name`` that holds the run's entry."""
+        return self.keys.bucket(name, run_id)
+
     def created(self, pipe: Any, entry: Entry, status: RunStatus = RunStatus.QUEUED) -> None:
         """A new run: every index of its fields, its status class (``live``, or ``scheduled`` for a delayed
         run), its session's activity."""
         for key in self._run_keys(entry):
-            pipe.zadd(key, {entry.run_id: entry.created_ms})
-        pipe.zadd(self.keys.runs_status(STATUS_CLASS[status]), {entry.run_id: entry.created_ms})
+            pipe.zadd(self._at(key, entry.run_id), {entry.run_id: entry.created_ms})
+        pipe.zadd(self._at(self.keys.runs_status(STATUS_CLASS[status]), entry.run_id), {entry.run_id: entry.created_ms})
         self._touch_session(pipe, entry.session_id, entry.user_id, entry.created_ms)
 
     def moved(self, pipe: Any, entry: Entry, status: RunStatus, now_ms: int | None = None) -> None:
@@ -134,36 +145,41 @@ class RunIndex:
         target = STATUS_CLASS[status]
         for name in CLASSES:
             if name != target:
-                pipe.zrem(self.keys.runs_status(name), entry.run_id)
-        pipe.zadd(self.keys.runs_status(target), {entry.run_id: entry.created_ms})
+                pipe.zrem(self._at(self.keys.runs_status(name), entry.run_id), entry.run_id)
+        pipe.zadd(self._at(self.keys.runs_status(target), entry.run_id), {entry.run_id: entry.created_ms})
         now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
         if status.is_final:
             expires = now_ms + self.settings.retention_ms + self.settings.tombstone_ms
-            pipe.zadd(self.keys.runs_expiring, {entry.to_json(): expires})
+            pipe.zadd(self._at(self.keys.runs_expiring, entry.run_id), {entry.to_json(): expires})
         self._touch_session(pipe, entry.session_id, entry.user_id, now_ms)
 
     def forget(self, pipe: Any, entry: Entry) -> None:
         """The run is gone (deleted or expired): out of every index."""
         for key in [*self._run_keys(entry), *(self.keys.runs_status(n) for n in CLASSES)]:
-            pipe.zrem(key, entry.run_id)
-        pipe.zrem(self.keys.runs_expiring, entry.to_json())
+            pipe.zrem(self._at(key, entry.run_id), entry.run_id)
+        pipe.zrem(self._at(self.keys.runs_expiring, entry.run_id), entry.to_json())
 
     def _touch_session(self, pipe: Any, session_id: str, user_id: str | None, now_ms: int) -> None:
         horizon = now_ms - int(self.settings.session_ttl_seconds * 1000)
-        for key in (self.keys.sessions, *((self.keys.sessions_of(user_id),) if user_id else ())):
+        for name in (self.keys.sessions, *((self.keys.sessions_of(user_id),) if user_id else ())):
+            key = self.keys.bucket(name, session_id)
             pipe.zadd(key, {session_id: now_ms})
             pipe.zremrangebyscore(key, 0, horizon)
 
     def forget_session(self, pipe: Any, session_id: str, user_id: str | None) -> None:
-        pipe.zrem(self.keys.sessions, session_id)
+        pipe.zrem(self.keys.bucket(self.keys.sessions, session_id), session_id)
         if user_id:
-            pipe.zrem(self.keys.sessions_of(user_id), session_id)
-        pipe.delete(self.keys.runs_of("session", session_id))
+            pipe.zrem(self.keys.bucket(self.keys.sessions_of(user_id), session_id), session_id)
+        for key in self.keys.buckets_of(self.keys.runs_of("session", session_id)):
+            pipe.delete(key)
 
     def expire_due(self, now_ms: int | None = None, batch: int = 500) -> int:
         """Take ended runs whose retention is over out of every index (the sweeper calls it); how many."""
         now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
-        due: Any = self.redis.zrangebyscore(self.keys.runs_expiring, 0, now_ms, start=0, num=batch)
+        with self.redis.pipeline(transaction=False) as pipe:
+            for key in self.keys.buckets_of(self.keys.runs_expiring):
+                pipe.zrangebyscore(key, 0, now_ms, start=0, num=batch)
+            due = [raw for found in pipe.execute() for raw in found]
         if not due:
             return 0
         with self.redis.pipeline(transaction=False) as pipe:
@@ -188,15 +204,36 @@ class RunIndex:
         if len(candidates) == 1:
             return candidates[0]
         candidates = candidates[1:]
+        n = self.keys.buckets
         with self.redis.pipeline(transaction=False) as pipe:
             for key in candidates:
-                pipe.zcard(key)
-            sizes = pipe.execute()
+                for bucket in self.keys.buckets_of(key):
+                    pipe.zcard(bucket)
+            counts = pipe.execute()
+        sizes = [sum(counts[i * n : (i + 1) * n]) for i in range(len(candidates))]
         return min(zip(sizes, candidates, strict=True))[1]
 
     def walk(self, key: str, cursor: tuple[int, str] | None) -> Iterable[tuple[str, int]]:
-        """(member, score) of ``key``, newest first (score, then member, both descending, as Redis orders
-        them), strictly after ``cursor``: a cursor stays valid while members come and go."""
+        """(member, score) of index ``key``, newest first (score, then member, both descending, as Redis orders
+        them), strictly after ``cursor``: a cursor stays valid while members come and go. A split index is read
+        bucket by bucket and merged in that order."""
+        buckets = self.keys.buckets_of(key)
+        if len(buckets) == 1:
+            return self._walk_one(buckets[0], cursor)
+        walkers = [self._walk_one(b, cursor) for b in buckets]
+        return heapq.merge(*walkers, key=lambda row: (row[1], row[0]), reverse=True)
+
+    def _drop(self, key: str, members: Sequence[str]) -> None:
+        """Take ``members`` out of index ``key`` (each from its bucket)."""
+        if self.keys.buckets == 1:
+            self.redis.zrem(key, *members)
+            return
+        with self.redis.pipeline(transaction=False) as pipe:
+            for member in members:
+                pipe.zrem(self.keys.bucket(key, member), member)
+            pipe.execute()
+
+    def _walk_one(self, key: str, cursor: tuple[int, str] | None) -> Iterable[tuple[str, int]]:
         while True:
             if cursor is None:
                 got: Any = self.redis.zrevrangebyscore(key, "+inf", "-inf", start=0, num=CHUNK, withscores=True)
@@ -229,7 +266,7 @@ class RunIndex:
             if keep is None or keep(session_id):
                 out.append((session_id, score))
         if stale:
-            self.redis.zrem(key, *stale)
+            self._drop(key, stale)
         more = len(out) == limit and self._has_more(key, out[-1])
         return out, encode_cursor(out[-1][1], out[-1][0]) if more else None
 
@@ -238,9 +275,13 @@ class RunIndex:
 
     def session_exists(self, session_id: str) -> bool:
         k = self.keys.session(session_id)
-        return bool(
-            self.redis.exists(k.history, k.active) or self.redis.exists(self.keys.runs_of("session", session_id))
-        )
+        if self.redis.exists(k.history, k.active):
+            return True
+        buckets = self.keys.buckets_of(self.keys.runs_of("session", session_id))
+        with self.redis.pipeline(transaction=False) as pipe:
+            for key in buckets:
+                pipe.exists(key)
+            return any(pipe.execute())
 
     def page(
         self, filters: Filters, limit: int, cursor: str | None, keep: Callable[[RunView], bool] | None = None
@@ -270,7 +311,7 @@ class RunIndex:
                 elif _matches(view, filters) and (keep is None or keep(view)):
                     out.append(view)
         if stale:
-            self.redis.zrem(key, *stale)
+            self._drop(key, stale)
         more = more or (last is not None and next(walker, None) is not None)
         return RunPage(out, encode_cursor(*last) if more and last is not None else None)
 

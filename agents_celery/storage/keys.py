@@ -2,8 +2,16 @@
 
 All keys start with a configurable prefix (``AGENTS_CELERY_KEY_PREFIX``, default ``ac``). Every key of
 one run carries the run id as a hash tag (``{run_id}``), so each Lua script touches a single slot, the layout
-Redis Cluster needs (not yet tested on one: the cross-run indexes below are single keys). Session keys carry the
-session id as their hash tag.
+Redis Cluster needs. Session keys carry the session id as their hash tag.
+
+**Buckets** (Redis Cluster, :doc:`docs/cluster.md`): every *global* key below (the run and session indexes, the
+live index, manifests, schedules) is split into ``buckets`` keys, ``<name>:{<tag>}``, a member (run id, session
+id, agent name, schedule id) going to bucket ``crc32(member) % buckets`` (:meth:`Keys.bucket`). The tags are
+chosen so bucket ``i`` hashes into the ``i``-th equal share of the 16384 slots, so the buckets spread over the
+masters as evenly as the slot ranges do. With one bucket (plain Redis and Sentinel, the default) every name is
+exactly the unsplit one below. A new *per-run* key must carry the run's hash tag (build it from
+:meth:`Keys.run`'s ``base``); a new *global* key must be read and written through :meth:`Keys.bucket` /
+:meth:`Keys.buckets`.
 
 Each noun's module documents its keys by pointing here: the run store (:mod:`.store`: the run record, its
 messages, inbox, lease, stop, gone and ``<p>:live``), the event log (:mod:`.eventlog`), the effect ledger
@@ -82,7 +90,11 @@ Global:
 
 from __future__ import annotations
 
+import functools
+import zlib
 from dataclasses import dataclass
+
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 
 @dataclass(frozen=True)
@@ -118,6 +130,20 @@ class Keys:
     """Builds key names under one prefix."""
 
     prefix: str = "ac"
+    #: How many keys each global key is split into (1: not split, the names are the plain ones).
+    buckets: int = 1
+
+    def bucket(self, name: str, member: str) -> str:
+        """The bucket of global key ``name`` that holds ``member``."""
+        if self.buckets == 1:
+            return name
+        return f"{name}:{{{bucket_tag(zlib.crc32(member.encode()) % self.buckets, self.buckets)}}}"
+
+    def buckets_of(self, name: str) -> list[str]:
+        """Every bucket of global key ``name`` (``[name]`` when not split)."""
+        if self.buckets == 1:
+            return [name]
+        return [f"{name}:{{{bucket_tag(i, self.buckets)}}}" for i in range(self.buckets)]
 
     def run(self, run_id: str) -> RunKeys:
         base = f"{self.prefix}:run:{{{run_id}}}"
@@ -181,3 +207,15 @@ class Keys:
 
     def idempotency(self, key: str) -> str:
         return f"{self.prefix}:idem:{key}"
+
+
+@functools.cache
+def bucket_tag(i: int, buckets: int) -> str:
+    """A hash tag whose slot lies in the ``i``-th of ``buckets`` equal shares of the cluster's slots, so that
+    buckets spread over the masters (``redis-cli --cluster create`` gives each master one contiguous range)."""
+    low = i * REDIS_CLUSTER_HASH_SLOTS // buckets
+    high = (i + 1) * REDIS_CLUSTER_HASH_SLOTS // buckets
+    j = 0
+    while not low <= key_slot(f"b{i}.{j}".encode()) < high:
+        j += 1
+    return f"b{i}.{j}"

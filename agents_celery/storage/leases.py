@@ -17,7 +17,7 @@ import redis
 
 from ..ids import random_hex
 from .keys import Keys
-from .scripts import register
+from .scripts import pipelined, register
 
 log = logging.getLogger(__name__)
 
@@ -113,12 +113,12 @@ class LeaseKeeper:
         now = time.monotonic()
         due = [h for h in held if now - h.renewed >= self._renew]
         keys = self._leases.keys
-        with self._leases.redis.pipeline(transaction=False) as pipe:
-            for h in held:
-                pipe.exists(keys.run(h.run_id).stop)
-            for h in due:
-                self._leases.renew_script(keys=[keys.run(h.run_id).lease], args=[h.token, self._ttl_ms], client=pipe)
-            replies = pipe.execute()
+        script = self._leases.renew_script
+        replies = pipelined(
+            self._leases.redis,
+            [(script, [keys.run(h.run_id).lease], [h.token, self._ttl_ms]) for h in due],
+            [("EXISTS", keys.run(h.run_id).stop) for h in held],
+        )
         for h, stopped in zip(held, replies[: len(held)], strict=True):
             if stopped:
                 h.stop.set()

@@ -1,7 +1,8 @@
 """Agent manifests: what the workers serve, published at start-up so an API process lists agents without their code.
 
 Keys (see :mod:`agents_celery.storage.keys`): ``<p>:agents``, a hash of agent name -> manifest JSON (with its
-``position`` in the agents module), no TTL.
+``position`` in the agents module), no TTL. On a Redis Cluster it is split into buckets by agent name
+(:meth:`~.keys.Keys.bucket`), read all together.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ class Manifests:
 
     def publish(self, manifests: Sequence[dict[str, Any]]) -> None:
         """Publish agent manifests (workers do this at start-up), keeping their module order."""
-        if manifests:
-            self.redis.hset(
-                self.keys.agents,
-                mapping={m["name"]: json.dumps({**m, "position": i}) for i, m in enumerate(manifests)},
-            )
+        if not manifests:
+            return
+        with self.redis.pipeline(transaction=False) as pipe:
+            for i, m in enumerate(manifests):
+                pipe.hset(self.keys.bucket(self.keys.agents, m["name"]), m["name"], json.dumps({**m, "position": i}))
+            pipe.execute()
 
     def refresh(self, manifest: dict[str, Any]) -> None:
         """Publish one agent's manifest again (what its MCP toolsets served changed), keeping its position."""
@@ -40,7 +42,10 @@ class Manifests:
     def all(self) -> list[dict[str, Any]]:
         """Published manifests, in the order their module defines them."""
         try:
-            raw = self.redis.hvals(self.keys.agents)
+            with self.redis.pipeline(transaction=False) as pipe:
+                for key in self.keys.buckets_of(self.keys.agents):
+                    pipe.hvals(key)
+                raw = [v for part in pipe.execute() for v in part]
         except redis.ConnectionError as exc:
             raise RedisUnavailableError(f"Redis does not answer: {exc}") from exc
         found = [json.loads(v) for v in raw]
@@ -48,5 +53,5 @@ class Manifests:
 
     def get(self, name: str) -> dict[str, Any] | None:
         """One agent's manifest (None: no worker published it)."""
-        raw = self.redis.hget(self.keys.agents, name)
+        raw = self.redis.hget(self.keys.bucket(self.keys.agents, name), name)
         return json.loads(raw) if raw else None

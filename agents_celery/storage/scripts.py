@@ -13,11 +13,14 @@ matching exception. Each script touches the keys of one run (or one session) onl
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from importlib.resources import files
+from typing import Any
 
 import redis
 
 from ..errors import AgentsCeleryError, FencedError, RunBusyError, RunFinishedError, RunNotFoundError, StateError
+from .connections import is_cluster
 
 _INCLUDE = "-- @include "
 
@@ -44,6 +47,32 @@ def source(name: str) -> str:
 def register(client: redis.Redis, name: str) -> redis.commands.core.Script:
     """``lua/<name>.lua`` registered on ``client`` (EVALSHA, loaded on first use)."""
     return client.register_script(source(name))
+
+
+def pipelined(
+    client: Any, calls: Sequence[tuple[Any, list[str], list[Any]]], before: Sequence[tuple[str, ...]] = ()
+) -> list[Any]:
+    """Plain commands ``before`` (each ``(name, *args)``), then script calls ``(script, keys, args)``, in one
+    pipeline; their replies. On a Redis Cluster (whose pipelines refuse script objects) the calls go as raw
+    EVALSHA, each to the node of its keys' slot, and one that finds its script not loaded there (a new master
+    after a failover) is made again on its own, which loads it."""
+    with client.pipeline(transaction=False) as pipe:
+        for command in before:
+            pipe.execute_command(*command)
+        if not is_cluster(client):
+            for script, keys, args in calls:
+                script(keys=keys, args=args, client=pipe)
+            return list(pipe.execute())
+        for script, keys, args in calls:
+            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        replies = list(pipe.execute(raise_on_error=False))
+    for i, (script, keys, args) in enumerate(calls, len(before)):
+        if isinstance(replies[i], redis.exceptions.NoScriptError):
+            replies[i] = script(keys=keys, args=args)
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
 
 
 class InboxGrew(AgentsCeleryError):

@@ -150,7 +150,8 @@ class Sessions:
         """Remove a session's conversation and its index entries (its runs are deleted one by one first)."""
         sk = self.keys.session(session_id)
         with self.redis.pipeline(transaction=False) as pipe:
-            pipe.delete(sk.history, sk.synced, sk.agui, sk.owner, sk.parts)
+            for key in (sk.history, sk.synced, sk.agui, sk.owner, sk.parts):
+                pipe.delete(key)  # one key a command: a cluster pipeline takes no other
             self._index.forget_session(pipe, session_id, None)
             for user_id in {u for u in user_ids if u}:
                 self._index.forget_session(pipe, session_id, user_id)

@@ -29,7 +29,7 @@ from ..events import NewEvent
 from ..ids import random_hex
 from ..runs import RunState, RunStatus, load_state
 from ..settings import Settings
-from .connections import IdleCheck, ThreadClients, reconnect_if_closed
+from .connections import IdleCheck, ThreadClients, atomic, is_cluster, reconnect_if_closed
 from .eventlog import EventLog, LogStatus
 from .index import Entry, RunIndex
 from .keys import Keys
@@ -99,6 +99,10 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _no_check(client: redis.Redis) -> None:
+    """The idle check of a cluster client: none (it keeps no connection aside)."""
+
+
 class RunStore:
     """Redis-backed run state. Shared by workers (sync) and callers (Runtime, API)."""
 
@@ -114,7 +118,12 @@ class RunStore:
     ) -> None:
         self.redis = client
         self.settings = settings
-        self.keys = Keys(settings.key_prefix)
+        self.keys = Keys(settings.key_prefix, settings.buckets)
+        #: On a Redis Cluster the client routes each command to its slot's node: no kept connections, no fast
+        #: paths (they work on one ``redis.Redis`` connection), no idle check of a kept connection.
+        self.cluster = is_cluster(client)
+        if self.cluster:
+            own_connections, send_ahead, idle_check = False, call_now, _no_check
         #: A worker's step threads claim, commit and append through connections of their own (see
         #: :class:`~agents_celery.storage.connections.ThreadClients`); callers (Runtime, API) use the shared pool.
         self._own = ThreadClients(client, idle_check) if own_connections else None
@@ -167,7 +176,7 @@ class RunStore:
         """The run's committed state and step number. Raises RunNotFoundError / RunExpiredError."""
         k = self.keys.run(run_id)
         try:
-            with self.redis.pipeline(transaction=True) as pipe:
+            with atomic(self.redis) as pipe:
                 pipe.hmget(k.run, "state", "step")
                 pipe.lrange(k.messages, 0, -1)
                 (raw, step), messages = pipe.execute()
@@ -255,7 +264,10 @@ class RunStore:
     def connection_lost(self) -> None:
         """A command failed with a connection error: drop the pool's idle connections and have every thread's
         kept one made again before its next command. A reset (a Redis restart, a failover, a load balancer that
-        lost its state) broke them all, but each would otherwise be found broken only by the command it fails."""
+        lost its state) broke them all, but each would otherwise be found broken only by the command it fails.
+        A cluster client does this itself (it drops a failed node's connections and asks the cluster again)."""
+        if self.cluster:
+            return
         self.redis.connection_pool.disconnect(inuse_connections=False)
         if self._own is not None:
             self._own.renew()
@@ -369,10 +381,14 @@ class RunStore:
 
     # -- the live index (sweeper) --------------------------------------------------------------------
 
+    def live_key(self, run_id: str) -> str:
+        """The bucket of the live index that holds ``run_id``."""
+        return self.keys.bucket(self.keys.live, run_id)
+
     def watch(self, run_id: str, in_seconds: float) -> None:
         """Ask the sweeper to look at the run after ``in_seconds`` unless it moved on."""
         deadline = int((time.time() + in_seconds) * 1000)
-        self.redis.zadd(self.keys.live, {run_id: deadline})
+        self.redis.zadd(self.live_key(run_id), {run_id: deadline})
 
     # -- child runs (agents as tools) ------------------------------------------------------------------
 
@@ -440,7 +456,7 @@ class RunStore:
         """A new run: the sweeper looks at it after ``in_seconds``, and it joins the run and session indexes
         (one round trip)."""
         with self.redis.pipeline(transaction=False) as pipe:
-            pipe.zadd(self.keys.live, {state.run_id: int((time.time() + in_seconds) * 1000)})
+            pipe.zadd(self.live_key(state.run_id), {state.run_id: int((time.time() + in_seconds) * 1000)})
             self.index.created(pipe, entry_of(state), state.status)
             pipe.execute()
 
@@ -449,9 +465,9 @@ class RunStore:
         (live) or lets it go (paused, ended), and the indexes follow, in one round trip."""
         with self.redis.pipeline(transaction=False) as pipe:
             if watch_in is None:
-                pipe.zrem(self.keys.live, state.run_id)
+                pipe.zrem(self.live_key(state.run_id), state.run_id)
             else:
-                pipe.zadd(self.keys.live, {state.run_id: int((time.time() + watch_in) * 1000)})
+                pipe.zadd(self.live_key(state.run_id), {state.run_id: int((time.time() + watch_in) * 1000)})
             self.index.moved(pipe, entry_of(state), state.status)
             pipe.execute()
 
@@ -459,10 +475,11 @@ class RunStore:
         """Remove an ended run: its keys and its index entries (one round trip)."""
         k = self.keys.run(state.run_id)
         with self.redis.pipeline(transaction=False) as pipe:
-            pipe.delete(k.run, k.events, k.lease, k.effects, k.stop, k.gone, k.messages, k.inbox)
-            pipe.zrem(self.keys.live, state.run_id)
+            for key in (k.run, k.events, k.lease, k.effects, k.stop, k.gone, k.messages, k.inbox):
+                pipe.delete(key)  # one key a command: a cluster pipeline takes no other
+            pipe.zrem(self.live_key(state.run_id), state.run_id)
             self.index.forget(pipe, entry_of(state))
             pipe.execute()
 
     def unwatch(self, run_id: str) -> None:
-        self.redis.zrem(self.keys.live, run_id)
+        self.redis.zrem(self.live_key(run_id), run_id)

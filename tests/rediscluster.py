@@ -1,0 +1,139 @@
+"""A real local Redis Cluster for tests: six ``redis-server --cluster-enabled yes`` on private ports (3 masters,
+3 replicas, made by ``redis-cli --cluster create``), torn down when the session ends (the ``redis_cluster``
+fixture in tests/conftest.py starts it on first use)."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import redis
+from redis.cluster import ClusterNode, RedisCluster
+
+MASTERS = 3
+
+
+def _free(port: int) -> bool:
+    for p in (port, port + 10000):  # the cluster bus listens on port + 10000
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", p))
+            except OSError:
+                return False
+    return True
+
+
+def _ports(n: int) -> list[int]:
+    while True:
+        base = random.randrange(20000, 29000, 10)
+        ports = [base + i for i in range(n)]
+        if all(_free(p) for p in ports):
+            return ports
+
+
+class LocalCluster:
+    """Six redis-servers in cluster mode under ``directory``; ``url`` is the seed URL of the state store."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.ports = _ports(MASTERS * 2)
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+
+    @property
+    def url(self) -> str:
+        return f"redis+cluster://127.0.0.1:{self.ports[0]}"
+
+    def _start_node(self, port: int) -> None:
+        node_dir = self.dir / str(port)
+        node_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [
+            shutil.which("redis-server") or "redis-server", "--port", str(port), "--bind", "127.0.0.1",
+            "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1500",
+            "--dir", str(node_dir), "--appendonly", "no", "--save", "", "--protected-mode", "no",
+        ]  # fmt: skip
+        self.procs[port] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def start(self, timeout: float = 60) -> LocalCluster:
+        for port in self.ports:
+            self._start_node(port)
+        deadline = time.monotonic() + timeout
+        for port in self.ports:
+            while not _pings(port):
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"cluster node {port} does not answer")
+                time.sleep(0.05)
+        create = [
+            shutil.which("redis-cli") or "redis-cli", "--cluster", "create",
+            *(f"127.0.0.1:{p}" for p in self.ports), "--cluster-replicas", "1", "--cluster-yes",
+        ]  # fmt: skip
+        done = subprocess.run(create, capture_output=True, timeout=timeout)
+        if done.returncode != 0:
+            raise AssertionError(f"redis-cli --cluster create failed: {done.stdout!r} {done.stderr!r}")
+        while not self.healthy():
+            if time.monotonic() > deadline:
+                raise AssertionError("the cluster did not become healthy")
+            time.sleep(0.1)
+        return self
+
+    def healthy(self) -> bool:
+        """Every node says cluster_state:ok and there are 3 masters with a replica each."""
+        try:
+            for port in self.procs:
+                info = redis.Redis(port=port, socket_timeout=2).cluster("info")
+                if info.get("cluster_state") != "ok":
+                    return False
+            return len(self.masters()) == MASTERS and len(self.replicas()) == MASTERS
+        except redis.RedisError:
+            return False
+
+    def _roles(self) -> list[tuple[int, str]]:
+        for port, proc in self.procs.items():
+            if proc.poll() is not None:
+                continue
+            try:
+                nodes = redis.Redis(port=port, socket_timeout=2).execute_command("CLUSTER", "NODES")
+            except redis.RedisError:
+                continue
+            text = nodes.decode() if isinstance(nodes, bytes) else str(nodes)
+            out = []
+            for line in text.splitlines():
+                parts = line.split()
+                node_port = int(parts[1].split("@")[0].rsplit(":", 1)[1])
+                flags = parts[2]
+                if "fail" in flags or "noaddr" in flags:
+                    continue
+                out.append((node_port, "master" if "master" in flags else "replica"))
+            return out
+        return []
+
+    def masters(self) -> list[int]:
+        return sorted(p for p, role in self._roles() if role == "master")
+
+    def replicas(self) -> list[int]:
+        return sorted(p for p, role in self._roles() if role == "replica")
+
+    def client(self) -> RedisCluster:
+        return RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", p) for p in self.ports[:3]])
+
+    def kill(self, port: int) -> None:
+        """kill -9 one node."""
+        proc = self.procs[port]
+        proc.kill()
+        proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+
+
+def _pings(port: int) -> bool:
+    try:
+        return bool(redis.Redis(port=port, socket_timeout=1).ping())
+    except redis.RedisError:
+        return False
