@@ -195,7 +195,7 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     use and torn down when the session ends. Tests that break it (a killed master) make their own instead."""
     import shutil
 
-    from .rediscluster import LocalCluster
+    from agents_celery.testing.rediscluster import LocalCluster
 
     if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
         pytest.fail("redis-server or redis-cli is not on PATH (.ci/run runs scripts/ensure-redis-tools)")

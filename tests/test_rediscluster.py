@@ -4,24 +4,29 @@ split indexes spread over every master, and a listing of 1,000 runs merges the s
 
 from __future__ import annotations
 
+import threading
+import time
+import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import redis
 
-from agents_celery.errors import ConfigurationError
+from agents_celery.errors import ConfigurationError, LogRewoundError, RedisUnavailableError
 from agents_celery.events import EventType
 from agents_celery.runs import RunStatus
 from agents_celery.settings import load_settings
-from agents_celery.storage.connections import is_cluster
+from agents_celery.storage.connections import connect, is_cluster
+from agents_celery.storage.store import RunStore
 from agents_celery.testing.openai_server import ScriptResponder
+from agents_celery.testing.rediscluster import LocalCluster
 
 from .api_support import ApiServer, frames
 from .cluster import Deployment
 from .conftest import TEST_REDIS_URL, all_events, wait_event, wait_for
 from .invariants import assert_agui_stream, assert_run_sound
-from .rediscluster import LocalCluster
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -170,3 +175,123 @@ def test_listing_a_thousand_runs_merges_the_shards_newest_first(
     assert [v.created_at for v in fakes.runs] == sorted((v.created_at for v in fakes.runs), reverse=True)
     queued = rt.runs(status=RunStatus.QUEUED, limit=10)
     assert len(queued.runs) == 10
+
+
+def test_the_fence_waits_for_the_replica_of_the_runs_master(redis_cluster: LocalCluster) -> None:
+    """``wait_replicas``: the fence's WAIT goes to the master holding the run and counts its replica; with that
+    replica stopped it gets no acknowledgement and says so (after its timeout), without failing."""
+    settings = load_settings(
+        redis_url=redis_cluster.url, broker_url=TEST_REDIS_URL, key_prefix=f"fence-{uuid.uuid4().hex[:6]}",
+        wait_replicas=1, wait_replicas_timeout_ms=300,
+    )  # fmt: skip
+    client = connect(settings.redis_url)
+    store = RunStore(client, settings)
+    try:
+        run_id = uuid.uuid4().hex
+        store.log.create(run_id, "s", "a")  # fenced: waits for the replica
+        assert store.fence.short == 0
+        assert store.fence(run_id) == 1
+        master = client.get_node_from_key(store.keys.run(run_id).run).port  # type: ignore[attr-defined]
+        replica = redis_cluster.replica_of(master)
+        redis_cluster.pause(replica)
+        try:
+            t0 = time.monotonic()
+            assert store.fence(run_id) == 0
+            assert 0.25 < time.monotonic() - t0 < 2
+        finally:
+            redis_cluster.resume(replica)
+        assert store.fence.short == 1
+        assert wait_for(lambda: store.fence(run_id) == 1, timeout=10, what="the replica to acknowledge again")
+    finally:
+        client.close()
+
+
+class Reader(threading.Thread):
+    """Follows one run as a client would: from the start, resuming after a connection error from the position
+    of the last event it saw (``offset.tag``, checked by the log). ``seen`` holds what it was given since it
+    was last told the log rewound (it then starts over); ``told`` counts those times."""
+
+    def __init__(self, rt: Any, run_id: str) -> None:
+        super().__init__(daemon=True)
+        self.rt, self.run_id = rt, run_id
+        self.seen: dict[int, str] = {}
+        self.told = 0
+        self.errors = 0
+        self.done = False
+
+    def run(self) -> None:
+        position: str | None = None
+        deadline = time.monotonic() + 100
+        while not self.done and time.monotonic() < deadline:
+            try:
+                for ev in self.rt.get_stream(self.run_id).events(position, until_pause=False):
+                    self.seen[ev.offset] = ev.tag
+                    position = ev.position
+                    if ev.is_terminal:
+                        self.done = True
+                        return
+                self.done = True
+            except LogRewoundError:
+                self.told += 1
+                self.seen, position = {}, None
+            except (redis.RedisError, RedisUnavailableError):
+                self.errors += 1
+                time.sleep(0.1)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_master_killed_mid_soak_fails_over_and_readers_are_told_of_lost_writes(
+    deploy: Any, fake_openai: Any, tmp_path: Path
+) -> None:
+    """kill -9 of a master while runs stream, its replica paused just before (so the writes of that moment never
+    reach it, as asynchronous replication allows): the replica takes over, every run completes soundly, readers
+    of runs whose writes were lost are told (``log_rewound``), and no reader holds an event at an offset that
+    differs from the final log's."""
+    cluster = LocalCluster(tmp_path / "cluster").start()
+    try:
+        d: Deployment = deploy(
+            "fo", {"AGENTS_CELERY_MAX_STEP_ATTEMPTS": "30"}, redis_url=cluster.url, broker_url=TEST_REDIS_URL
+        )
+        text = " ".join(f"t{i}" for i in range(150))
+        fake_openai.responder = ScriptResponder([text] * 100, token_delay=0.02)
+        d.start(2, concurrency=8)
+        rt = d.runtime
+        runs = [rt.stream("fake", f"soak {i}").id for i in range(12)]
+        readers = [Reader(rt, run_id) for run_id in runs]
+        for reader in readers:
+            reader.start()
+        wait_for(lambda: all(len(r.seen) > 15 for r in readers), timeout=30, what="every run to stream")
+        by_master: dict[int, list[Reader]] = {}
+        for reader in readers:
+            port = rt.redis.get_node_from_key(rt.store.keys.run(reader.run_id).run).port
+            by_master.setdefault(port, []).append(reader)
+        victim, hit = max(by_master.items(), key=lambda kv: len(kv[1]))
+        replica = cluster.replica_of(victim)
+        cluster.pause(replica)
+        # the master drops its replica's link: what it writes from now on reaches no replica
+        redis.Redis(port=victim).client_kill_filter(_type="slave")
+        marks = {r.run_id: len(r.seen) for r in hit}
+        wait_for(lambda: any(len(r.seen) >= marks[r.run_id] + 10 for r in hit), timeout=10, what="unreplicated events")
+        cluster.kill(victim)
+        cluster.resume(replica)
+        wait_for(lambda: replica in cluster.masters(), timeout=30, what="the replica to take over")
+        for reader in readers:
+            reader.join(timeout=120)
+        assert all(r.done for r in readers), [(r.run_id, len(r.seen), r.told, r.errors) for r in readers]
+        told = {r.run_id for r in readers if r.told}
+        print(
+            f"\nfailover: readers of {len(told)} of the {len(hit)} runs on the killed master were told of lost writes"
+        )
+        assert told, "readers of the runs whose writes were lost were told"
+        assert told <= {r.run_id for r in hit}, "only runs of the failed master rewound"
+        for reader in readers:
+            view = rt.get(reader.run_id)
+            assert view.status is RunStatus.COMPLETED and view.output == text, view
+            final = list(rt.store.log.read(reader.run_id))
+            assert_run_sound(final)
+            tags = {e.offset: e.tag for e in final}
+            wrong = [o for o, tag in reader.seen.items() if tags.get(o) != tag]
+            assert not wrong, f"run {reader.run_id}: a reader was silently given other events at {wrong[:5]}"
+    finally:
+        cluster.stop()

@@ -81,7 +81,7 @@ def atomic(client: redis.Redis) -> Any:
     if is_cluster(client):
         try:
             return client.pipeline(transaction=True)
-        except redis.RedisError:  # redis-py < 6.1: "transaction is deprecated in cluster mode"
+        except (redis.RedisError, redis.exceptions.RedisClusterException):  # redis-py < 6: "transaction is deprecated"
             return client.pipeline(transaction=False)
     return client.pipeline(transaction=True)
 

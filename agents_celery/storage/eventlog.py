@@ -14,7 +14,7 @@ XRANGE page, an XREAD BLOCK, the log's status) and hands out pages of entries. :
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Generator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -375,6 +375,8 @@ class EventLog:
         self._create = register(client, "create")
         self._append = register(client, "append")
         self._set_status = register(client, "set_status")
+        #: Called with the run id after a creation and a change of status (the failover fence, :mod:`.fence`).
+        self.fence: Callable[[str], Any] | None = None
 
     @property
     def keys(self) -> Keys:
@@ -397,7 +399,10 @@ class EventLog:
         args: list[str] = [str(len(pairs))]
         for key, value in pairs.items():
             args += [key, value]
-        return self._call(self._create, run_id, [k.run, k.events], args + [e.json for e in events])
+        first = self._call(self._create, run_id, [k.run, k.events], args + [e.json for e in events])
+        if self.fence:
+            self.fence(run_id)
+        return first
 
     def append(self, run_id: str, events: Sequence[NewEvent], token: str) -> int:
         """Append ``events`` in one round trip with contiguous offsets; return the first one.
@@ -414,7 +419,10 @@ class EventLog:
         k = self._keys.run(run_id)
         keys = [k.run, k.events, k.lease, k.effects, k.gone, k.stop, k.messages, k.inbox]
         args = [token, status, str(self.retention_ms), str(self.tombstone_ms)] + [e.json for e in events]
-        return self._call(self._set_status, run_id, keys, args, True)
+        first = self._call(self._set_status, run_id, keys, args, True)
+        if self.fence:
+            self.fence(run_id)
+        return first
 
     def _call(self, script: Any, run_id: str, keys: list[str], args: list[str], own: bool = False) -> int:
         client = self._own.get() if own and self._own is not None else None

@@ -49,6 +49,8 @@ Per run (``<p>:run:{<run_id>}...``):
   ``PX`` the sweeper's resend window (:data:`agents_celery.engine.sweeper.RESEND_WINDOW_SECONDS` or more).
 - ``<p>:run:{<rid>}:stop`` *string* — a stop request (its reason). May exist before the run does;
   ``PX retention``.
+- ``<p>:run:{<rid>}:fence`` *string* — written by the failover fence (:mod:`.fence`) just before its ``WAIT``,
+  on the connection that sends it; ``PX`` 1 s. Only with ``wait_replicas`` set.
 - ``<p>:run:{<rid>}:gone`` *string* — tombstone written when the run ends, ``PX retention + tombstone``;
   tells an expired run (410) from one that never existed (404).
 
@@ -110,6 +112,7 @@ class RunKeys:
     messages: str
     inbox: str
     sent: str
+    fence: str
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,7 @@ class Keys:
             messages=f"{base}:messages",
             inbox=f"{base}:inbox",
             sent=f"{base}:sent",
+            fence=f"{base}:fence",
         )
 
     def session(self, session_id: str) -> SessionKeys:

@@ -55,6 +55,8 @@ class Ledger:
         self._begin = register(client, "effect_begin")
         self._done = register(client, "effect_done")
         self._reset = register(client, "effect_reset")
+        #: Called with the run id after a call's ``started`` record (the failover fence, :mod:`.fence`).
+        self.fence: Callable[[str], Any] | None = None
 
     def begin(self, run_id: str, tool_call_id: str, token: str) -> Effect | None:
         """Record that a tool call starts; return the existing entry instead when there is one."""
@@ -64,6 +66,8 @@ class Ledger:
         except redis.ResponseError as exc:
             mapped = refusal(exc, run_id)
             raise (mapped or exc) from None
+        if self.fence:
+            self.fence(run_id)
         return parse_effect(raw)
 
     def done(self, run_id: str, tool_call_id: str, token: str, result: str, error: str | None) -> bool:

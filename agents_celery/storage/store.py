@@ -31,6 +31,7 @@ from ..runs import RunState, RunStatus, load_state
 from ..settings import Settings
 from .connections import IdleCheck, ThreadClients, atomic, is_cluster, reconnect_if_closed
 from .eventlog import EventLog, LogStatus
+from .fence import Fence
 from .index import Entry, RunIndex
 from .keys import Keys
 from .ledger import Effect, Ledger
@@ -151,6 +152,11 @@ class RunStore:
         self.parts = Parts(client, self.keys)
         self.sessions = Sessions(client, self.keys, settings, self.index, self.parts)
         self.agents = Manifests(client, self.keys)
+        #: The failover fence (``wait_replicas``): commits, creations, status changes and started tool calls
+        #: wait for replicas to hold them.
+        self.fence = Fence(client, self.keys, settings.wait_replicas, settings.wait_replicas_timeout_ms)
+        if self.fence:
+            self.log.fence = self.ledger.fence = self.fence
 
     def _client(self) -> redis.Redis | None:
         """The calling thread's own client, or None (the scripts' registered, shared one)."""
@@ -343,6 +349,8 @@ class RunStore:
         state.stored_as(None if v1 else state.messages)
         if entry is not None:
             entry.confirm()
+        if self.fence:
+            self.fence(state.run_id)
         return first
 
     def _commit_once(self, run_id: str, state_id: str, keys: list[str], args: list[str]) -> int:

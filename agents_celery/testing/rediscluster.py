@@ -1,11 +1,14 @@
-"""A real local Redis Cluster for tests: six ``redis-server --cluster-enabled yes`` on private ports (3 masters,
-3 replicas, made by ``redis-cli --cluster create``), torn down when the session ends (the ``redis_cluster``
-fixture in tests/conftest.py starts it on first use)."""
+"""A real local Redis Cluster for tests and benches: ``redis-server --cluster-enabled yes`` on private ports (3
+masters with a replica each by default, made by ``redis-cli --cluster create``), and :meth:`LocalCluster.stop`
+to tear it down. Needs ``redis-server`` and ``redis-cli`` on PATH (``scripts/ensure-redis-tools``). The suite's
+``redis_cluster`` fixture (tests/conftest.py) starts one per session; ``bench/cluster.py`` compares 1 and 3
+masters."""
 
 from __future__ import annotations
 
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -36,11 +39,13 @@ def _ports(n: int) -> list[int]:
 
 
 class LocalCluster:
-    """Six redis-servers in cluster mode under ``directory``; ``url`` is the seed URL of the state store."""
+    """``masters`` redis-servers in cluster mode under ``directory``, each with ``replicas`` replicas;
+    ``url`` is the seed URL of the state store (``redis+cluster://``)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, masters: int = MASTERS, replicas: int = 1) -> None:
         self.dir = directory
-        self.ports = _ports(MASTERS * 2)
+        self.n_masters, self.n_replicas = masters, replicas
+        self.ports = _ports(masters * (1 + replicas))
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
 
     @property
@@ -68,7 +73,7 @@ class LocalCluster:
                 time.sleep(0.05)
         create = [
             shutil.which("redis-cli") or "redis-cli", "--cluster", "create",
-            *(f"127.0.0.1:{p}" for p in self.ports), "--cluster-replicas", "1", "--cluster-yes",
+            *(f"127.0.0.1:{p}" for p in self.ports), "--cluster-replicas", str(self.n_replicas), "--cluster-yes",
         ]  # fmt: skip
         done = subprocess.run(create, capture_output=True, timeout=timeout)
         if done.returncode != 0:
@@ -80,13 +85,21 @@ class LocalCluster:
         return self
 
     def healthy(self) -> bool:
-        """Every node says cluster_state:ok and there are 3 masters with a replica each."""
+        """Every node says cluster_state:ok, every master and replica is up, and each replica follows its master."""
         try:
             for port in self.procs:
                 info = redis.Redis(port=port, socket_timeout=2).cluster("info")
                 if info.get("cluster_state") != "ok":
                     return False
-            return len(self.masters()) == MASTERS and len(self.replicas()) == MASTERS
+            wanted = self.n_masters * self.n_replicas
+            replicas = self.replicas()
+            if len(self.masters()) != self.n_masters or len(replicas) != wanted:
+                return False
+            for port in replicas:  # each replica has done its first sync and follows its master
+                info = redis.Redis(port=port, socket_timeout=2).info("replication")
+                if info.get("master_link_status") != "up" or info.get("master_sync_in_progress"):
+                    return False
+            return True
         except redis.RedisError:
             return False
 
@@ -95,7 +108,7 @@ class LocalCluster:
             if proc.poll() is not None:
                 continue
             try:
-                nodes = redis.Redis(port=port, socket_timeout=2).execute_command("CLUSTER", "NODES")
+                nodes = redis.Redis(port=port, socket_timeout=2).execute_command("CLUSTER", "NODES")  # type: ignore[no-untyped-call]
             except redis.RedisError:
                 continue
             text = nodes.decode() if isinstance(nodes, bytes) else str(nodes)
@@ -117,7 +130,28 @@ class LocalCluster:
         return sorted(p for p, role in self._roles() if role == "replica")
 
     def client(self) -> RedisCluster:
-        return RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", p) for p in self.ports[:3]])
+        return RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", p) for p in self.ports[:3]])  # type: ignore[no-untyped-call]
+
+    def replica_of(self, master: int) -> int:
+        """The port of a replica of the master on ``master``."""
+        node_id = self._node_id(master)
+        for port in self.replicas():
+            info = redis.Redis(port=port, socket_timeout=2).execute_command("CLUSTER", "NODES")  # type: ignore[no-untyped-call]
+            text = info.decode() if isinstance(info, bytes) else str(info)
+            mine = next(line for line in text.splitlines() if "myself" in line.split()[2])
+            if mine.split()[3] == node_id:
+                return port
+        raise LookupError(f"no replica of {master}")
+
+    def _node_id(self, port: int) -> str:
+        return str(redis.Redis(port=port, socket_timeout=2, decode_responses=True).execute_command("CLUSTER", "MYID"))  # type: ignore[no-untyped-call]
+
+    def pause(self, port: int) -> None:
+        """SIGSTOP one node (it stops reading replication; others see it silent)."""
+        self.procs[port].send_signal(signal.SIGSTOP)
+
+    def resume(self, port: int) -> None:
+        self.procs[port].send_signal(signal.SIGCONT)
 
     def kill(self, port: int) -> None:
         """kill -9 one node."""
