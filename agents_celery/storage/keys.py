@@ -6,12 +6,13 @@ Redis Cluster needs. Session keys carry the session id as their hash tag.
 
 **Buckets** (Redis Cluster, :doc:`docs/cluster.md`): every *global* key below (the run and session indexes, the
 live index, manifests, schedules) is split into ``buckets`` keys, ``<name>:{<tag>}``, a member (run id, session
-id, agent name, schedule id) going to bucket ``crc32(member) % buckets`` (:meth:`Keys.bucket`). The tags are
-chosen so bucket ``i`` hashes into the ``i``-th equal share of the 16384 slots, so the buckets spread over the
-masters as evenly as the slot ranges do. With one bucket (plain Redis and Sentinel, the default) every name is
-exactly the unsplit one below. A new *per-run* key must carry the run's hash tag (build it from
-:meth:`Keys.run`'s ``base``); a new *global* key must be read and written through :meth:`Keys.bucket` /
-:meth:`Keys.buckets`.
+id, agent name, schedule id) going to the bucket of its own slot's share (:meth:`Keys.bucket`): the tags are
+chosen so bucket ``i`` hashes into the ``i``-th equal share of the 16384 slots, and a member whose slot is in
+that share goes there. So the buckets spread over the masters as evenly as the slot ranges do, and a run's
+index entries mostly sit on the master of the run's own keys (``{run_id}``), a session's on that of the
+session. With one bucket (plain Redis and Sentinel, the default) every name is exactly the unsplit one below.
+A new *per-run* key must carry the run's hash tag (build it from :meth:`Keys.run`'s ``base``); a new *global*
+key must be read and written through :meth:`Keys.bucket` / :meth:`Keys.buckets`.
 
 Each noun's module documents its keys by pointing here: the run store (:mod:`.store`: the run record, its
 messages, inbox, lease, stop, gone and ``<p>:live``), the event log (:mod:`.eventlog`), the effect ledger
@@ -93,7 +94,6 @@ Global:
 from __future__ import annotations
 
 import functools
-import zlib
 from dataclasses import dataclass
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
@@ -140,7 +140,8 @@ class Keys:
         """The bucket of global key ``name`` that holds ``member``."""
         if self.buckets == 1:
             return name
-        return f"{name}:{{{bucket_tag(zlib.crc32(member.encode()) % self.buckets, self.buckets)}}}"
+        i = key_slot(member.encode()) * self.buckets // REDIS_CLUSTER_HASH_SLOTS
+        return f"{name}:{{{bucket_tag(i, self.buckets)}}}"
 
     def buckets_of(self, name: str) -> list[str]:
         """Every bucket of global key ``name`` (``[name]`` when not split)."""
