@@ -35,9 +35,10 @@ class Manifests:
 
     def refresh(self, manifest: dict[str, Any]) -> None:
         """Publish one agent's manifest again (what its MCP toolsets served changed), keeping its position."""
-        raw = self.redis.hget(self.keys.agents, manifest["name"])
+        key = self.keys.bucket(self.keys.agents, manifest["name"])
+        raw = self.redis.hget(key, manifest["name"])
         position = json.loads(raw).get("position", 0) if raw else 0
-        self.redis.hset(self.keys.agents, manifest["name"], json.dumps({**manifest, "position": position}))
+        self.redis.hset(key, manifest["name"], json.dumps({**manifest, "position": position}))
 
     def all(self) -> list[dict[str, Any]]:
         """Published manifests, in the order their module defines them."""
