@@ -215,6 +215,15 @@ def test_approval_approve_and_reject(client: openai.OpenAI, script: Any, key_pre
     done = client.responses.create(model="fake", previous_response_id=asked.id, input=[reject])  # type: ignore[list-item]
     assert done.status == "completed" and count("delete_file:/tmp/no") == 0
 
+    confirm_script(script, "/tmp/never")  # a paused response cancelled: its run ends, nothing runs
+    asked = client.responses.create(model="fake", input="delete /tmp/never")
+    assert client.responses.cancel(asked.id).status == "completed"  # it ended (with its approval request)
+    with pytest.raises(openai.ConflictError):
+        request_id = next(i.id for i in asked.output if i.type == "mcp_approval_request")
+        approve = {"type": "mcp_approval_response", "approval_request_id": request_id, "approve": True}
+        client.responses.create(model="fake", previous_response_id=asked.id, input=[approve])  # type: ignore[list-item]
+    assert count("delete_file:/tmp/never") == 0
+
 
 def test_approval_with_edited_arguments(client: openai.OpenAI, script: Any, key_prefix: str) -> None:
     import redis
@@ -241,6 +250,10 @@ def test_cancel_a_running_and_a_finished_response(client: openai.OpenAI, script:
     cancelled = client.responses.cancel(running.id)
     assert cancelled.status == "cancelled"
     assert client.responses.cancel(running.id).status == "cancelled"  # idempotent
+    replay = list(client.responses.retrieve(running.id, stream=True))
+    check_sequence(replay)
+    # The SDK has no class for response.cancelled: it passes the event through, its response a dict.
+    assert replay[-1].type == "response.cancelled" and replay[-1].response["status"] == "cancelled"  # type: ignore[index]
     script("short")
     finished = client.responses.create(model="fake", input="quick")
     assert client.responses.cancel(finished.id).status == "completed"  # ended: answered as it is

@@ -132,7 +132,6 @@ class ResponseFold:
         self._args: dict[str, str] = {}
         self._open: dict[str, int] = {}  # message or call id -> output index, while its item is open
         self._step_items: list[str] = []  # ids of the items opened in the current step (closed at its end)
-        self._abandoned = False
 
     # -- folding ---------------------------------------------------------------------------------------------
 
@@ -163,17 +162,15 @@ class ResponseFold:
     def _render(self, ev: Event) -> list[dict[str, Any]]:
         data, kind = ev.data, ev.type
         if kind is EventType.STEP_STARTED:
-            self._step_items, self._abandoned = [], False
+            self._step_items = []
             if self.status == "queued":
                 self.status = "in_progress"
                 return [self._event("response.in_progress", response=self.response())]
             return []
         if kind is EventType.STEP_FINISHED:
-            abandoned = self._abandoned or bool((data.get("metadata") or {}).get("abandoned"))
-            return self._close_step(abandoned)
+            return self._close_step(bool((data.get("metadata") or {}).get("abandoned")))
         if kind is EventType.CUSTOM and data.get("name") == "model_retry":
-            self._abandoned = True
-            return []
+            return self._close_step(abandoned=True)  # the failed call's items; the retry's come as new ones
         if kind in (EventType.TEXT_MESSAGE_START, EventType.TEXT_MESSAGE_CONTENT, EventType.TEXT_MESSAGE_END):
             return self._text(ev)
         if kind in (EventType.TOOL_CALL_START, EventType.TOOL_CALL_ARGS, EventType.TOOL_CALL_END):
@@ -348,7 +345,7 @@ class ResponseFold:
                 continue
             out += self._text_end(ident)
             out.append(self._done(ident, "incomplete" if abandoned else "completed"))
-        self._step_items, self._abandoned = [], False
+        self._step_items = []
         return out
 
     def _close_all(self) -> list[dict[str, Any]]:
