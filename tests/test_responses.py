@@ -14,6 +14,7 @@ from typing import Any
 import openai
 import pytest
 from flask import Flask, request
+from pydantic import BaseModel
 from werkzeug.serving import make_server
 
 from agents_celery import Runtime, ScriptedToolCall, ScriptedTurn
@@ -313,10 +314,13 @@ def test_bad_input_is_refused_and_unsupported_is_said(client: openai.OpenAI) -> 
     with pytest.raises(openai.BadRequestError) as refused:
         client.responses.create(model="fake", input=[{"role": "user", "content": [image]}])  # type: ignore[list-item]
     assert refused.value.body["code"] == "unsupported"  # type: ignore[index]
-    schema = {"type": "json_schema", "name": "x", "schema": {"type": "object"}}
+    grammar = {"type": "grammar", "grammar": "start: 'a'"}
     with pytest.raises(openai.BadRequestError) as refused:
-        client.responses.create(model="fake", input="hi", text={"format": schema})  # type: ignore[typeddict-item]
+        client.responses.create(model="fake", input="hi", text={"format": grammar})  # type: ignore[typeddict-item]
     assert refused.value.body["code"] == "unsupported"  # type: ignore[index]
+    not_a_schema = {"type": "json_schema", "name": "x", "schema": {"type": "no-such-type"}}
+    with pytest.raises(openai.UnprocessableEntityError):  # not JSON Schema: 422, nothing created
+        client.responses.create(model="fake", input="hi", text={"format": not_a_schema})  # type: ignore[typeddict-item]
     with pytest.raises(openai.BadRequestError):
         client.responses.create(model="fake", input="  ")
     with pytest.raises(openai.NotFoundError):
@@ -451,3 +455,62 @@ def test_an_expired_response_answers_404(client: openai.OpenAI, script: Any, fas
     with pytest.raises(openai.NotFoundError):
         client.responses.input_items.list(made.id)
     assert httpx.get(f"{str(client.base_url).removesuffix('/v1/')}/runs/{parsed[0]}").status_code == 410
+
+
+class Step(BaseModel):
+    explanation: str
+    output: str
+
+
+class MathResponse(BaseModel):
+    steps: list[Step]
+    final_answer: str
+
+
+MATH = MathResponse(
+    steps=[
+        Step(explanation="Subtract 31 from both sides of the equation", output="8x = 2 - 31"),
+        Step(explanation="Work out the right hand side", output="8x = -29"),
+        Step(explanation="Divide both sides by eight", output="x = -29 / 8"),
+    ],
+    final_answer="x = -3.625",
+)
+
+
+def test_parse_gives_output_parsed(client: openai.OpenAI, fake_openai: Any) -> None:
+    from agents_celery.output import RETRY_PREFIX
+    from agents_celery.testing.openai_server import FakeReply
+
+    def answer(request: dict[str, Any]) -> FakeReply:  # a first answer that fails the schema, then a good one
+        retried = any(str(m.get("content", "")).startswith(RETRY_PREFIX) for m in request["messages"])
+        return FakeReply(text=MATH.model_dump_json() if retried else "Let me think.")
+
+    fake_openai.responder = answer
+    parsed = client.responses.parse(model="fake", input="solve 8x + 31 = 2", text_format=MathResponse)
+    assert parsed.output_parsed == MATH
+    assert [getattr(i, "phase", None) for i in parsed.output if i.type == "message"] == ["commentary", "final_answer"]
+    asked = fake_openai.requests[-1]["response_format"]
+    assert asked["type"] == "json_schema" and asked["json_schema"]["schema"]["properties"].keys() == {
+        "steps",
+        "final_answer",
+    }
+
+
+def test_the_sdk_background_streaming_example(client: openai.OpenAI, script: Any) -> None:
+    """What the openai SDK's examples/responses/background_streaming.py does, pointed at us: structured output,
+    background, break at sequence 10, resume with starting_after=10."""
+    script(MATH.model_dump_json(), token_delay=0.01)
+    response_id = ""
+    with client.responses.stream(
+        input="solve 8x + 31 = 2", model="fake", text_format=MathResponse, background=True
+    ) as stream:
+        for event in stream:
+            if event.type == "response.created":
+                response_id = event.response.id
+            if event.sequence_number == 10:
+                break
+    with client.responses.stream(response_id=response_id, starting_after=10, text_format=MathResponse) as stream:
+        resumed = list(stream)
+        final = stream.get_final_response()
+    assert resumed[0].sequence_number == 11 and resumed[-1].type == "response.completed"
+    assert final.output_parsed == MATH

@@ -229,6 +229,22 @@ def function_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _output_schema(text: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The run's ``output_schema`` for ``text.format`` (``json_schema``: its schema; ``json_object``: any object)."""
+    spec = (text or {}).get("format") or {"type": "text"}
+    kind = spec.get("type") if isinstance(spec, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "object"}
+    if kind == "json_schema":
+        schema = spec.get("schema")
+        if not isinstance(schema, dict):
+            raise BadRequestError("text.format json_schema needs a schema (a JSON Schema object)")
+        return schema
+    raise UnsupportedError(f"text.format of type {kind!r} is not supported (text, json_schema, json_object)")
+
+
 def _conversation_id(value: str | dict[str, Any] | None) -> str | None:
     if value is None or isinstance(value, str):
         return value or None
@@ -294,8 +310,7 @@ class ResponsesEndpoint:
         body = parse(req.body(), CreateBody, limits=self.limits)
         manifest = self.runtime.agent_manifest(body.model)
         self.access.allow(req, "start", agent_id=body.model)
-        if body.text is not None and (body.text.get("format") or {}).get("type", "text") != "text":
-            raise UnsupportedError("text.format other than 'text' (structured output) is not supported yet")
+        output_schema = _output_schema(body.text)
         if body.background and not body.store:
             raise BadRequestError("background responses are stored: store=false cannot be background")
         conversation = _conversation_id(body.conversation)
@@ -332,6 +347,7 @@ class ResponsesEndpoint:
             "previous_response_id": body.previous_response_id,
             "conversation": conversation,
             "background": body.background,
+            "text": body.text if output_schema is not None else None,
         }
         stream = self.runtime.stream(
             body.model,
@@ -341,6 +357,7 @@ class ResponsesEndpoint:
             idempotency_key=req.headers.get("Idempotency-Key") or None,
             client_tools=tools,
             client={"context": got.context, "responses": record},
+            output_schema=output_schema,
         )
         return self._answer(body, stream.run_id, 0)
 

@@ -108,6 +108,12 @@ class Segment:
     def id(self) -> str:
         return response_id(self.run_id, self.base)
 
+    @property
+    def structured(self) -> bool:
+        """The request asked for structured output (``text.format`` ``json_schema`` / ``json_object``)."""
+        spec = (self.record.get("text") or {}).get("format") or {}
+        return isinstance(spec, dict) and spec.get("type") in ("json_schema", "json_object")
+
 
 class ResponseFold:
     """The Responses events of one segment and its Response object, folded from the run's log (module docs)."""
@@ -126,6 +132,8 @@ class ResponseFold:
         self.previous_base: int | None = None
         #: The decisions the continue that opened this segment carried (``input_items`` of a continued response).
         self.decisions: list[dict[str, Any]] = []
+        #: The segment ended the run with its answer (the last message is the final answer).
+        self.answered = False
         #: The client's answers to its function calls, as the log recorded them.
         self.function_outputs: dict[str, str] = {}
         self._names: dict[str, str] = {}
@@ -196,6 +204,8 @@ class ResponseFold:
                 "status": "in_progress",
                 "content": [],
             }
+            if self.segment.structured:  # only the final answer is the structured output (the SDK parses it)
+                item["phase"] = "commentary"
             index = self._add(mid, item)
             part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
             item["content"].append(dict(part))
@@ -294,6 +304,8 @@ class ResponseFold:
         kind = outcome.get("type", "success")
         if kind == "cancelled":
             return self._end("cancelled")
+        if kind == "success" and not outcome.get("pending_tool_call_ids"):
+            self.answered = True
         out = self._close_all()
         for interrupt in outcome.get("interrupts") or []:
             meta = interrupt.get("metadata") or {}
@@ -390,7 +402,7 @@ class ResponseFold:
             "background": bool(record.get("background", False)),
             "model": seg.agent_id,
             "instructions": record.get("instructions"),
-            "output": [_copy(i) for i in self.output],
+            "output": self._output(),
             "parallel_tool_calls": True,
             "tool_choice": "auto",
             "tools": list(record.get("tools") or []),
@@ -407,6 +419,14 @@ class ResponseFold:
             "error": self.error,
             "usage": usage_object(seg.usage) if usage else None,
         }
+
+    def _output(self) -> list[dict[str, Any]]:
+        out = [_copy(i) for i in self.output]
+        if self.segment.structured and self.answered:
+            last = next((i for i in reversed(out) if i["type"] == "message"), None)
+            if last is not None:
+                last["phase"] = "final_answer"
+        return out
 
 
 def _copy(item: dict[str, Any], **override: Any) -> dict[str, Any]:
