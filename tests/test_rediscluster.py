@@ -25,7 +25,7 @@ from agents_celery.testing.rediscluster import LocalCluster
 
 from .api_support import ApiServer, frames
 from .cluster import Deployment
-from .conftest import TEST_REDIS_URL, all_events, wait_event, wait_for
+from .conftest import TEST_REDIS_URL, all_events, wait_for
 from .invariants import assert_agui_stream, assert_run_sound
 
 pytestmark = pytest.mark.timeout(120)
@@ -84,23 +84,6 @@ def test_runs_complete_with_their_keys_and_indexes_spread_over_every_master(
     assert {v.run_id for v in page.runs} == {r.id for r in runs}
     assert [v.created_at for v in page.runs] == sorted((v.created_at for v in page.runs), reverse=True)
     assert rt.agents() and rt.agent_manifest("fake")["name"] == "fake"  # manifests read across buckets
-
-
-@pytest.mark.slow
-def test_kill_during_model_streaming_recovers_on_the_cluster(on_cluster: Deployment, fake_openai: Any) -> None:
-    on_cluster.start(2)
-    rt = on_cluster.runtime
-    text = " ".join(f"token{i}" for i in range(120))
-    fake_openai.responder = ScriptResponder([text], token_delay=0.02)
-    stream = rt.stream("fake", "talk")
-    wait_event(rt, stream.id, lambda e: e.type is EventType.TEXT_MESSAGE_CONTENT and e.offset > 10)
-    pid = int(wait_for(lambda: rt.redis.get(f"{on_cluster.prefix}:test:pid:{stream.id}"), what="the worker"))
-    on_cluster.by_pid(pid).kill()
-    events = all_events(rt, stream.id, timeout=60)
-    assert_run_sound(events)
-    assert any(e.type is EventType.CUSTOM and e.data["name"] == "attempt_abandoned" for e in events)
-    view = rt.get(stream.id)
-    assert view.status is RunStatus.COMPLETED and view.output == text
 
 
 def test_a_parent_and_its_children_on_the_cluster_and_their_agui_stream(
@@ -295,3 +278,67 @@ def test_a_master_killed_mid_soak_fails_over_and_readers_are_told_of_lost_writes
             assert not wrong, f"run {reader.run_id}: a reader was silently given other events at {wrong[:5]}"
     finally:
         cluster.stop()
+
+
+#: tests/test_recovery.py's crash tests that run as they are on the cluster deployment.
+RECOVERY = [
+    "test_kill_during_model_streaming",
+    "test_kill_during_tool_asks_before_running_again",
+    "test_kill_after_tool_finished_reuses_its_result",
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", RECOVERY)
+def test_the_crash_recovery_tests_pass_on_the_cluster(name: str, on_cluster: Deployment, fake_openai: Any) -> None:
+    """tests/test_recovery.py's crash tests (kill -9 while the model streams, while a tool runs, after it finished),
+    run as they are on a deployment whose state is on the cluster
+    (their counters, pid and crash keys are on it too: tests/agents_fixture.py connects to the state URL)."""
+    from . import test_recovery
+
+    rt = on_cluster.runtime
+    getattr(test_recovery, name)(rt, on_cluster, fake_openai, rt.redis, on_cluster.prefix)
+
+
+@pytest.mark.slow
+def test_the_child_run_crash_test_passes_on_the_cluster(on_cluster: Deployment, fake_openai: Any) -> None:
+    """tests/test_subagents.py's kill -9 of the worker after the parent started its children, on the cluster."""
+    from .test_subagents import test_kill_after_the_parent_started_its_children
+
+    test_kill_after_the_parent_started_its_children(on_cluster, fake_openai)
+
+
+def test_schedules_and_sessions_are_listed_across_the_shards(on_cluster: Deployment) -> None:
+    """Schedules and the session index are split into buckets too: all of them come back, due ones earliest
+    first, sessions newest first page after page."""
+    from agents_celery.schedule import Schedule
+    from agents_celery.storage.schedules import ScheduleStore
+
+    rt = on_cluster.runtime
+    store = ScheduleStore(rt.redis, rt.store.keys)
+    now = int(time.time() * 1000)
+    made = [Schedule(uuid.uuid4().hex, "fake", f"tick {i}", every_seconds=60, created_at=now + i) for i in range(40)]
+    for i, schedule in enumerate(made):
+        store.save(schedule, now - 1000 + i)
+    assert [s.schedule_id for s in store.all()] == [s.schedule_id for s in made]
+    due = store.due(now, limit=100)
+    assert [sid for sid, _ in due] == [s.schedule_id for s in made]  # earliest first, across buckets
+    assert store.next_due() == now - 1000
+    assert store.delete(made[0].schedule_id) and store.get(made[0].schedule_id) is None
+    keys = {rt.redis.keyslot(store._keys(s.schedule_id)[0]) for s in made}  # type: ignore[attr-defined]
+    assert len(keys) > 3  # several buckets
+    index = rt.store.index
+    sessions = [uuid.uuid4().hex for _ in range(30)]
+    with rt.redis.pipeline(transaction=False) as pipe:
+        for i, sid in enumerate(sessions):
+            index._touch_session(pipe, sid, "u1", now + i)
+            pipe.rpush(rt.store.keys.session(sid).history, "{}")
+        pipe.execute()
+    seen, cursor = [], None
+    while True:
+        page = rt.sessions(user_id="u1", limit=7, cursor=cursor)
+        seen += [s.session_id for s in page.sessions]
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    assert seen == list(reversed(sessions))
