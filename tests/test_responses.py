@@ -117,6 +117,8 @@ def test_stream_numbers_are_stable_and_resume_exactly(client: openai.OpenAI, scr
         assert [e.model_dump() for e in tail] == [e.model_dump() for e in live[n + 1 :]]
     replay = events_of(client.responses.retrieve(response_id, stream=True))
     assert [e.model_dump() for e in replay] == [e.model_dump() for e in live]
+    tail = events_of(client.responses.retrieve(response_id, stream=True, extra_headers={"Last-Event-ID": "12"}))
+    assert [e.sequence_number for e in tail] == list(range(13, len(live)))  # an EventSource's reconnect
     with client.responses.stream(response_id=response_id, starting_after=7) as stream:
         resumed = list(stream)  # the SDK reads from 0 (response.created first) and drops what is <= 7
         assert stream.get_final_response().output_text == final.output_text

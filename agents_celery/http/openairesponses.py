@@ -448,7 +448,8 @@ class ResponsesEndpoint:
     def retrieve(self, req: Request, response_id: str) -> Reply:
         run_id, base = self._segment(req, response_id, "read")
         if req.query.get("stream", "").lower() in ("true", "1"):
-            after = req.query.get("starting_after")
+            # An EventSource reconnecting sends the last id: line it saw (the frames' ids are sequence numbers).
+            after = req.query.get("starting_after") or req.headers.get("Last-Event-ID")
             starting_after = -1
             if after not in (None, ""):
                 if not after.isascii() or not after.isdigit() or len(after) > 18:

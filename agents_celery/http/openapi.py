@@ -85,6 +85,13 @@ _INPUTS: dict[str, list[dict[str, Any]]] = {
         {"name": "Last-Event-ID", "in": "header", "required": False, "schema": {"type": "integer", "minimum": -1}},
     ],
     "agui_connect": [{"name": "Last-Event-ID", "in": "header", "required": False, "schema": {"type": "string"}}],
+    "create_response": [{"name": "Idempotency-Key", "in": "header", "required": False, "schema": {"type": "string"}}],
+    "get_response": [
+        _query("stream", {"type": "boolean", "description": "SSE of the response's events"}),
+        _query("starting_after", {"type": "integer", "minimum": 0, "description": "the last sequence number seen"}),
+    ],
+    "response_input_items": [_query("order", {"enum": ["asc", "desc"]})],
+    "conversation_items": [_query("order", {"enum": ["asc", "desc"]})],
 }
 assert set(_INPUTS) <= {r.name for r in ROUTES}, "parameters of a route the table does not have"
 
