@@ -24,6 +24,7 @@ extra ``agents-celery[mcp]``).
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -111,6 +112,7 @@ class MCPTools:
         #: When (ms) the server last said its tool list changed, as this process heard it.
         self.changed_at = 0
         self._lock = threading.Lock()
+        self._made: dict[tuple[str, str, str], MCPTool] = {}
 
     def __repr__(self) -> str:
         return f"MCPTools(name={self.name!r}, {'url' if self.url else 'command'}={self.url or self.command!r})"
@@ -152,16 +154,24 @@ class MCPTools:
                 f"MCP server {self.name!r} did not list its tools: {type(exc).__name__}: {exc}"
             ) from None
         at = int(time.time() * 1000)
+        served = [self.tool(spec).manifest() for spec in tools]
         with self._lock:
-            self.served = [self.tool(spec).manifest() for spec in tools]
-            self.listed_at = at
+            self.served, self.listed_at = served, at
         return {"listed_at": at, "tools": tools}
 
     def tool(self, spec: Mapping[str, Any]) -> MCPTool:
-        """One tool of a listing, as the agent's tool."""
-        return MCPTool(
-            self, str(spec["name"]), str(spec.get("description") or ""), dict(spec.get("input_schema") or {})
-        )
+        """One tool of a listing, as the agent's tool (made once per process for each name, description and schema:
+        every step of every run builds its view of the agent from its listing)."""
+        schema = dict(spec.get("input_schema") or {})
+        key = (str(spec["name"]), str(spec.get("description") or ""), json.dumps(schema, sort_keys=True))
+        made = self._made.get(key)
+        if made is None:
+            made = MCPTool(self, key[0], key[1], schema)
+            with self._lock:
+                if len(self._made) > 1000:  # a server whose schemas keep changing: start again
+                    self._made.clear()
+                self._made[key] = made
+        return made
 
     def tools(self, listing: Mapping[str, Any]) -> list[MCPTool]:
         return [self.tool(spec) for spec in listing.get("tools", [])]
@@ -189,6 +199,7 @@ class MCPTool(Tool):
         self.timeout = toolset.timeout
         self.is_async = False
         self.fn = self._call
+        self._validator: Any = None  # made on first use, then reused
         self.__doc__ = description
         self.__name__ = self.__qualname__ = self.name
         self.__module__ = __name__
@@ -198,13 +209,18 @@ class MCPTool(Tool):
 
     def validate(self, arguments: dict[str, Any] | str) -> dict[str, Any]:
         data = self._decode(arguments)
-        try:
-            jsonschema.validate(data, self.parameters)
-        except jsonschema.ValidationError as exc:
-            where = "/".join(str(p) for p in exc.absolute_path) or "arguments"
-            raise ToolArgumentsError(f"tool {self.name!r}: {where}: {exc.message}") from None
-        except jsonschema.SchemaError:
-            pass  # the server's schema is its own business; the server checks the arguments
+        if self._validator is None:
+            try:
+                cls = jsonschema.validators.validator_for(self.parameters)
+                cls.check_schema(self.parameters)
+                self._validator = cls(self.parameters)
+            except jsonschema.SchemaError:
+                self._validator = False  # the server's schema is its own business; the server checks the arguments
+        if self._validator:
+            error = jsonschema.exceptions.best_match(self._validator.iter_errors(data))
+            if error is not None:
+                where = "/".join(str(p) for p in error.absolute_path) or "arguments"
+                raise ToolArgumentsError(f"tool {self.name!r}: {where}: {error.message}")
         return dict(data)
 
     def invoke(self, arguments: dict[str, Any] | str, context: ToolContext) -> str:

@@ -26,7 +26,7 @@ from .report import RunInfo, document, readme_section, write_readme
 
 BENCHES = [
     "eventlog", "steps", "latency", "sse", "responses", "recovery", "pool", "listing", "schedules", "subagents",
-    "history", "pydantic_ai", "cluster",
+    "history", "pydantic_ai", "cluster", "mcp",
 ]  # fmt: skip
 #: Exit statuses.
 MET, MISSED, FAILED = 0, 1, 2

@@ -5,6 +5,8 @@
   turn = 2N + 1 steps.
 - ``streamer``: :class:`~agents_celery.OpenAIChat` pointed at ``FAKE_OPENAI_URL`` (the bench's fake server).
 - ``long_summarize`` and ``long_plain``: a long session with and without ``Summarize`` (bench/history.py).
+- ``mcp_calls`` and ``py_calls``: N calls of a counting tool, an MCP server's (``BENCH_MCP_URL``) or a Python
+  function doing the same (bench/mcp.py).
 - ``recover``: turn 0 calls ``sleepy``, which records ``pid:attempt:time_ns`` in Redis, then sleeps on its first
   attempt (the bench kills the worker meanwhile) and returns at once on a retry; turn 1 answers.
 """
@@ -18,7 +20,7 @@ from typing import Any
 
 import redis
 
-from agents_celery import Agent, OpenAIChat, ScriptedModel, ScriptedToolCall, ScriptedTurn, Summarize, tool
+from agents_celery import Agent, MCPTools, OpenAIChat, ScriptedModel, ScriptedToolCall, ScriptedTurn, Summarize, tool
 from agents_celery.models import ModelChunk
 from agents_celery.tools import ToolContext
 
@@ -149,4 +151,41 @@ long_plain = Agent(
     instructions="Answer briefly.",
     model=_fake_chat(),
     description="A long session without a history policy (bench/history.py).",
+)
+
+
+@tool
+def count(key: str) -> str:
+    """Count one execution under key (what the MCP server's ``count`` does, as a Python function)."""
+    return f"count {key}: {_redis.incr(f'{_PREFIX}:test:count:{key}')}"
+
+
+class CallingModel(CountingModel):
+    """A CountingModel that calls ``tool`` with ``{"key": "bench"}``: N calls, then text."""
+
+    def __init__(self, tool_name: str) -> None:
+        super().__init__()
+        self.tool_name = tool_name
+
+    def _model(self, n: int) -> ScriptedModel:
+        if n not in self._models:
+            calls = [
+                ScriptedTurn("", [ScriptedToolCall(self.tool_name, {"key": "bench"}, id=f"c{i}")]) for i in range(n)
+            ]
+            self._models[n] = ScriptedModel([*calls, "done"])
+        return self._models[n]
+
+
+mcp_calls = Agent(
+    name="mcp_calls",
+    model=CallingModel("m_count"),
+    tools=[MCPTools(url=os.environ.get("BENCH_MCP_URL", "http://127.0.0.1:9/mcp"), prefix="m_")],
+    description="N calls of an MCP server's counting tool (bench/mcp.py).",
+)
+
+py_calls = Agent(
+    name="py_calls",
+    model=CallingModel("count"),
+    tools=[count],
+    description="N calls of the same counting tool as a Python function (bench/mcp.py).",
 )

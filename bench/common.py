@@ -174,6 +174,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "latency": ("httpx", "gunicorn", "gevent", "flask"),
     "sse": ("httpx", "gunicorn", "gevent", "flask", "psutil", "uvicorn", "django"),
     "pydantic_ai": ("pydantic_ai", "dbos", "psycopg"),  # the [pydantic-ai] and [bench] extras
+    "mcp": ("mcp", "uvicorn"),
 }
 
 

@@ -1,5 +1,5 @@
-"""The agents of tests/test_mcp.py: the fake OpenAI model with the tools of tests/mcp_server.py, over streamable HTTP
-(``MCP_TEST_URL``) and over stdio (a server per worker process, started on first use)."""
+"""The agents of tests/test_mcp.py: the fake OpenAI model with the tools of ``agents_celery.testing.mcp_server``,
+over streamable HTTP (``MCP_TEST_URL``) and over stdio (a server per worker process, started on first use)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ http_tools = MCPTools(
 )
 
 stdio_tools = MCPTools(
-    command=[sys.executable, "-m", "tests.mcp_server", "stdio"],
+    command=[sys.executable, "-m", "agents_celery.testing.mcp_server", "stdio"],
     env={
         "MCP_TEST_REDIS": os.environ.get("AGENTS_CELERY_REDIS_URL", "redis://127.0.0.1:6379/9"),
         "MCP_TEST_PREFIX": os.environ.get("AGENTS_CELERY_KEY_PREFIX", "mcptest"),

@@ -1,5 +1,5 @@
-"""MCP tools (``MCPTools``): the ``mcp`` package's own server (tests/mcp_server.py) over streamable HTTP (uvicorn in a
-subprocess) and stdio, real workers, the real openai SDK against the fake OpenAI server.
+"""MCP tools (``MCPTools``): the ``mcp`` package's own server (``agents_celery.testing.mcp_server``) over streamable
+HTTP (uvicorn in a subprocess) and stdio, real workers, the real openai SDK against the fake OpenAI server.
 
 What is proved: each ``tools/call`` goes through the effect ledger with its ``run_id:tool_call_id`` key in
 ``_meta``; ``tools/list`` is sent once per run however many turns; confirmations and edited arguments work as
@@ -60,13 +60,13 @@ def free_port() -> int:
 
 
 class Server:
-    """tests/mcp_server.py over streamable HTTP, in a subprocess of its own."""
+    """``agents_celery.testing.mcp_server`` over streamable HTTP, in a subprocess of its own."""
 
     def __init__(self, prefix: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         env = {**os.environ, "MCP_TEST_REDIS": TEST_REDIS_URL, "MCP_TEST_PREFIX": prefix, "PYTHONPATH": str(ROOT)}
-        cmd = [sys.executable, "-m", "tests.mcp_server", "http", str(self.port)]
+        cmd = [sys.executable, "-m", "agents_celery.testing.mcp_server", "http", str(self.port)]
         self.proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_for(self._listening, timeout=30, what="the MCP server to listen")
 

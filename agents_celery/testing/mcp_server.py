@@ -1,5 +1,6 @@
 """The MCP server of tests/test_mcp.py and bench/mcp.py: the ``mcp`` package's own server, over streamable HTTP
-(``python -m tests.mcp_server http PORT``, served by uvicorn) or stdio (``python -m tests.mcp_server stdio``).
+(``python -m agents_celery.testing.mcp_server http PORT``, served by uvicorn) or stdio (``... stdio``). Needs the
+``mcp`` extra.
 
 It counts in Redis (``MCP_TEST_REDIS``, keys under ``MCP_TEST_PREFIX``, as ``tests/invariants.py:counter_of``
 reads them): ``<p>:test:count:<key>`` per execution of ``count``/``slow_count``/``delete``/``hang``,
@@ -28,7 +29,7 @@ def bump(key: str) -> int:
 
 def keep_meta(ctx: Context, tool: str, args: dict[str, Any]) -> None:
     meta = ctx.request_context.meta
-    found = meta.model_dump() if hasattr(meta, "model_dump") else dict(meta or {})
+    found = dict(meta or {})  # a TypedDict: the request's ``_meta`` as the client sent it
     _redis.rpush(f"{PREFIX}:test:mcp:meta", json.dumps({"tool": tool, "args": args, "meta": found}, default=str))
 
 
