@@ -53,6 +53,9 @@ CLASSES = ("scheduled", "live", "paused", "completed", "failed", "cancelled")
 MAX_LIMIT = 200
 #: Index entries read per round trip while filling a page.
 CHUNK = 200
+#: Entries of each bucket of a split index read in the first round trip of a listing (a page of 100 over 16
+#: buckets takes about 7 of each).
+BUCKET_CHUNK = 25
 #: Most index entries one page looks at; a sparse filter returns a short page and a cursor to go on from.
 SCAN_CAP = 5000
 
@@ -216,11 +219,19 @@ class RunIndex:
     def walk(self, key: str, cursor: tuple[int, str] | None) -> Iterable[tuple[str, int]]:
         """(member, score) of index ``key``, newest first (score, then member, both descending, as Redis orders
         them), strictly after ``cursor``: a cursor stays valid while members come and go. A split index is read
-        bucket by bucket and merged in that order."""
+        bucket by bucket and merged in that order: the first :data:`BUCKET_CHUNK` entries of every bucket in one
+        pipeline (a round trip per node), more of a bucket only when the merge runs through them."""
         buckets = self.keys.buckets_of(key)
         if len(buckets) == 1:
-            return self._walk_one(buckets[0], cursor)
-        walkers = [self._walk_one(b, cursor) for b in buckets]
+            return self._walk_one(buckets[0], cursor, CHUNK)
+        with self.redis.pipeline(transaction=False) as pipe:
+            for bucket in buckets:
+                self._fetch(pipe, bucket, cursor, BUCKET_CHUNK)
+            replies = pipe.execute()
+        per = 1 if cursor is None else 2
+        walkers = [
+            self._walk_one(b, cursor, BUCKET_CHUNK, replies[i * per : (i + 1) * per]) for i, b in enumerate(buckets)
+        ]
         return heapq.merge(*walkers, key=lambda row: (row[1], row[0]), reverse=True)
 
     def _drop(self, key: str, members: Sequence[str]) -> None:
@@ -233,18 +244,31 @@ class RunIndex:
                 pipe.zrem(self.keys.bucket(key, member), member)
             pipe.execute()
 
-    def _walk_one(self, key: str, cursor: tuple[int, str] | None) -> Iterable[tuple[str, int]]:
+    @staticmethod
+    def _fetch(client: Any, key: str, cursor: tuple[int, str] | None, chunk: int) -> Any:
+        """The reads of one chunk of ``key`` after ``cursor``: the newest ``chunk`` entries (no cursor), or the
+        rest of the cursor's own score and the ``chunk`` entries below it."""
+        if cursor is None:
+            return [client.zrevrangebyscore(key, "+inf", "-inf", start=0, num=chunk, withscores=True)]
+        score, _ = cursor
+        same = client.zrangebyscore(key, score, score)
+        return [same, client.zrevrangebyscore(key, f"({score}", "-inf", start=0, num=chunk, withscores=True)]
+
+    def _walk_one(
+        self, key: str, cursor: tuple[int, str] | None, chunk: int, first: list[Any] | None = None
+    ) -> Iterable[tuple[str, int]]:
+        """One key's entries after ``cursor``, ``chunk`` a round trip; ``first``: the replies of the first
+        chunk's reads (:meth:`_fetch`), made already."""
         while True:
-            if cursor is None:
-                got: Any = self.redis.zrevrangebyscore(key, "+inf", "-inf", start=0, num=CHUNK, withscores=True)
-            else:
+            replies = first if first is not None else self._fetch(self.redis, key, cursor, chunk)
+            first = None
+            if cursor is not None:
                 score, member = cursor
-                same: Any = self.redis.zrangebyscore(key, score, score)  # the rest of the cursor's own score
+                same = replies[0]  # the rest of the cursor's own score
                 yield from ((m, score) for m in sorted((_text(m) for m in same), reverse=True) if m < member)
-                got = self.redis.zrevrangebyscore(key, f"({score}", "-inf", start=0, num=CHUNK, withscores=True)
-            rows = [(_text(m), int(s)) for m, s in got]
+            rows = [(_text(m), int(s)) for m, s in replies[-1]]
             yield from rows
-            if len(rows) < CHUNK:
+            if len(rows) < chunk:
                 return
             cursor = (rows[-1][1], rows[-1][0])
 
