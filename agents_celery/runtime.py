@@ -46,6 +46,7 @@ from .errors import (
     RunNotPausedError,
     RunTimeoutError,
     StateError,
+    UnsupportedError,
     ValidationError,
 )
 from .events import Event, EventType, make_event, parse_position
@@ -234,6 +235,11 @@ class Runtime(Scheduling):
         checked = check_parts(message, self.settings)
         if output_schema is not None:
             check_schema(output_schema)
+            if manifest.get("framework"):  # an agent of another framework has output types of its own
+                raise UnsupportedError(
+                    f"output_schema is not supported for agent {manifest['name']!r} ({manifest['framework']}); "
+                    "give that agent an output type of its own framework"
+                )
         extra_tools = check_client_tools(client_tools, manifest)
         start = start_ms(start_after, start_at)
         check_webhook(webhook_url, self.settings)

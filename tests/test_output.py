@@ -13,13 +13,14 @@ import pytest
 import redis
 from pydantic import BaseModel, Field
 
-from agents_celery import OutputSchemaError, OutputValidationError, Runtime
+from agents_celery import Agent, OutputSchemaError, OutputValidationError, Runtime, ScriptedModel
+from agents_celery.errors import UnsupportedError
 from agents_celery.events import EventType
 from agents_celery.output import RETRY_PREFIX, check_schema, output_spec, strict_schema
 from agents_celery.testing.openai_server import SchemaResponder, format_problem
 
 from .agents_output import Forecast, forecaster
-from .conftest import all_events
+from .conftest import all_events, wait_event
 from .invariants import assert_run_sound
 
 PARIS = {"city": "Paris", "temperature_c": 21.5, "summary": "Sunny with a light breeze."}
@@ -164,7 +165,44 @@ def test_a_run_schema_overrides_the_agent_and_serves_any_agent(runtime: Runtime,
 
 def test_a_bad_run_schema_creates_nothing(runtime: Runtime, r: redis.Redis) -> None:
     prefix = runtime.settings.key_prefix
-    before = sorted(r.scan_iter(match=f"{prefix}:*", count=1000))
+    before = set(r.scan_iter(match=f"{prefix}:*", count=1000))
+    newest = [v.run_id for v in runtime.runs(agent_id="fake", limit=1).runs]
     with pytest.raises(OutputSchemaError, match="not a valid JSON Schema"):
         runtime.stream("fake", "hi", output_schema={"type": "object", "properties": {"a": {"type": 3}}})
-    assert sorted(r.scan_iter(match=f"{prefix}:*", count=1000)) == before
+
+    class Guest(Agent):  # an agent of another framework (a pydantic-ai agent's manifest says so)
+        def manifest(self) -> dict[str, Any]:
+            return {**super().manifest(), "framework": "pydantic-ai"}
+
+    guest = Guest("guest", model=ScriptedModel(["{}"]))
+    with pytest.raises(UnsupportedError, match="not supported for agent 'guest'"):
+        runtime.stream(guest, "hi", output_schema=POINT)
+    new = set(r.scan_iter(match=f"{prefix}:*", count=1000)) - before  # (workers' own keys come and go meanwhile)
+    assert [k for k in new if b":run:{" in k or b":session:{" in k] == []
+    assert [v.run_id for v in runtime.runs(agent_id="fake", limit=1).runs] == newest
+    assert not runtime.runs(agent_id="guest").runs
+
+
+@pytest.mark.slow
+def test_kill_during_the_json_answer_retries_the_turn_and_validates_once(deploy: Any, fake_openai: Any) -> None:
+    cluster = deploy("output")
+    (victim,) = cluster.start(1)
+    rt = cluster.runtime
+    answer = {**PARIS, "summary": " ".join(f"word{i}" for i in range(80))}
+    fake_openai.responder = SchemaResponder([answer], token_delay=0.02)
+    stream = rt.stream(forecaster, "What is the weather in Paris?")
+    wait_event(rt, stream.id, lambda e: e.type is EventType.TEXT_MESSAGE_CONTENT and e.offset > 12)
+    victim.kill()  # kill -9 in the middle of the JSON
+    cluster.start(1)
+    events = all_events(rt, stream.id)
+    assert_run_sound(events)
+    (abandoned,) = names(events, "attempt_abandoned")
+    assert abandoned.data["value"]["next_attempt"] == 2
+    attempts = [e.data["metadata"]["attempt"] for e in model_steps(events)]
+    assert attempts == [1, 2] and not names(events, "output_retry")  # the half answer was never validated
+    finished = [e for e in events if e.type is EventType.RUN_FINISHED]
+    assert len(finished) == 1 and finished[0].data["result"] == answer
+    view = rt.get(stream.id)
+    assert view.status == "completed" and view.output == answer
+    assert [json.loads(m["content"]) for m in view.messages if m["role"] == "assistant"] == [answer]  # once
+    assert Forecast.model_validate(view.output).summary == answer["summary"]
