@@ -128,3 +128,16 @@ def list_files() -> str:
     """List the files."""
     _count("list_files")
     return "a.txt b.txt"
+
+
+# -- an MCP toolset (tests/mcp_server.py on PAI_MCP_PORT) ---------------------------------------------------
+
+from pydantic_ai.mcp import MCPToolset  # noqa: E402 (the MCP part of this module)
+
+mcp_agent = Agent(
+    _model(),
+    name="pai_mcp",
+    description="Looks words up on an MCP server (pydantic-ai).",
+    toolsets=[MCPToolset(f"http://127.0.0.1:{os.environ.get('PAI_MCP_PORT', '9')}/mcp", id="words")],
+    capabilities=[CeleryDurability()],
+)

@@ -59,9 +59,45 @@ def in_process(fake_openai: Any, agent_name: str, message: str, turns: list[Any]
 
 
 @pytest.fixture(scope="module")
-def shared(fake_openai: Any) -> Iterator[Deployment]:
+def mcp_server() -> Iterator[tuple[int, str]]:
+    """tests/mcp_server.py (the mcp package's server) over streamable HTTP: its port and the key prefix it counts
+    under."""
+    import subprocess
+    import sys
+
+    from .api_support import free_port
+    from .cluster import ROOT
+
+    port, prefix = free_port(), f"paimcp-{os.urandom(4).hex()}"
+    env = {**os.environ, "MCP_TEST_REDIS": TEST_REDIS_URL, "MCP_TEST_PREFIX": prefix, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.mcp_server", "http", str(port)],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        import socket
+
+        def listening() -> bool:
+            with socket.socket() as s:
+                return s.connect_ex(("127.0.0.1", port)) == 0
+
+        wait_for(listening, timeout=30, what="the MCP server")
+        yield port, prefix
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        with redis.Redis.from_url(TEST_REDIS_URL) as r:
+            for key in r.scan_iter(match=f"{prefix}:*"):
+                r.delete(key)
+
+
+@pytest.fixture(scope="module")
+def shared(fake_openai: Any, mcp_server: tuple[int, str]) -> Iterator[Deployment]:
     """One worker of the module's own for the tests that kill nothing (tool counts are read as deltas)."""
-    dep = Deployment("pai", fake_openai.url, {"AGENTS_CELERY_AGENTS": AGENTS})
+    dep = Deployment("pai", fake_openai.url, {"AGENTS_CELERY_AGENTS": AGENTS, "PAI_MCP_PORT": str(mcp_server[0])})
     try:
         dep.start(1)
         yield dep
@@ -70,9 +106,10 @@ def shared(fake_openai: Any) -> Iterator[Deployment]:
 
 
 @pytest.fixture(scope="module")
-def crashable(fake_openai: Any) -> Iterator[Deployment]:
+def crashable(fake_openai: Any, mcp_server: tuple[int, str]) -> Iterator[Deployment]:
     """A deployment whose workers the crash tests kill (each test first tops it up to two live workers)."""
-    dep = Deployment("paicrash", fake_openai.url, {"AGENTS_CELERY_AGENTS": AGENTS})
+    extra = {"AGENTS_CELERY_AGENTS": AGENTS, "PAI_MCP_PORT": str(mcp_server[0])}
+    dep = Deployment("paicrash", fake_openai.url, extra)
     try:
         yield dep
     finally:
@@ -321,3 +358,63 @@ def test_a_journal_that_does_not_fit_fails_the_run_naming_the_unit(shared: Deplo
     assert "'old_weather__model.request_stream'" in events[-1].data["message"]
     assert "'pai_weather__model.request_stream'" in events[-1].data["message"]
     assert fake_openai.calls == before  # nothing ran against a journal that does not fit
+
+
+def _talks_to(pid: int, port: int) -> bool:
+    """Whether process ``pid`` has a TCP connection to ``port`` on this machine."""
+    import psutil
+
+    return any(c.raddr and c.raddr.port == port for c in psutil.Process(pid).net_connections("tcp"))
+
+
+def _mcp_count(mcp_server: tuple[int, str], name: str) -> int:
+    with redis.Redis.from_url(TEST_REDIS_URL) as r:
+        return int(r.get(f"{mcp_server[1]}:test:count:{name}") or 0)
+
+
+def test_an_mcp_toolset_through_the_backend_lists_its_tools_once_per_segment(
+    shared: Deployment, fake_openai: Any, mcp_server: tuple[int, str]
+) -> None:
+    rt = shared.runtime
+    key = f"pai-{os.urandom(4).hex()}"
+    turns = [
+        ScriptedTurn(tool_calls=[ScriptedToolCall("count", {"key": key})]),
+        ScriptedTurn(tool_calls=[ScriptedToolCall("count", {"key": key})]),
+        "Counted twice.",
+    ]
+    fake_openai.responder = ScriptResponder(turns)
+    listed = _mcp_count(mcp_server, "tools_list")
+    stream = rt.stream("pai_mcp", "Count twice.")
+    events = all_events(rt, stream.id)
+    assert stream.get().status == "completed", events[-1].data
+    assert stream.get().output == "Counted twice."
+    assert _mcp_count(mcp_server, key) == 2
+    assert _mcp_count(mcp_server, "tools_list") - listed == 1  # once for the segment's 3 model requests
+    assert_run_sound(events)
+    results = [e.data["content"] for e in events if e.type.value == "TOOL_CALL_RESULT"]
+    assert results == [f"count {key}: 1", f"count {key}: 2"]
+
+
+@pytest.mark.slow
+def test_a_worker_killed_during_an_mcp_call_pauses_as_may_have_run(
+    crashable: Deployment, fake_openai: Any, mcp_server: tuple[int, str]
+) -> None:
+    alive(crashable)
+    rt = crashable.runtime
+    key = f"pai-{os.urandom(4).hex()}"
+    turns = [ScriptedTurn(tool_calls=[ScriptedToolCall("slow_count", {"key": key, "seconds": 3})]), "Counted."]
+    fake_openai.responder = ScriptResponder(turns)
+    stream = rt.stream("pai_mcp", "Count slowly.")
+    wait_for(lambda: _mcp_count(mcp_server, key) == 1, timeout=30, what="the MCP call")
+    holder = next(w for w in crashable.workers if w.proc.poll() is None and _talks_to(w.proc.pid, mcp_server[0]))
+    holder.kill()  # the worker in the call
+    alive(crashable)
+    wait_for(lambda: stream.get().status == "paused", timeout=30, what="the may-have-run pause")
+    state, _ = rt.store.load(stream.id)
+    assert [(c.name, c.pause_reason) for c in state.pending] == [("slow_count", "may_have_run")]
+    rt.continue_run(stream.id)  # approve: run it again
+    wait_for(lambda: stream.get().status == "completed", timeout=30, what="the run's end")
+    assert _mcp_count(mcp_server, key) == 2  # the killed call, and the approved re-run
+    events = all_events(rt, stream.id)
+    assert_run_sound(events)
+    assert [e.data["content"] for e in events if e.type.value == "TOOL_CALL_RESULT"] == [f"slow count {key}: 2"]
