@@ -60,8 +60,8 @@ def in_process(fake_openai: Any, agent_name: str, message: str, turns: list[Any]
 
 @pytest.fixture(scope="module")
 def mcp_server() -> Iterator[tuple[int, str]]:
-    """tests/mcp_server.py (the mcp package's server) over streamable HTTP: its port and the key prefix it counts
-    under."""
+    """agents_celery.testing.mcp_server (the mcp package's server) over streamable HTTP: its port and the key
+    prefix it counts under."""
     import subprocess
     import sys
 
@@ -71,7 +71,7 @@ def mcp_server() -> Iterator[tuple[int, str]]:
     port, prefix = free_port(), f"paimcp-{os.urandom(4).hex()}"
     env = {**os.environ, "MCP_TEST_REDIS": TEST_REDIS_URL, "MCP_TEST_PREFIX": prefix, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.mcp_server", "http", str(port)],
+        [sys.executable, "-m", "agents_celery.testing.mcp_server", "http", str(port)],
         env=env,
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
