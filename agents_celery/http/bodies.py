@@ -45,9 +45,11 @@ class MessageBody(_Body):
         return value
 
 
-class RunBody(MessageBody):
-    """``POST /agents/<agent_id>/runs``."""
+class RunBody(_Body):
+    """``POST /agents/<agent_id>/runs``. ``message``: text, or Chat Completions content parts (JSON); a multipart
+    form may bring images and files in its ``files`` field instead of (or besides) the text."""
 
+    message: str | list[dict[str, Any]] | None = None
     stream: bool = True
     session_id: str | None = Field(default=None, min_length=1, max_length=200)
     user_id: str | None = Field(default=None, max_length=200)
@@ -142,6 +144,11 @@ class Limits:
     max_body_bytes: int = 1_048_576
     max_json_depth: int = 32
 
+    def with_content(self, max_input_bytes: int) -> Limits:
+        """The limits of a route whose body may carry a message's images and files (base64 or uploaded):
+        ``max_input_bytes`` of parts more, as base64 (the parts' own limits are checked after)."""
+        return Limits(self.max_body_bytes + max_input_bytes * 4 // 3 + 4096, self.max_json_depth)
+
 
 def check_size(length: int | None, limits: Limits) -> None:
     """PayloadTooLargeError when a body of ``length`` bytes is over the limit (check before reading it)."""
@@ -167,11 +174,31 @@ def read_capped(read: Callable[[int], bytes], limits: Limits, chunk: int = 65_53
 
 def loads(text: str | bytes, limits: Limits, what: str) -> Any:
     """JSON, refused (BadRequestError) when malformed or nested deeper than the limit."""
+    _check_depth(text.decode(errors="replace") if isinstance(text, bytes) else text, limits, what)
+    try:
+        return json.loads(text)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequestError(f"{what} is not valid JSON ({exc})") from None
+
+
+#: What the depth check looks at: brackets, quotes and backslashes (a string's content, base64 data, is skipped
+#: at C speed: a body carrying 20 MB of images is checked in milliseconds).
+_TOKENS = re.compile(r'[\[\]{}"\\]')
+
+
+def _check_depth(text: str, limits: Limits, what: str) -> None:
+    """BadRequestError when ``text`` nests brackets (outside strings) deeper than the limit."""
     depth = deepest = 0
-    in_string = escaped = False
-    for ch in text.decode(errors="replace") if isinstance(text, bytes) else text:  # brackets outside strings
+    in_string, escaped_at = False, -1
+    for match in _TOKENS.finditer(text):
+        ch, at = match.group(), match.start()
         if in_string:
-            escaped, in_string = (False, True) if escaped else (ch == "\\", ch != '"')
+            if at == escaped_at:
+                continue  # the character after a backslash
+            if ch == "\\":
+                escaped_at = at + 1
+            elif ch == '"':
+                in_string = False
         elif ch == '"':
             in_string = True
         elif ch in "[{":
@@ -181,10 +208,6 @@ def loads(text: str | bytes, limits: Limits, what: str) -> Any:
                 raise BadRequestError(f"{what} nests deeper than {limits.max_json_depth} levels")
         elif ch in "]}":
             depth -= 1
-    try:
-        return json.loads(text)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadRequestError(f"{what} is not valid JSON ({exc})") from None
 
 
 def fields_of(mimetype: str, form: Mapping[str, str], data: bytes, limits: Limits = Limits()) -> dict[str, Any]:
