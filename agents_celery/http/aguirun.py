@@ -51,6 +51,7 @@ from ..runs import RunStatus, RunView
 from ..runtime import Runtime
 from . import agui as agui_mod
 from .access import Access
+from .aguiparts import content_of, upgrade_binary
 from .messages import Reply, Request, position_param
 from .sse import LogStream, Segment
 
@@ -71,7 +72,7 @@ def parse_input(body: dict[str, Any]) -> agui.RunAgentInput:
             f"RunAgentInput has no field(s) {unknown}; its fields are camelCase: {sorted(FIELDS)}"
         )
     try:
-        value = agui.RunAgentInput.model_validate(body)
+        value = agui.RunAgentInput.model_validate(upgrade_binary(body))
     except pydantic.ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors())
         raise BodyValidationError(f"invalid RunAgentInput: {problems}") from None
@@ -85,8 +86,9 @@ def text_of(content: Any) -> str:
     """A message's text: a string, or the text parts of multimodal content."""
     if isinstance(content, str):
         return content
-    if isinstance(content, list):
-        return "".join(getattr(p, "text", "") or "" for p in content)
+    if isinstance(content, list):  # AG-UI parts, or the stored history's (dicts)
+        texts = (p.get("text") if isinstance(p, dict) else getattr(p, "text", None) for p in content)
+        return "".join(t for t in texts if isinstance(t, str))
     return "" if content is None else json.dumps(content)
 
 
@@ -180,10 +182,10 @@ class AguiEndpoint:
             raise SessionBusyError(f"thread {thread!r} is busy: a run of it is {active.status.value}; wait or stop it")
         if not inp.messages or inp.messages[-1].role != "user":
             raise BodyValidationError("messages must end with the new user message")
-        text = text_of(inp.messages[-1].content)
+        message = content_of(inp.messages[-1].content)  # its images and documents as content parts
         stream = self.runtime.stream(
             agent_id,
-            text,
+            message,
             session_id=thread,
             user_id=req.user_id,
             idempotency_key=key,
@@ -200,9 +202,11 @@ class AguiEndpoint:
         if run_id is None:
             return None
         try:
-            return self.runtime.get(run_id)
+            view = self.runtime.get(run_id)
         except Exception:  # expired or half-written: the Runtime heals the session when a run starts
             return None
+        # an ended run whose worker has not yet given the session back (it is about to): the Runtime takes it over
+        return None if view.status.is_final else view
 
     def _resume(self, req: Request, inp: agui.RunAgentInput, view: RunView) -> Reply:
         self.access.allow(req, "continue", view)
