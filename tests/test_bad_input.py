@@ -92,8 +92,8 @@ def post_chunked(app: Flask, path: str, body: Counting, kind: str = "application
 
 
 def test_a_chunked_body_is_capped_while_it_is_read_flask(app: Flask) -> None:
-    body = Counting(FIVE_MB)
-    status, answer = post_chunked(app, "/agents/offline/runs", body)
+    body = Counting(FIVE_MB)  # (a route that takes no images or files: its body's limit is max_body_bytes)
+    status, answer = post_chunked(app, "/schedules", body)
     assert status == 413 and answer["code"] == "payload_too_large", answer
     assert body.pulled < 2 * 1024 * 1024, f"read {body.pulled} bytes of a body refused at 1 MB"
     form = Counting(0, b"message=hi&background=true&stream=false")  # a chunked form and JSON still work

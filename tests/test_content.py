@@ -43,7 +43,8 @@ def user_parts(request: dict[str, Any]) -> list[list[dict[str, Any]]]:
 
 
 def prefix_keys(r: redis.Redis, prefix: str) -> set[bytes]:
-    return set(r.scan_iter(f"{prefix}:*", count=1000))
+    """The deployment's keys but the sweeper's lock (which comes and goes with the workers' sweeps)."""
+    return {k for k in r.scan_iter(f"{prefix}:*", count=1000) if k != f"{prefix}:sweeper".encode()}
 
 
 # -- the checks, no Redis ----------------------------------------------------------------------------------------

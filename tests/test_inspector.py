@@ -298,3 +298,33 @@ def test_retried_attempts_are_marked(page: Any, api: ApiServer, fast_settings: A
     finally:
         runtime.stop(run_id)
         runtime.close()
+
+
+def _png(width: int, height: int) -> bytes:
+    """A real PNG (grey pixels), so the browser can decode the thumbnail."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    rows = b"".join(b"\x00" + b"\x80" * width for _ in range(height))
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
+
+def test_the_input_shows_image_thumbnails_and_file_names(page: Any, api: ApiServer, script: Any) -> None:
+    script("A grey square and a report.")
+    pdf = b"%PDF-1.4\n" + b"x" * 5000
+    files = [("files", ("square.png", _png(40, 30), "image/png")), ("files", ("report.pdf", pdf, "application/pdf"))]
+    resp = httpx.post(
+        f"{api.url}/agents/fake/runs", data={"message": "What are these?", "stream": "false"}, files=files, timeout=30
+    )
+    assert resp.status_code == 200, resp.text  # multipart uploads through the front end (Flask or Django)
+    page.goto(f"{api.url}/ui/runs/{resp.json()['run_id']}")
+    expect(page.locator("#input li.message.user p")).to_have_text("What are these?")
+    expect(page.locator("#input figure.image img.thumb")).to_have_count(1)
+    thumb = page.locator("#input img.thumb")
+    wait_for(lambda: thumb.evaluate("img => img.naturalWidth") == 40, timeout=30, what="the thumbnail decoded")
+    expect(page.locator("#input figure.attachment a.name")).to_have_text(["image", "report.pdf"])
+    expect(page.locator("#input figure.attachment").nth(1)).to_contain_text("application/pdf, 5 KB")

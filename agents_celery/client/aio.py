@@ -137,7 +137,7 @@ class AsyncClient:
     async def stream(
         self,
         agent: str,
-        message: str,
+        message: str | list[dict[str, Any]],
         *,
         session_id: str | None = None,
         user_id: str | None = None,
@@ -159,7 +159,9 @@ class AsyncClient:
     async def stop(self, run_id: str, reason: str = "stopped by request") -> RunView:
         return await self._do(plans.stop(run_id, reason))
 
-    async def run(self, agent: str, message: str, *, timeout: float | None = None, **kwargs: Any) -> RunView:
+    async def run(
+        self, agent: str, message: str | list[dict[str, Any]], *, timeout: float | None = None, **kwargs: Any
+    ) -> RunView:
         stream = await self.stream(agent, message, **kwargs)
         try:
             async with asyncio.timeout(timeout):

@@ -407,7 +407,7 @@ def get(run_id: str) -> Plan[RunView]:
 
 def start(
     agent: str,
-    message: str,
+    message: str | list[dict[str, Any]],
     session_id: str | None,
     user_id: str | None,
     idempotency_key: str | None,

@@ -150,7 +150,7 @@ class Client:
     def stream(
         self,
         agent: str,
-        message: str,
+        message: str | list[dict[str, Any]],
         *,
         session_id: str | None = None,
         user_id: str | None = None,
@@ -161,7 +161,7 @@ class Client:
     ) -> RunStream:
         """Start a run (it executes on the workers) and return its stream, from the first event; ``start_after``
         (seconds) delays it (``scheduled`` until then); ``output_schema`` asks for structured output
-        (docs/output.md)."""
+        (docs/output.md). ``message``: text, or Chat Completions content parts (images and files: docs/input.md)."""
         asked = (session_id, user_id, idempotency_key, until_pause, start_after, output_schema)
         plan = plans.start(agent, message, *asked)
         return RunStream(self, *self._do(plan))
@@ -179,7 +179,9 @@ class Client:
         """Stop a run whatever state it is in; RunFinishedError if it already ended."""
         return self._do(plans.stop(run_id, reason))
 
-    def run(self, agent: str, message: str, *, timeout: float | None = None, **kwargs: Any) -> RunView:
+    def run(
+        self, agent: str, message: str | list[dict[str, Any]], *, timeout: float | None = None, **kwargs: Any
+    ) -> RunView:
         """Start a run and block until it ends or pauses; on a timeout (RunTimeoutError) the run is stopped."""
         stream = self.stream(agent, message, **kwargs)
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -21,6 +21,7 @@ import ag_ui.core as agui
 import pydantic
 
 from ..chatmessages import as_chat
+from ..content import text_of
 from ..events import AGUI_MODELS, Event, EventType
 
 
@@ -176,8 +177,8 @@ def to_messages(messages: list[dict[str, Any]], thread_id: str) -> list[dict[str
     for i, m in enumerate(as_chat(messages)):
         role, ident = m.get("role"), f"{thread_id}-{i}"
         text = m.get("content") if isinstance(m.get("content"), str) else None
-        if role == "user":
-            out.append({"id": ident, "role": "user", "content": text or ""})
+        if role == "user":  # a message with images or files: its text (the parts stay with the run)
+            out.append({"id": ident, "role": "user", "content": text_of(m.get("content"))})
         elif role == "assistant":
             calls = [
                 {"id": c["id"], "type": "function", "function": dict(c["function"])} for c in m.get("tool_calls") or []

@@ -54,6 +54,15 @@ class Headers(dict[str, str]):
         return super().get(key.lower(), default)
 
 
+@dataclass(frozen=True)
+class Upload:
+    """A file of a multipart request's ``files`` field."""
+
+    filename: str
+    content_type: str
+    data: bytes
+
+
 @dataclass
 class Request:
     """What the protocol needs of an HTTP request; each front end builds one from its framework's."""
@@ -70,6 +79,8 @@ class Request:
     #: This request's own access rule, when the front end decides per request (Django: the user, staff, the
     #: API key); None: the API's.
     authorize: Authorize | None = None
+    #: The files of a multipart body's ``files`` field (read with the body; none for JSON or urlencoded).
+    files: Callable[[], list[Upload]] = list
 
 
 @dataclass

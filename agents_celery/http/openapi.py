@@ -22,6 +22,7 @@ _ERROR = {
 _SSE = {"text/event-stream": {"schema": {"type": "string"}}}
 _JSON_OBJECT = {"application/json": {"schema": {"type": "object"}}}
 _JSON_ANY: dict[str, Any] = {"application/json": {"schema": {}}}
+_BYTES = {"*/*": {"schema": {"type": "string", "format": "binary"}}}
 _REASONS = {
     "400": "malformed request",
     "401": "missing or wrong API key",
@@ -47,6 +48,9 @@ def _form_schema(schema: dict[str, Any]) -> dict[str, Any]:
     props = dict(schema.get("properties", {}))
     if "tools" in props:
         props["tools"] = {"type": "string", "description": "JSON list of tool objects"}
+    if schema.get("title") == "RunBody":  # images and files, as Agno's AgentOS takes them (docs/input.md)
+        props["message"] = {"type": "string"}
+        props["files"] = {"type": "array", "items": {"type": "string", "format": "binary"}}
     return {**schema, "properties": props}
 
 
@@ -105,7 +109,7 @@ def _answers(route: Route) -> dict[str, Any]:
         }
     if route.status == 204:
         return {"204": {"description": route.returns}}
-    content = {"sse": _SSE, "list": _JSON_ANY}.get(route.answer, _JSON_OBJECT)
+    content = {"sse": _SSE, "list": _JSON_ANY, "bytes": _BYTES}.get(route.answer, _JSON_OBJECT)
     ok = {str(route.status): {"description": route.returns, "content": content}}
     if route.name == "run_events":  # an EventSource stops reconnecting on a 204
         ok["204"] = {"description": "nothing more will come"}

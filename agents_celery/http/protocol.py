@@ -52,6 +52,10 @@ from .messages import Action, Authorize, Headers, Reply, Request, Resource, Wait
 from .openairesponses import ResponsesEndpoint
 from .sse import LogStream
 from .streams import Streams
+from .uploads import message_of, part_bytes
+
+#: The routes (API methods) whose body may carry a message's images and files.
+CONTENT_ROUTES = frozenset({"create_run", "agui_run"})
 
 #: Names the front ends and tests import from here (they live in :mod:`.messages` and :mod:`.access`).
 __all__ = [
@@ -77,9 +81,10 @@ UI_FILES = {
     "ui.js": "text/javascript; charset=utf-8",
     "ui.css": "text/css; charset=utf-8",
 }
-#: Its pages load only their own script and style, and talk only to this API.
+#: Its pages load only their own script and style, and talk only to this API; images only as this API serves
+#: them (a run's images, fetched with the key and shown from ``blob:`` URLs), never from elsewhere.
 UI_HEADERS = {
-    "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'",
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' blob:; frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",
     "Cache-Control": "no-cache",
@@ -113,6 +118,12 @@ class API:
         settings = runtime.settings
         #: How big and deep a request body may be (front ends check the size before they read the body).
         self.limits = Limits(settings.max_body_bytes, settings.max_json_depth)
+        self._content_limits = self.limits.with_content(settings.max_input_bytes)
+
+    def limits_for(self, name: str) -> Limits:
+        """The body limits of the route ``name`` (an API method): routes that take a message with images and
+        files (:data:`CONTENT_ROUTES`) take bodies as large as a run's parts may be."""
+        return self._content_limits if name in CONTENT_ROUTES else self.limits
 
     # -- access ----------------------------------------------------------------------------------------
 
@@ -157,9 +168,10 @@ class API:
     def create_run(self, req: Request, agent_id: str) -> Reply:
         manifest = self.runtime.agent_manifest(agent_id)  # 404 before looking at the body
         self.access.allow(req, "start", agent_id=agent_id)
-        body = parse(req.body(), RunBody, ("output_schema",), limits=self.limits)
+        body = parse(req.body(), RunBody, ("output_schema",), limits=self.limits_for("create_run"))
         if body.output_schema is not None:  # before the session check records an owner
             check_schema(body.output_schema)
+        message = message_of(body.message, req.files())
         user_id = req.user_id or body.user_id
         if req.user_id and body.user_id and body.user_id != req.user_id:
             raise ForbiddenError(f"you are user {req.user_id!r}: you may not start runs as {body.user_id!r}")
@@ -168,7 +180,7 @@ class API:
             self.access.may_interrupt(req, body.session_id, agent_id)
         stream = self.runtime.stream(
             agent_id,
-            body.message,
+            message,
             session_id=body.session_id,
             user_id=user_id,
             idempotency_key=req.headers.get("Idempotency-Key") or None,
@@ -232,6 +244,29 @@ class API:
     def get_run(self, req: Request, run_id: str) -> Reply:
         self.access.run(req, run_id, "read")
         return Reply(200, self.runtime.get(run_id).to_dict())
+
+    def run_input(self, req: Request, run_id: str) -> Reply:
+        """``GET /runs/<run_id>/input``: the run's user messages as stored (images and files as reference parts,
+        each with the ``url`` of its data under this API)."""
+        self.access.run(req, run_id, "read")
+        state, _ = self.runtime.store.load(run_id)
+        messages = [m for m in state.new_messages if m.get("role") == "user"]
+        return Reply(200, {"run_id": run_id, "messages": [_with_part_urls(m, req, run_id) for m in messages]})
+
+    def run_part(self, req: Request, run_id: str, n: str) -> Reply:
+        """``GET /runs/<run_id>/parts/<n>``: the bytes of an image or file of the run's message."""
+        self.access.run(req, run_id, "read")
+        part = self.runtime.store.parts.own(run_id, int(n)) if n.isascii() and n.isdigit() and len(n) < 9 else None
+        if part is None:
+            raise NotFoundError(f"run {run_id!r} has no part {n}")
+        media_type, data, filename = part_bytes(part)
+        headers = {
+            "X-Content-Type-Options": "nosniff",
+            # an SVG or HTML file shown from this origin could run script: never (a download, in a sandbox)
+            "Content-Security-Policy": "default-src 'none'; sandbox",
+            "Content-Disposition": f'attachment; filename="{_safe_name(filename or f"part-{n}")}"',
+        }
+        return Reply(200, data, headers=headers, content_type=media_type)
 
     # -- schedules ---------------------------------------------------------------------------------------
 
@@ -466,6 +501,25 @@ def _agent(manifest: dict[str, Any]) -> dict[str, Any]:
 def _confirm_tools(manifest: dict[str, Any]) -> frozenset[str]:
     served = [t for ts in manifest.get("toolsets", []) for t in ts.get("tools", [])]  # MCP tools last served
     return frozenset(t["name"] for t in [*manifest.get("tools", []), *served] if t.get("requires_confirmation"))
+
+
+def _with_part_urls(message: dict[str, Any], req: Request, run_id: str) -> dict[str, Any]:
+    """A stored user message, each reference part of this run given the ``url`` of its bytes."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return message
+    base = req.run_url(run_id)
+    out = []
+    for part in content:
+        ref = part.get("ref") if isinstance(part, dict) else None
+        if isinstance(ref, str) and ref.rpartition("/")[0] == run_id:
+            part = {**part, "url": f"{base}/parts/{ref.rpartition('/')[2]}"}
+        out.append(part)
+    return {**message, "content": out}
+
+
+def _safe_name(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "._- " else "_" for c in name)[:200] or "part"
 
 
 def _check_session(info: LogInfo, session_id: str | None) -> None:

@@ -29,8 +29,9 @@ from .bodies import ContinueBody, ConversationBody, CreateBody, MessageBody, Res
 
 #: What a route answers: ``json`` (an object; a 204 has no body), ``list`` (a JSON array), ``page`` (a page of a
 #: listing, ``{<items>, next_cursor}``, asked with ``limit`` and ``cursor``), ``sse`` (an event stream), ``wait``
-#: (``stream=true``: SSE; ``background=true``: 202; otherwise the run's JSON once it ends or pauses).
-Answer = Literal["json", "list", "page", "sse", "wait"]
+#: (``stream=true``: SSE; ``background=true``: 202; otherwise the run's JSON once it ends or pauses), ``bytes``
+#: (a body of its own media type).
+Answer = Literal["json", "list", "page", "sse", "wait", "bytes"]
 
 #: The error statuses every route may answer (besides its own): no or a wrong API key, Redis down.
 COMMON_ERRORS = (401, 503)
@@ -135,6 +136,24 @@ ROUTES: tuple[Route, ...] = (
         errors=(400,),
     ),
     Route("GET", "/runs/{run_id}", "get_run", "json", "run state", returns="state", errors=(404, 410)),
+    Route(
+        "GET",
+        "/runs/{run_id}/input",
+        "run_input",
+        "json",
+        "the run's user messages: text, images and files (as reference parts with the url of their bytes)",
+        returns="{run_id, messages}",
+        errors=(404, 410),
+    ),
+    Route(
+        "GET",
+        "/runs/{run_id}/parts/{n}",
+        "run_part",
+        "bytes",
+        "the bytes of an image or file of the run's message",
+        returns="the part's data, as its media type",
+        errors=(404, 410),
+    ),
     Route(
         "DELETE",
         "/runs/{run_id}",

@@ -90,6 +90,11 @@ class Parts:
                 _, (_, gone) = self._cache.popitem(last=False)
                 self._cached -= gone
 
+    def own(self, run_id: str, n: int) -> dict[str, Any] | None:
+        """Part ``n`` of the run's own message (None: the run holds no such part)."""
+        raw = self.redis.hget(self.keys.run(run_id).run, f"part:{n}")
+        return None if raw is None else dict(json.loads(raw))
+
     def copy_to_session(self, state: RunState, ttl_ms: int) -> None:
         """Before a run's messages enter its session's history: the parts they name, into the session's parts,
         which then live as long as the history (refreshed here whenever the history grows)."""

@@ -12,6 +12,7 @@ waits) and with the sync one under WSGI.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import wraps
@@ -21,12 +22,14 @@ from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict, StreamingHttpResponse
 from django.middleware.csrf import CsrfViewMiddleware
+from django.urls import reverse
 from django.utils.module_loading import import_string
 from django.views.decorators.csrf import csrf_exempt
 
 from ...errors import AgentsCeleryError, AuthenticationError, BadRequestError
 from ...http import sse
 from ...http.bodies import Limits, check_size, fields_of, read_capped
+from ...http.messages import Upload
 from ...http.openapi import spec
 from ...http.protocol import API, Action, Headers, Reply, Request, Resource, error_reply
 from ...http.routes import Route
@@ -106,10 +109,11 @@ def _rule(user_id: str | None, staff: bool, user: Any) -> Callable[..., bool]:
     return rule
 
 
-async def protocol_request(request: HttpRequest, api: API) -> Request | HttpResponse:
-    """The protocol's Request for a Django request, or the answer that refuses it (401, CSRF 403)."""
+async def protocol_request(request: HttpRequest, api: API, name: str = "") -> Request | HttpResponse:
+    """The protocol's Request for a Django request (to the API's ``name`` route), or the answer that refuses it
+    (401, CSRF 403)."""
     headers = Headers(request.headers.items())
-    limits = api.limits
+    limits = api.limits_for(name)
 
     def body() -> dict[str, Any]:
         check_size(int(request.headers.get("Content-Length") or 0) or None, limits)
@@ -120,26 +124,43 @@ async def protocol_request(request: HttpRequest, api: API) -> Request | HttpResp
             return fields_of(kind, request.POST, b"", limits)  # Django parsed it (its body can't be read again)
         return fields_of(kind, {}, request.body, limits)
 
-    def run_url(run_id: str) -> str:
-        return str(request.path).split("/agents/", 1)[0] + f"/runs/{run_id}"
+    files = functools.partial(_files, request, limits)
+    run_url = functools.partial(_run_url, request)
 
     if headers.get("Authorization"):  # a machine client: the API key, and nothing else, decides
         if not api.runtime.settings.api_key:
             raise AuthenticationError("this API has no API key (AGENTS_CELERY API_KEY); log in instead")
         api.authenticate(headers)
-        return Request(request.method or "GET", headers, request.GET, body, None, run_url)  # no rule: may do anything
+        # no rule: may do anything
+        return Request(request.method or "GET", headers, request.GET, body, None, run_url, files=files)
     user_id, staff, user = await sync_to_async(_user, thread_sensitive=True)(request)
     if user_id is None:
         if not config().front_end("ALLOW_ANONYMOUS", False):
             raise AuthenticationError("log in, or send 'Authorization: Bearer <key>' with the API key")
-        return Request(
-            request.method or "GET", headers, request.GET, body, ANONYMOUS, run_url, _rule(ANONYMOUS, False, None)
-        )
+        rule = _rule(ANONYMOUS, False, None)
+        return Request(request.method or "GET", headers, request.GET, body, ANONYMOUS, run_url, rule, files)
     if request.method not in ("GET", "HEAD", "OPTIONS"):
         refused = _csrf_refusal(request)
         if refused is not None:
             return refused
-    return Request(request.method or "GET", headers, request.GET, body, user_id, run_url, _rule(user_id, staff, user))
+    rule = _rule(user_id, staff, user)
+    return Request(request.method or "GET", headers, request.GET, body, user_id, run_url, rule, files)
+
+
+def _files(request: HttpRequest, limits: Limits) -> list[Upload]:
+    """The files of a multipart body's ``files`` field."""
+    if request.content_type != "multipart/form-data":
+        return []
+    check_size(int(request.headers.get("Content-Length") or 0) or None, limits)
+    return [Upload(f.name or "", f.content_type or "", f.read()) for f in request.FILES.getlist("files")]
+
+
+def _run_url(request: HttpRequest, run_id: str) -> str:
+    """The URL of ``GET /runs/<run_id>`` under the prefix (and namespace) the app's URLs are mounted at."""
+    match = request.resolver_match
+    if match is not None and match.namespace:
+        return str(reverse(f"{match.namespace}:get_run", kwargs={"run_id": run_id}))
+    return str(request.path).split("/agents/", 1)[0] + f"/runs/{run_id}"
 
 
 def _chunked_body(request: HttpRequest, kind: str, limits: Limits) -> dict[str, Any]:
@@ -160,7 +181,7 @@ def _chunked_body(request: HttpRequest, kind: str, limits: Limits) -> dict[str, 
 async def call(request: HttpRequest, name: str, **params: Any) -> HttpResponse:
     """Ask the API's ``name`` route (with the path's parameters) and answer as it says."""
     api = config().api
-    req = await protocol_request(request, api)
+    req = await protocol_request(request, api, name)
     if isinstance(req, HttpResponse):
         return req
     reply = await sync_to_async(getattr(api, name), thread_sensitive=False)(req, **params)

@@ -21,7 +21,8 @@ from werkzeug.formparser import parse_form_data
 
 from ...errors import AgentsCeleryError, RedisUnavailableError
 from ...http import sse
-from ...http.bodies import check_size, fields_of, read_capped
+from ...http.bodies import Limits, check_size, fields_of, read_capped
+from ...http.messages import Upload
 from ...http.openapi import spec
 from ...http.protocol import API, Headers, Reply, Request, error_reply, status_of
 from ...http.routes import ROUTES, SPECIAL, Route, template
@@ -43,34 +44,51 @@ def api() -> API:
 FORMS = ("application/x-www-form-urlencoded", "multipart/form-data")
 
 
-def _body() -> dict[str, Any]:
-    limits = api().limits
+def _body(limits: Limits) -> dict[str, Any]:
     check_size(request.content_length, limits)  # before reading it
     kind = request.mimetype or ""
     if request.content_length is not None:
         return fields_of(kind, request.form, request.get_data(cache=True), limits)
-    if "agents_celery_body" not in g:  # chunked (no Content-Length): read at most one byte past the limit
+    data = _chunked(limits)
+    return fields_of(kind, _form(data)[0] if kind in FORMS else {}, data, limits)
+
+
+def _chunked(limits: Limits) -> bytes:
+    """A chunked body (no Content-Length), read once, at most one byte past the limit."""
+    if "agents_celery_body" not in g:
         g.agents_celery_body = read_capped(request.stream.read, limits)
     data: bytes = g.agents_celery_body
-    return fields_of(kind, _form(data) if kind in FORMS else {}, data, limits)
+    return data
 
 
-def _form(data: bytes) -> Mapping[str, str]:
-    """The form fields of a chunked body already read (Flask's ``request.form`` would read the stream again)."""
+def _form(data: bytes) -> tuple[Mapping[str, str], Any]:
+    """The form fields and files of a chunked body already read (Flask's ``request.form`` would read the stream
+    again)."""
     environ = {**request.environ, "wsgi.input": io.BytesIO(data), "wsgi.input_terminated": True}  # ends there
-    form: Mapping[str, str] = parse_form_data(environ)[1]
-    return form
+    _, form, files = parse_form_data(environ)
+    return form, files
 
 
-def _request() -> Request:
+def _files(limits: Limits) -> list[Upload]:
+    """The files of a multipart body's ``files`` field."""
+    if request.mimetype != "multipart/form-data":
+        return []
+    check_size(request.content_length, limits)
+    files = request.files if request.content_length is not None else _form(_chunked(limits))[1]
+    return [Upload(f.filename or "", f.mimetype or "", f.read()) for f in files.getlist("files") if f.filename]
+
+
+def _request(name: str = "") -> Request:
     user_id = current_app.config.get("AGENTS_CELERY_USER_ID")
+    limits = api().limits_for(name)
     return Request(
         method=request.method,
         headers=Headers(request.headers.items()),
         query=request.args,
-        body=_body,
+        body=lambda: _body(limits),
         user_id=user_id() if callable(user_id) else None,
         run_url=lambda run_id: url_for(f"{blueprint.name}.get_run", run_id=run_id),
+        files=lambda: _files(limits),
     )
 
 
@@ -189,7 +207,7 @@ def _view(route: Route) -> Callable[..., Response]:
     """The view of one route of the table: the API's method, with the request and the path's parameters."""
 
     def view(**params: Any) -> Response:
-        return respond(getattr(api(), route.api_method)(_request(), **params))
+        return respond(getattr(api(), route.api_method)(_request(route.api_method), **params))
 
     return view
 

@@ -289,6 +289,53 @@ function runPage() {
     return item;
   }
 
+  // The run's input: its user messages, images as thumbnails and files by name (their bytes fetched with the key).
+  async function showInput() {
+    let data;
+    try {
+      data = await api("GET", "/runs/" + encodeURIComponent(runId) + "/input");
+    } catch (err) {
+      return; // the timeline says what is wrong
+    }
+    const section = document.getElementById("input");
+    const items = (data.messages || []).map((m) => {
+      const item = el("li", { class: "message user" });
+      const parts = typeof m.content === "string" ? [{ type: "text", text: m.content }] : m.content || [];
+      for (const part of parts) item.append(showPart(part));
+      return item;
+    });
+    section.replaceChildren(el("h2", { text: "Input" }), el("ol", { class: "input" }, ...items));
+    section.hidden = items.length === 0;
+  }
+
+  function showPart(part) {
+    if (part.type === "text") return el("p", { text: part.text });
+    if (part.ref) return attachment(part);
+    if (part.type === "image_url" && part.image_url) { // by URL: a link (the page loads nothing from elsewhere)
+      return el("a", { class: "image-link", href: part.image_url.url, rel: "noreferrer noopener", target: "_blank", text: "image " + part.image_url.url });
+    }
+    const file = part.file || {};
+    return el("span", { class: "file", text: "file " + (file.filename || file.file_id || "") });
+  }
+
+  function attachment(part) {
+    const image = part.type === "image_url";
+    const name = part.filename || (image ? "image" : "file");
+    const size = part.bytes >= 1048576 ? (part.bytes / 1048576).toFixed(1) + " MB" : Math.ceil(part.bytes / 1024) + " KB";
+    const about = ` (${part.media_type}, ${size})`;
+    const caption = el("figcaption", {}, el("span", { class: "name", text: name }), about);
+    const box = el("figure", { class: image ? "attachment image" : "attachment", "data-ref": part.ref }, caption);
+    fetch(part.url, { headers: headers({}), credentials: "same-origin" })
+      .then((res) => (res.ok ? res.blob() : Promise.reject(new Error(`HTTP ${res.status}`))))
+      .then((blob) => {
+        const url = URL.createObjectURL(blob);
+        if (image) box.prepend(el("img", { class: "thumb", src: url, alt: name }));
+        caption.replaceChildren(el("a", { class: "name", href: url, download: name, text: name }), about);
+      })
+      .catch(() => {}); // the name and size stay shown
+    return box;
+  }
+
   // One stored event, rendered once (events at or below the last rendered offset are skipped).
   function render(offset, ev) {
     const type = ev.type;
@@ -399,9 +446,11 @@ function runPage() {
   });
   keyForm(async () => {
     await refresh();
+    showInput();
     if (keyGiven) { const go = keyGiven; keyGiven = null; go(); }
   });
   refresh();
+  showInput();
   follow();
 }
 
