@@ -44,11 +44,9 @@ class Server:
         self.thread = threading.Thread(target=self.http.serve_forever, daemon=True)
         self.thread.start()
 
-    def client(self, user: str | None = "bob", **options: Any) -> openai.OpenAI:
+    def client(self, user: str | None = "bob", api_key: str = "unused") -> openai.OpenAI:
         headers = {"X-User": user} if user else {}
-        return openai.OpenAI(
-            base_url=self.url + "/v1", api_key="unused", default_headers=headers, max_retries=0, **options
-        )
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=api_key, default_headers=headers, max_retries=0)
 
     def close(self) -> None:
         self.http.shutdown()
@@ -369,21 +367,21 @@ def test_delete_a_response_deletes_its_run(client: openai.OpenAI, script: Any) -
         client.responses.retrieve(made.id)
 
 
-@pytest.fixture(params=["flask", "django"])
-def api_process(request: pytest.FixtureRequest, worker: Any, worker_env: dict[str, str]) -> Iterator[Any]:
-    """``agents-celery api`` (Flask) or the Django example project under uvicorn, in a process of its own, with an
-    API key the openai SDK sends as ``Authorization: Bearer``."""
+@pytest.fixture
+def django_api(worker: Any, worker_env: dict[str, str]) -> Iterator[Any]:
+    """The Django example project under uvicorn, in a process of its own, with an API key the openai SDK sends as
+    ``Authorization: Bearer`` (the Flask blueprint is the in-process server of the other tests)."""
     from .api_support import ApiServer
 
     env = {**worker_env, "AGENTS_CELERY_API_KEY": "sk-test-key", "AGENTS_CELERY_KEEPALIVE_SECONDS": "0.3"}
-    found = ApiServer(env, django=request.param == "django").wait_ready()
+    found = ApiServer(env, django=True).wait_ready()
     yield found
     found.stop()
 
 
-def test_a_round_trip_on_each_front_end(api_process: Any, script: Any) -> None:
+def test_a_round_trip_on_django(django_api: Any, script: Any) -> None:
     script(ScriptedTurn(text="Checking.", tool_calls=[ScriptedToolCall("add", {"a": 2, "b": 3})]), "It is 5.")
-    client = openai.OpenAI(base_url=api_process.url + "/v1", api_key="sk-test-key", max_retries=0)
+    client = openai.OpenAI(base_url=django_api.url + "/v1", api_key="sk-test-key", max_retries=0)
     live = list(client.responses.create(model="fake", input="2+3?", stream=True, background=True))
     check_sequence(live)
     response_id = live[0].response.id
@@ -393,9 +391,21 @@ def test_a_round_trip_on_each_front_end(api_process: Any, script: Any) -> None:
     assert final.output_text == deltas(live) == "Checking.It is 5."
     assert client.responses.cancel(response_id).status == "completed"
     assert "fake" in [m.id for m in client.models.list().data]
-    stranger = openai.OpenAI(base_url=api_process.url + "/v1", api_key="sk-wrong", max_retries=0)
+    stranger = openai.OpenAI(base_url=django_api.url + "/v1", api_key="sk-wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         stranger.responses.retrieve(response_id)
+
+
+def test_the_api_key_is_the_sdk_s_bearer_token(fast_settings: Any, worker: Any, script: Any) -> None:
+    keyed = Server(Runtime(settings=fast_settings.model_copy(update={"api_key": "sk-flask-key"})))
+    try:
+        script("keyed")
+        made = keyed.client(api_key="sk-flask-key").responses.create(model="fake", input="hi")
+        assert made.output_text == "keyed"
+        with pytest.raises(openai.AuthenticationError):
+            keyed.client(api_key="sk-wrong").responses.retrieve(made.id)
+    finally:
+        keyed.close()
 
 
 @pytest.mark.parametrize("with_previous", [True, False], ids=["previous_response_id", "stateless"])

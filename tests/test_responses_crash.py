@@ -23,13 +23,27 @@ from .test_responses import Server, check_sequence, deltas
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
+@pytest.fixture(scope="module")
+def module_cluster(fake_openai: Any) -> Iterator[tuple[Any, Server]]:
+    """One deployment for the module (its workers are killed and topped up), the API in a thread over it."""
+    from .cluster import Deployment
+
+    deployment = Deployment("resp", fake_openai.url)
+    try:
+        server = Server(Runtime(settings=deployment.settings))
+        yield deployment, server
+        server.close()
+    finally:
+        deployment.close()
+
+
 @pytest.fixture
-def cluster(deploy: Any) -> Iterator[tuple[Any, Server]]:
-    deployment = deploy("resp")
-    deployment.start(2)
-    server = Server(Runtime(settings=deployment.settings))
-    yield deployment, server
-    server.close()
+def cluster(module_cluster: tuple[Any, Server]) -> tuple[Any, Server]:
+    deployment, _ = module_cluster
+    alive = [w for w in deployment.workers if w.proc.poll() is None]
+    if len(alive) < 2:
+        deployment.start(2 - len(alive))
+    return module_cluster
 
 
 def crash_key(deployment: Any, point: str, run_id: str) -> str:
