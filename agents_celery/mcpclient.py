@@ -214,6 +214,8 @@ def submit(coro_fn: Callable[[], Coroutine[Any, Any, T]], timeout: float) -> T:
     try:
         return future.result(timeout)
     except concurrent.futures.TimeoutError:
+        if future.done():
+            raise  # the coroutine's own TimeoutError (an alias of this one since Python 3.11)
         future.cancel()
         raise TimeoutError(f"no answer within {timeout:g}s") from None
 

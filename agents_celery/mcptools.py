@@ -239,7 +239,8 @@ class MCPTool(Tool):
 
         toolset = self.toolset
         meta = {"idempotency_key": context.idempotency_key, "run_id": context.run_id, "attempt": context.attempt}
-        limit = self.timeout if self.timeout is not None else _DEFAULT_TIMEOUT
+        # A little past the step's own deadline (the tool's timeout), so the step's walk-away speaks first.
+        limit = (self.timeout if self.timeout is not None else _DEFAULT_TIMEOUT) + 2
         tries = 2 if self.idempotent else 1
         for attempt in range(tries):
             try:
@@ -249,6 +250,10 @@ class MCPTool(Tool):
             except mcpclient.ServerUnreachable as exc:
                 raise MCPUnavailable(
                     f"MCP server {toolset.name!r} is unreachable; the tool did not run ({exc})"
+                ) from None
+            except TimeoutError as exc:
+                raise MCPUnavailable(
+                    f"MCP server {toolset.name!r} did not answer the call; it may or may not have run ({exc})"
                 ) from None
             except mcpclient.ConnectionLost as exc:
                 if attempt + 1 < tries:

@@ -130,6 +130,10 @@ def test_tools_listed_once_per_run_and_called_with_the_idempotency_key(
     assert served["m_delete"]["requires_confirmation"] and not served["m_count"]["requires_confirmation"]
     rt.run("mcp_http", "m_count:k2:1", timeout=60)
     assert count("tools_list") == 2  # a run of its own lists again
+    sessions = {m["session"] for m in metas(r, own.prefix)}
+    assert len(sessions) == 1 and "" not in sessions, (
+        sessions
+    )  # five calls of two runs on the worker's one pooled session
 
 
 def test_confirmation_with_edited_arguments(mcp_deploy: tuple[Deployment, Server], r: redis.Redis) -> None:
@@ -169,6 +173,7 @@ def test_kill_9_after_the_call_was_sent_runs_it_once(mcp_deploy: tuple[Deploymen
     events = all_events(rt, stream.id)
     assert rt.get(stream.id).status == "completed"
     assert_run_sound(events, tool_counts={"slow": 1}, counter=count)
+    assert count("tools_list") == 1  # the second worker used the tools the run recorded: it did not list them
     retried = [e for e in events if e.type is EventType.STEP_STARTED and e.data["metadata"]["attempt"] == 2]
     assert retried, "the tool step was retried by the second worker"
 
@@ -217,6 +222,25 @@ def test_stop_during_a_hanging_call_ends_the_run_in_time(mcp_deploy: tuple[Deplo
     # The worker's next run still gets through to the server (the abandoned request did not wedge the session).
     view = rt.run("mcp_http", "m_count:after:1", timeout=60)
     assert view.status == "completed" and count("after") == 1
+
+
+def test_a_call_past_its_timeout_is_an_error_result(fake_openai: Any, deploy: Any, r: redis.Redis) -> None:
+    fake_openai.responder = scripted
+    own: Deployment = deploy("mcpto", {"AGENTS_CELERY_AGENTS": "tests.agents_mcp", "MCP_TEST_TOOL_TIMEOUT": "1"})
+    server = Server(own.prefix)
+    try:
+        own.env["MCP_TEST_URL"] = server.url
+        own.worker()
+        rt, count = own.runtime, counter_of(r, own.prefix)
+        stream = rt.stream("mcp_http", "m_hang:late:1")
+        events = all_events(rt, stream.id)
+        assert rt.get(stream.id).status == "completed"
+        (result,) = tool_results(events)
+        assert result == "Error: tool 'm_hang' did not finish within 1s; it was abandoned"
+        assert count("late") == 1
+        assert_run_sound(events, tool_counts={"late": 1}, counter=count)
+    finally:
+        server.kill()
 
 
 def test_stdio_server(mcp_deploy: tuple[Deployment, Server], r: redis.Redis) -> None:

@@ -4,8 +4,8 @@
 
 It counts in Redis (``MCP_TEST_REDIS``, keys under ``MCP_TEST_PREFIX``, as ``tests/invariants.py:counter_of``
 reads them): ``<p>:test:count:<key>`` per execution of ``count``/``slow_count``/``delete``/``hang``,
-``<p>:test:count:tools_list`` per ``tools/list`` request; and it keeps each call's ``_meta`` in the list
-``<p>:test:mcp:meta``.
+``<p>:test:count:tools_list`` per ``tools/list`` request; and it keeps each call's ``_meta`` (and which client
+session sent it) in the list ``<p>:test:mcp:meta``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ def bump(key: str) -> int:
 def keep_meta(ctx: Context, tool: str, args: dict[str, Any]) -> None:
     meta = ctx.request_context.meta
     found = dict(meta or {})  # a TypedDict: the request's ``_meta`` as the client sent it
-    _redis.rpush(f"{PREFIX}:test:mcp:meta", json.dumps({"tool": tool, "args": args, "meta": found}, default=str))
+    session = (ctx.headers or {}).get("mcp-session-id", "")  # the client's session (stdio: none)
+    record = {"tool": tool, "args": args, "meta": found, "session": session}
+    _redis.rpush(f"{PREFIX}:test:mcp:meta", json.dumps(record, default=str))
 
 
 class CountingServer(MCPServer):
