@@ -4,6 +4,7 @@ split indexes spread over every master, and a listing of 1,000 runs merges the s
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
@@ -15,7 +16,7 @@ import pytest
 import redis
 
 from agents_celery.errors import ConfigurationError, LogRewoundError, RedisUnavailableError
-from agents_celery.events import EventType
+from agents_celery.events import EventType, make_event
 from agents_celery.runs import RunStatus
 from agents_celery.settings import load_settings
 from agents_celery.storage.connections import connect, is_cluster
@@ -84,6 +85,11 @@ def test_runs_complete_with_their_keys_and_indexes_spread_over_every_master(
     assert {v.run_id for v in page.runs} == {r.id for r in runs}
     assert [v.created_at for v in page.runs] == sorted((v.created_at for v in page.runs), reverse=True)
     assert rt.agents() and rt.agent_manifest("fake")["name"] == "fake"  # manifests read across buckets
+
+    async def read_async() -> list[str]:  # the asyncio cluster client (Django's async views, Runtime.aevents)
+        return [e.position async for e in rt.get_stream(runs[0].id).aevents(-1)]
+
+    assert asyncio.run(read_async()) == [e.position for e in all_events(rt, runs[0].id)]
 
 
 def test_a_parent_and_its_children_on_the_cluster_and_their_agui_stream(
@@ -342,3 +348,55 @@ def test_schedules_and_sessions_are_listed_across_the_shards(on_cluster: Deploym
             break
         cursor = page.next_cursor
     assert seen == list(reversed(sessions))
+
+
+def test_an_async_tail_reads_a_watched_child_in_another_slot(redis_cluster: LocalCluster) -> None:
+    """The asyncio tail of a parent's log with a child watched (Django's async AG-UI stream): the child's events,
+    in another slot, come out as ChildPages while the parent's log is quiet, then the parent's end ends it."""
+    from agents_celery.storage.connections import connect_async
+    from agents_celery.storage.eventlog import AsyncEventLog, ChildPage, Watching
+    from agents_celery.storage.leases import Leases
+
+    settings = load_settings(
+        redis_url=redis_cluster.url, broker_url=TEST_REDIS_URL, key_prefix=f"at-{uuid.uuid4().hex[:6]}"
+    )
+    client = connect(settings.redis_url)
+    store = RunStore(client, settings)
+    leases = Leases(client, store.keys)
+    parent, child = uuid.uuid4().hex, uuid.uuid4().hex
+    assert client.keyslot(store.keys.run(parent).events) != client.keyslot(store.keys.run(child).events)
+    tokens = {}
+    for run_id in (parent, child):
+        store.log.create(run_id, "s", "a", [make_event(EventType.RUN_STARTED, thread_id="s", run_id=run_id)])
+        tokens[run_id] = leases.acquire(run_id, 60_000)
+    delta = make_event(EventType.TEXT_MESSAGE_CONTENT, message_id="m", delta="x")
+
+    async def follow() -> tuple[list[int], list[int]]:
+        aclient = connect_async(settings.redis_url)
+        log = AsyncEventLog(aclient, store.keys)
+        watching = Watching(store.keys)
+        watching.last[child] = -1
+        own: list[int] = []
+        kids: list[int] = []
+        try:
+            async for page in log.tail(parent, -1, block_ms=2000, watching=watching):
+                if isinstance(page, ChildPage):
+                    kids += [offset for offset, _ in page.entries]
+                    if len(kids) >= 4:  # the child's start and 3 deltas: now the parent ends
+                        end = make_event(
+                            EventType.RUN_FINISHED, thread_id="s", run_id=parent, outcome={"type": "success"}
+                        )
+                        await asyncio.to_thread(store.log.set_status, parent, "ended", tokens[parent], [end])
+                    else:
+                        await asyncio.to_thread(store.log.append, child, [delta], tokens[child])
+                elif isinstance(page, list):
+                    own += [offset for offset, _ in page]
+        finally:
+            await aclient.aclose()
+        return own, kids
+
+    try:
+        own, kids = asyncio.run(asyncio.wait_for(follow(), timeout=30))
+    finally:
+        client.close()
+    assert own == [0, 1] and kids == [0, 1, 2, 3]
