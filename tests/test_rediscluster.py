@@ -17,6 +17,7 @@ import redis
 
 from agents_celery.errors import ConfigurationError, LogRewoundError, RedisUnavailableError
 from agents_celery.events import EventType, make_event
+from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.runs import RunStatus
 from agents_celery.settings import load_settings
 from agents_celery.storage.connections import connect, is_cluster
@@ -400,3 +401,32 @@ def test_an_async_tail_reads_a_watched_child_in_another_slot(redis_cluster: Loca
     finally:
         client.close()
     assert own == [0, 1] and kids == [0, 1, 2, 3]
+
+
+def test_workers_with_the_fence_on_wait_for_replicas_at_each_fenced_write(
+    deploy: Any, redis_cluster: LocalCluster, fake_openai: Any
+) -> None:
+    """``AGENTS_CELERY_WAIT_REPLICAS=1`` on the workers and the Runtime: a run with a tool call completes soundly,
+    and the masters served a ``WAIT`` for its creation, each commit and the tool call's ``started`` record."""
+    d: Deployment = deploy(
+        "fenced", {"AGENTS_CELERY_WAIT_REPLICAS": "1"}, redis_url=redis_cluster.url, broker_url=TEST_REDIS_URL
+    )
+    d.start(1)
+    rt = d.runtime
+    assert rt.store.fence
+
+    def waits() -> int:
+        total = 0
+        for port in redis_cluster.masters():
+            stats = redis.Redis(port=port).info("commandstats")
+            total += int(stats.get("cmdstat_wait", {}).get("calls", 0))
+        return total
+
+    fake_openai.responder = ScriptResponder([ScriptedTurn("", [ScriptedToolCall("add", {"a": 2, "b": 3})]), "It is 5."])
+    before = waits()
+    stream = rt.stream("fake", "add 2 and 3")
+    events = all_events(rt, stream.id)
+    assert_run_sound(events)
+    assert rt.get(stream.id).status is RunStatus.COMPLETED
+    # created (1), the tool call started (1), the commits of the model turn, the tool step and the last turn (3)
+    assert waits() - before >= 5

@@ -4,10 +4,10 @@ Redis replication is asynchronous: a master that dies (a Redis Cluster failover,
 the writes its replicas had not received, acknowledged or not. For the events of a live step that is the same
 hazard as an AOF that lost its last second: the run goes on from the last write the new master has, offsets
 are written again with other events, and a reader that names what it saw (``offset.tag``) is told
-(``log_rewound``). A commit, a run's creation, a change of its log's status and a tool call's ``started`` record
-are the writes worth waiting for: each is what a retried step trusts (the committed state, the calls that may
-have run). With ``AGENTS_CELERY_WAIT_REPLICAS=n`` (0, the default: no wait) each of them is followed by
-``WAIT n wait_replicas_timeout_ms``.
+(``log_rewound``). A commit, a run's creation, a change of its log's status, a tool call's ``started`` record
+and a pydantic-ai unit's journal entry (:mod:`.journal`) are the writes worth waiting for: each is what a
+retried step trusts (the committed state, the calls that may have run). With ``AGENTS_CELERY_WAIT_REPLICAS=n``
+(0, the default: no wait) each of them is followed by ``WAIT n wait_replicas_timeout_ms``.
 
 ``WAIT`` counts the writes of the connection it is sent on, and a write through a pool or a cluster client may
 go out on any connection of the master. So the fence sends, in one pipeline on one connection to the master

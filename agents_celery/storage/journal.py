@@ -49,6 +49,8 @@ class Journal:
         self.redis = client
         self.keys = keys
         self._write = register(client, "journal_write")
+        #: Called with the run id after each write (the failover fence of the run store: ``RunStore.fence``).
+        self.fence: Callable[[str], Any] | None = None
 
     def entries(self, run_id: str, segment: int) -> dict[int, Entry]:
         """The units recorded for ``segment`` of the run, by ``seq``."""
@@ -89,6 +91,8 @@ class Journal:
         except redis.ResponseError as exc:
             mapped = refusal(exc, run_id)
             raise (mapped or exc) from None
+        if self.fence:
+            self.fence(run_id)
         for observe in AFTER_WRITE:
             observe(run_id, entry.name, seq)
         return first

@@ -130,6 +130,7 @@ class GuestAgent(Agent):
         journal = self._journals.get(id(ctx.store))
         if journal is None:
             journal = self._journals[id(ctx.store)] = Journal(ctx.store.redis, ctx.store.keys)
+            journal.fence = ctx.store.fence or None  # a unit's result is what a replay trusts: fenced like a commit
         return journal
 
     async def _run(
