@@ -134,6 +134,8 @@ def test_invalid_then_valid_is_one_visible_retry_step(runtime: Runtime, fake_ope
     assert view.status == "completed" and view.output == PARIS
     sent_back = [m for m in view.messages if m["role"] == "user" and m["content"].startswith(RETRY_PREFIX)]
     assert len(sent_back) == 1 and "temperature_c" in sent_back[0]["content"]
+    said = [e for e in events if e.type is EventType.TEXT_MESSAGE_CONTENT and e.data["message_id"].startswith("usr_")]
+    assert [e.data["delta"] for e in said] == [sent_back[0]["content"]]  # the log shows what was sent back
     asked = [r for r in fake_openai.requests if r.get("messages", [{}])[-1].get("content") == sent_back[0]["content"]]
     assert len(asked) == 1 and asked[0]["response_format"]["json_schema"]["name"] == "Forecast"
 

@@ -72,25 +72,46 @@ def test_agentos_form_field_and_json_body(client: httpx.Client, fake_openai: Any
     assert got[-1]["event"] == "RunCompleted" and got[-1]["content"] == {"x": 3, "y": 4}
 
 
-def test_agui_forwarded_props_output_schema(client: httpx.Client, fake_openai: Any) -> None:
-    fake_openai.responder = SchemaResponder([{"x": 5, "y": 6}])
-    thread = uuid.uuid4().hex
+def agui_turn(client: httpx.Client, thread: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     body = {
         "threadId": thread,
         "runId": uuid.uuid4().hex,
         "state": {},
-        "messages": [{"id": uuid.uuid4().hex, "role": "user", "content": "Where?"}],
+        "messages": messages,
         "tools": [],
         "context": [],
         "forwardedProps": {"output_schema": POINT},
     }
     with client.stream("POST", "/agui/fake", json=body) as resp:
-        assert resp.status_code == 200
+        assert resp.status_code == 200, resp.read()
         events = [f.data for f in frames(resp)]
     assert_agui_stream(events)
+    return events
+
+
+def conversation(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages a client keeps from a stream's TEXT_MESSAGE events (as HttpAgent does)."""
+    kept: dict[str, dict[str, Any]] = {}
+    for e in events:
+        if e["type"] == "TEXT_MESSAGE_START":
+            kept[e["messageId"]] = {"id": e["messageId"], "role": e["role"], "content": ""}
+        elif e["type"] == "TEXT_MESSAGE_CONTENT":
+            kept[e["messageId"]]["content"] += e["delta"]
+    return list(kept.values())
+
+
+def test_agui_forwarded_props_output_schema(client: httpx.Client, fake_openai: Any) -> None:
+    fake_openai.responder = SchemaResponder(["[5, 6]", {"x": 5, "y": 6}])
+    thread, question = uuid.uuid4().hex, {"id": uuid.uuid4().hex, "role": "user", "content": "Where?"}
+    events = agui_turn(client, thread, [question])
     assert events[-1]["type"] == "RUN_FINISHED" and events[-1]["result"] == {"x": 5, "y": 6}
-    deltas = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
-    assert json.loads(deltas) == {"x": 5, "y": 6}
+    said = conversation(events)
+    assert [m["role"] for m in said] == ["assistant", "user", "assistant"]  # the retry's message is shown
+    assert json.loads(said[-1]["content"]) == {"x": 5, "y": 6}
+    # the next turn, with the conversation as the client kept it, agrees with the thread's stored history
+    fake_openai.responder = SchemaResponder([{"x": 7, "y": 8}])
+    again = agui_turn(client, thread, [question, *said, {"id": uuid.uuid4().hex, "role": "user", "content": "And?"}])
+    assert again[-1]["type"] == "RUN_FINISHED" and again[-1]["result"] == {"x": 7, "y": 8}
 
 
 def test_the_http_client_passes_output_schema(api: ApiServer, fake_openai: Any) -> None:

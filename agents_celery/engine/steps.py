@@ -450,7 +450,8 @@ def after_turn(
 def final_answer(agent: Agent, state: RunState, text: str, events: list[NewEvent], retries: int) -> StepResult:
     """A turn without tool calls: the run completes with ``text``, or, under an output schema, with the validated
     answer. An answer that fails the schema is sent back to the model as a turn of its own (a CUSTOM
-    ``output_retry`` event says why), ``retries`` times at most; then the run fails with OutputValidationError."""
+    ``output_retry`` event says why, then the message sent back as a user message), ``retries`` times at most;
+    then the run fails with OutputValidationError."""
     spec = spec_for(agent.output, state.output_schema)
     if spec is None:
         return completed(state, events)
@@ -464,16 +465,22 @@ def final_answer(agent: Agent, state: RunState, text: str, events: list[NewEvent
             )
             return failed(state.model_copy(update={"output": None}), error, events)
         attempt = state.output_retries + 1
+        feedback = retry_message(str(exc))
         state = state.model_copy(
             update={
-                "messages": [*state.messages, retry_message(str(exc))],
+                "messages": [*state.messages, feedback],
                 "output_retries": attempt,
                 "output": None,
                 "next": "model",
             }
         )
         value = {"attempt": attempt, "max_retries": retries, "error": str(exc), "schema": spec.name}
-        return StepResult(state, [*events, make_event(EventType.CUSTOM, name="output_retry", value=value)], "live")
+        # the message sent back shows as a user message (``usr_``), so a client's copy of the conversation
+        # (AG-UI's messages) stays the one the session stores
+        said = user_message_events(feedback["content"])
+        return StepResult(
+            state, [*events, make_event(EventType.CUSTOM, name="output_retry", value=value), *said], "live"
+        )
     return completed(state.model_copy(update={"output": value}), events)
 
 
