@@ -26,14 +26,14 @@ def local_count(key: str) -> str:
     return f"count {key}: {client.incr(f'{prefix}:test:count:{key}')}"
 
 
-_timeout = float(os.environ.get("MCP_TEST_TOOL_TIMEOUT", "30"))
+_url = os.environ.get("MCP_TEST_URL", "http://127.0.0.1:9/mcp")
 
 http_tools = MCPTools(
-    url=os.environ.get("MCP_TEST_URL", "http://127.0.0.1:9/mcp"),
+    url=_url,
     headers={"X-Test": "agents-celery"},
     prefix="m_",
     requires_confirmation=["delete"],
-    timeout=_timeout,
+    timeout=30,
 )
 
 stdio_tools = MCPTools(
@@ -46,8 +46,11 @@ stdio_tools = MCPTools(
     prefix="s_",
     name="stdio",
     idempotent=["count"],
-    timeout=_timeout,
+    timeout=30,
 )
 
 mcp_http = Agent(name="mcp_http", model=fake_model(), tools=[http_tools, local_count], description="MCP over HTTP.")
+short_tools = MCPTools(url=_url, prefix="t_", name="short", timeout=1)
+
+mcp_short = Agent(name="mcp_short", model=fake_model(), tools=[short_tools], description="MCP calls of 1 s at most.")
 mcp_stdio = Agent(name="mcp_stdio", model=fake_model(), tools=[stdio_tools], description="MCP over stdio.")

@@ -98,8 +98,31 @@ def mcp_deploy(fake_openai: Any, deploy: Any) -> Iterator[tuple[Deployment, Serv
     server.kill()
 
 
-def metas(r: redis.Redis, prefix: str) -> list[dict[str, Any]]:
-    return [json.loads(raw) for raw in r.lrange(f"{prefix}:test:mcp:meta", 0, -1)]
+@pytest.fixture(scope="module")
+def module_deploy(fake_openai: Any) -> Iterator[tuple[Deployment, Server]]:
+    """One deployment, MCP server and worker for the tests that kill neither (their keys and runs are their own)."""
+    own = Deployment("mcpm", fake_openai.url, {"AGENTS_CELERY_AGENTS": "tests.agents_mcp"})
+    server = None
+    try:
+        server = Server(own.prefix)
+        own.env["MCP_TEST_URL"] = server.url
+        own.worker()
+        yield own, server
+    finally:
+        if server is not None:
+            server.kill()
+        own.close()
+
+
+@pytest.fixture
+def shared(module_deploy: tuple[Deployment, Server], fake_openai: Any) -> tuple[Deployment, Server]:
+    fake_openai.responder = scripted
+    return module_deploy
+
+
+def metas(r: redis.Redis, prefix: str, run_id: str | None = None) -> list[dict[str, Any]]:
+    found = [json.loads(raw) for raw in r.lrange(f"{prefix}:test:mcp:meta", 0, -1)]
+    return [m for m in found if run_id is None or m["meta"].get("run_id") == run_id]
 
 
 def tool_results(events: list[Any]) -> list[str]:
@@ -107,19 +130,19 @@ def tool_results(events: list[Any]) -> list[str]:
 
 
 def test_tools_listed_once_per_run_and_called_with_the_idempotency_key(
-    mcp_deploy: tuple[Deployment, Server], fake_openai: Any, r: redis.Redis
+    shared: tuple[Deployment, Server], fake_openai: Any, r: redis.Redis
 ) -> None:
-    own, _ = mcp_deploy
-    own.worker()
+    own, _ = shared
     rt, count = own.runtime, counter_of(r, own.prefix)
+    listed = count("tools_list")
     before = fake_openai.calls  # the fake server serves the whole session
     stream = rt.stream("mcp_http", "m_count:k1:4")
     events = all_events(rt, stream.id)
     assert rt.get(stream.id).status == "completed"
     assert_run_sound(events, tool_counts={"k1": 4}, counter=count)
-    assert count("tools_list") == 1  # four tool turns and a last one: one tools/list
+    assert count("tools_list") == listed + 1  # four tool turns and a last one: one tools/list
     assert tool_results(events) == [f"count k1: {n}" for n in range(1, 5)]
-    keys = [m["meta"].get("idempotency_key") for m in metas(r, own.prefix)]
+    keys = [m["meta"].get("idempotency_key") for m in metas(r, own.prefix, stream.id)]
     assert keys == [f"{stream.id}:call_{turn}" for turn in range(4)]
     offered = [{t["function"]["name"] for t in req.get("tools", [])} for req in fake_openai.requests[before:]]
     assert len(offered) == 5 and all({"m_count", "m_delete", "m_hang", "local_count"} <= names for names in offered)
@@ -128,18 +151,18 @@ def test_tools_listed_once_per_run_and_called_with_the_idempotency_key(
     assert toolset["name"] == "m" and toolset["transport"] == "http"
     served = {t["name"]: t for t in toolset["tools"]}
     assert served["m_delete"]["requires_confirmation"] and not served["m_count"]["requires_confirmation"]
-    rt.run("mcp_http", "m_count:k2:1", timeout=60)
-    assert count("tools_list") == 2  # a run of its own lists again
-    sessions = {m["session"] for m in metas(r, own.prefix)}
+    second = rt.run("mcp_http", "m_count:k2:1", timeout=60)
+    assert count("tools_list") == listed + 2  # a run of its own lists again
+    sessions = {m["session"] for m in metas(r, own.prefix, stream.id) + metas(r, own.prefix, second.run_id)}
     assert len(sessions) == 1 and "" not in sessions, (
         sessions
     )  # five calls of two runs on the worker's one pooled session
 
 
-def test_confirmation_with_edited_arguments(mcp_deploy: tuple[Deployment, Server], r: redis.Redis) -> None:
-    own, _ = mcp_deploy
-    own.worker()
+def test_confirmation_with_edited_arguments(shared: tuple[Deployment, Server], r: redis.Redis) -> None:
+    own, _ = shared
     rt, count = own.runtime, counter_of(r, own.prefix)
+    listed = count("tools_list")
     stream = rt.stream("mcp_http", "m_delete:/tmp/a")
     events = all_events(rt, stream.id)
     interrupt = events[-1].data["outcome"]["interrupts"][0]
@@ -153,7 +176,7 @@ def test_confirmation_with_edited_arguments(mcp_deploy: tuple[Deployment, Server
     assert rt.get(stream.id).status == "completed"
     assert (count("delete:/tmp/a"), count("delete:/tmp/b")) == (0, 1)
     assert tool_results(events) == ["deleted /tmp/b"]
-    assert count("tools_list") == 1  # the run kept its list across the pause
+    assert count("tools_list") == listed + 1  # the run kept its list across the pause
 
 
 @pytest.mark.slow
@@ -204,9 +227,8 @@ def test_server_killed_mid_call_gives_an_error_result(mcp_deploy: tuple[Deployme
     assert count("gone") == 0
 
 
-def test_stop_during_a_hanging_call_ends_the_run_in_time(mcp_deploy: tuple[Deployment, Server], r: redis.Redis) -> None:
-    own, _ = mcp_deploy
-    own.worker()
+def test_stop_during_a_hanging_call_ends_the_run_in_time(shared: tuple[Deployment, Server], r: redis.Redis) -> None:
+    own, _ = shared
     rt, count = own.runtime, counter_of(r, own.prefix)
     stream = rt.stream("mcp_http", "m_hang:hung:1")
     wait_for(lambda: count("hung") == 1, timeout=30, what="the hanging MCP call to start")
@@ -224,35 +246,28 @@ def test_stop_during_a_hanging_call_ends_the_run_in_time(mcp_deploy: tuple[Deplo
     assert view.status == "completed" and count("after") == 1
 
 
-def test_a_call_past_its_timeout_is_an_error_result(fake_openai: Any, deploy: Any, r: redis.Redis) -> None:
-    fake_openai.responder = scripted
-    own: Deployment = deploy("mcpto", {"AGENTS_CELERY_AGENTS": "tests.agents_mcp", "MCP_TEST_TOOL_TIMEOUT": "1"})
-    server = Server(own.prefix)
-    try:
-        own.env["MCP_TEST_URL"] = server.url
-        own.worker()
-        rt, count = own.runtime, counter_of(r, own.prefix)
-        stream = rt.stream("mcp_http", "m_hang:late:1")
-        events = all_events(rt, stream.id)
-        assert rt.get(stream.id).status == "completed"
-        (result,) = tool_results(events)
-        assert result == "Error: tool 'm_hang' did not finish within 1s; it was abandoned"
-        assert count("late") == 1
-        assert_run_sound(events, tool_counts={"late": 1}, counter=count)
-    finally:
-        server.kill()
-
-
-def test_stdio_server(mcp_deploy: tuple[Deployment, Server], r: redis.Redis) -> None:
-    own, _ = mcp_deploy
-    own.worker()
+def test_a_call_past_its_timeout_is_an_error_result(shared: tuple[Deployment, Server], r: redis.Redis) -> None:
+    own, _ = shared
     rt, count = own.runtime, counter_of(r, own.prefix)
+    stream = rt.stream("mcp_short", "t_hang:late:1")  # MCPTools(timeout=1)
+    events = all_events(rt, stream.id)
+    assert rt.get(stream.id).status == "completed"
+    (result,) = tool_results(events)
+    assert result == "Error: tool 't_hang' did not finish within 1s; it was abandoned"
+    assert count("late") == 1
+    assert_run_sound(events, tool_counts={"late": 1}, counter=count)
+
+
+def test_stdio_server(shared: tuple[Deployment, Server], r: redis.Redis) -> None:
+    own, _ = shared
+    rt, count = own.runtime, counter_of(r, own.prefix)
+    listed = count("tools_list")
     stream = rt.stream("mcp_stdio", "s_count:io:3")
     events = all_events(rt, stream.id)
     assert rt.get(stream.id).status == "completed"
     assert not [e.data for e in events if e.type is EventType.CUSTOM and e.data["name"] == "mcp_unavailable"]
     assert tool_results(events) == [f"count io: {n}" for n in (1, 2, 3)]
-    assert count("tools_list") == 1
+    assert count("tools_list") == listed + 1
     assert_run_sound(events, tool_counts={"io": 3}, counter=count)
     stream = rt.stream("mcp_stdio", "s_fails:x:1")  # the server's error result is the model's business
     events = all_events(rt, stream.id)
