@@ -168,6 +168,11 @@ def _inline_data(part: dict[str, Any]) -> tuple[str, str | None] | None:
     return None
 
 
+def inline_count(checked: CheckedInput) -> int:
+    """How many of the message's parts hold their data inline (each is stored beside the run)."""
+    return sum(_inline_data(p) is not None for p in checked.parts or [])
+
+
 def stored_form(checked: CheckedInput, run_id: str, first: int = 0) -> tuple[UserContent, dict[str, str]]:
     """The message as the run's conversation keeps it, and the parts to store beside the run (``ref`` -> part
     JSON). Parts are numbered from ``first`` (a run's later messages go on after its first one's parts)."""
@@ -237,3 +242,16 @@ def text_of(content: Any) -> str:
     if isinstance(content, list):
         return "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
     return ""
+
+
+def shown_as(content: Any) -> str:
+    """A message as the log shows it in a user message event: its text, each image or file named after it."""
+    if not isinstance(content, list):
+        return text_of(content)
+    names = []
+    for part in content:
+        if not isinstance(part, dict) or part.get("type") == "text":
+            continue
+        name = part.get("filename") or (part.get("file") or {}).get("filename")
+        names.append(f"[file {name}]" if name else "[image]" if part.get("type") == "image_url" else "[file]")
+    return " ".join(t for t in (text_of(content), *names) if t) or "[attachment]"

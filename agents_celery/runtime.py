@@ -18,7 +18,6 @@ import redis
 
 from .admission import (
     Admission,
-    check_message,
     check_strategy,
     check_webhook,
     fingerprint,
@@ -30,7 +29,7 @@ from .agent import Agent
 from .broker.extension import host_app
 from .broker.fastpaths import FastPaths
 from .broker.publisher import StepPublisher, sender_app
-from .content import UserContent, check_parts, stored_form
+from .content import UserContent, check_parts, inline_count, stored_form
 from .decisions import Decision, as_decision, decide, route, with_edited_args
 from .engine.children import reopened
 from .engine.lifecycle import Lifecycle
@@ -277,7 +276,7 @@ class Runtime(Scheduling):
             )
             queue = manifest.get("queue") or self.settings.queue
             first_task = uuid.uuid4().hex
-            fields = {"queue": queue, "root_task": first_task, "request": asked, **record_fields(parts)}
+            fields = {"queue": queue, "root_task": first_task, "request": asked, **record_fields(parts, checked.size)}
             if user_id:
                 fields["user_id"] = user_id
             if history is None:  # waits for its session: no step is sent, start_next sends it once it is free
@@ -391,18 +390,25 @@ class Runtime(Scheduling):
 
     # -- steering ---------------------------------------------------------------------------------------
 
-    def send_message(self, run_id: str, message: str) -> int:
+    def send_message(self, run_id: str, message: UserContent) -> int:
         """Add a user message to a run that has not ended: its next model turn takes it in (after the tool
         results of the turn running now), and the log shows it as a user message (ids ``usr_...``), once. A run
         whose last turn is answering when it arrives goes on with another turn instead of ending. Returns how
-        many messages were sent to the run so far.
+        many messages were sent to the run so far. ``message`` may be content parts (images, files), stored once
+        beside the run; its parts count against the run's ``max_input_bytes`` with the parts it holds already.
 
         Raises:
             RunFinishedError: the run already ended. RunNotFoundError / RunExpiredError. ValidationError.
+            InputTooLargeError: a part, or the run's parts, over the limits.
         """
-        check_message(message, self.settings)
+        checked = check_parts(message, self.settings)
         self.store.log.info(run_id)  # 404 / 410 for an unknown or expired run
-        return self.store.inbox_push(run_id, message)
+        content, count = checked.content, inline_count(checked)
+        if checked.parts is not None and checked.size:
+            first = self.store.parts.reserve(run_id, count, checked.size, self.settings.max_input_bytes)
+            content, stored = stored_form(checked, run_id, first)
+            self.store.parts.add(run_id, stored)
+        return self.store.inbox_push(run_id, content)
 
     # -- stopping ---------------------------------------------------------------------------------------
 

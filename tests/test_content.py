@@ -191,3 +191,33 @@ def test_a_later_turn_of_the_session_still_sends_the_image(
     assert r.pttl(sk.parts) >= r.pttl(sk.history) > 0  # kept as long as the history
     history = b"".join(r.lrange(sk.history, 0, -1))
     assert base64.b64encode(PNG) not in history  # the history holds references
+
+
+def test_a_message_sent_to_a_live_run_may_carry_parts(
+    fast_settings: Settings, worker: Any, script: Any, fake_openai: Any, r: redis.Redis
+) -> None:
+    from .conftest import wait_event, wait_for
+
+    script(" ".join(f"w{i}" for i in range(30)), token_delay=0.02)
+    rt = Runtime(settings=fast_settings.model_copy(update={"max_input_bytes": len(PNG) + len(PDF) + 100}))
+    try:
+        stream = rt.stream("fake", [{"type": "text", "text": "a long story"}, parts()[2]])  # text and the PNG
+        wait_event(rt, stream.id, lambda e: e.type is EventType.TEXT_MESSAGE_CONTENT)
+        with pytest.raises(InputTooLargeError, match="per run"):  # the PNG twice, and the PDF: over the run's limit
+            rt.send_message(stream.id, parts())
+        later = [{"type": "text", "text": "and this"}, parts()[3]]  # the PDF: within it
+        assert rt.send_message(stream.id, later) == 1
+        view = wait_for(lambda: (v := rt.get(stream.id)).status.is_final and v, timeout=30, what="the run to end")
+        assert view.status == "completed"
+        log = list(stream.events(until_pause=False))
+        assert_run_sound(log)
+        shown = [e.data["delta"] for e in log if e.type is EventType.TEXT_MESSAGE_CONTENT and e.data["delta"]]
+        assert "and this [file report.pdf]" in shown  # the log's user message names the file
+        request = fake_openai.requests[-1]
+        assert user_parts(request) == [[{"type": "text", "text": "a long story"}, parts()[2]], later]
+        k = rt.store.keys.run(stream.id)
+        # the refused message's two numbers are skipped, nothing of it kept
+        assert [r.hexists(k.run, f"part:{n}") for n in range(4)] == [True, False, False, True]
+        assert base64.b64encode(PDF) not in b"".join(r.lrange(k.inbox, 0, -1))  # the inbox holds references
+    finally:
+        rt.close()

@@ -225,3 +225,25 @@ def test_another_user_gets_404_for_the_input_and_parts(fast_settings: Settings, 
             assert answer.status_code == 404 and answer.json["code"] == "run_not_found", path
     finally:
         close_app(app)
+
+
+def test_a_message_with_files_steers_a_live_run_over_http(app: Flask, script: Any, fake_openai: Any) -> None:
+    from .conftest import wait_for
+
+    script(" ".join(f"w{i}" for i in range(30)), token_delay=0.02)
+    client = app.test_client()
+    started = client.post("/agents/fake/runs", json={"message": "a story", "stream": False, "background": True})
+    run_id = started.json["run_id"]
+    wait_for(lambda: client.get(f"/runs/{run_id}").json["last_offset"] > 3, timeout=30, what="the run to stream")
+    data = MultiDict([("message", "and this file")])
+    data.add("files", FileStorage(io.BytesIO(PDF), "report.pdf", content_type="application/pdf"))
+    boundary, body = encode_multipart(data)
+    sent = client.post(f"/runs/{run_id}/messages", data=body, content_type=f"multipart/form-data; boundary={boundary}")
+    assert sent.status_code == 202, sent.text
+    wait_for(lambda: client.get(f"/runs/{run_id}").json["status"] == "completed", timeout=30, what="the run to end")
+    assert user_parts(fake_openai.requests[-1])[-1] == [
+        {"type": "text", "text": "and this file"},
+        {"type": "file", "file": {"filename": "report.pdf", "file_data": PDF_URL}},
+    ]
+    (first, second) = client.get(f"/runs/{run_id}/input").json["messages"]
+    assert first["content"] == "a story" and second["content"][1]["url"].endswith("/parts/0")

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 import redis
 
 from ..agent import Agent
+from ..content import shown_as
 from ..errors import (
     AbandonedRunError,
     ConfigurationError,
@@ -367,10 +368,10 @@ class Engine:
         """The user messages sent to the run since its last model turn, taken into the conversation and the log
         (committed before the turn, at the same step: a retried attempt finds them taken, so never twice)."""
         state = ctx.state
-        texts = self.store.inbox(state.run_id, state.inbox_taken)
+        texts = self.store.inbox(state.run_id, state.inbox_taken)  # (or content parts, with images and files)
         events = ctx.writer.drain()  # whatever this attempt wrote so far stays in front
         for text in texts:
-            events += user_message_events(text)
+            events += user_message_events(shown_as(text))
         messages = [*state.messages, *({"role": "user", "content": t} for t in texts)]
         state = state.model_copy(update={"messages": messages, "inbox_taken": state.inbox_taken + len(texts)})
         self.store.commit(state, ctx.token, ctx.step, ctx.step, events, "live", release=False)

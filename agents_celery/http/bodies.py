@@ -33,14 +33,15 @@ class _Body(BaseModel):
 
 
 class MessageBody(_Body):
-    """``POST /runs/<run_id>/messages``: a user message for a live run (and the message of a new run)."""
+    """``POST /runs/<run_id>/messages``: a user message for a live run: text, or content parts (JSON); a multipart
+    form may bring images and files in its ``files`` field."""
 
-    message: str = Field(min_length=1)
+    message: str | list[dict[str, Any]] | None = None
 
     @field_validator("message")
     @classmethod
-    def _not_blank(cls, value: str) -> str:
-        if not value.strip():
+    def _not_blank(cls, value: str | list[dict[str, Any]] | None) -> str | list[dict[str, Any]] | None:
+        if isinstance(value, str) and not value.strip():
             raise ValueError("message must not be blank")
         return value
 

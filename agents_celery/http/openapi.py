@@ -48,7 +48,10 @@ def _form_schema(schema: dict[str, Any]) -> dict[str, Any]:
     props = dict(schema.get("properties", {}))
     if "tools" in props:
         props["tools"] = {"type": "string", "description": "JSON list of tool objects"}
-    if schema.get("title") == "RunBody":  # images and files, as Agno's AgentOS takes them (docs/input.md)
+    if schema.get("title") in (
+        "RunBody",
+        "MessageBody",
+    ):  # images and files, as Agno's AgentOS takes them (docs/input.md)
         props["message"] = {"type": "string"}
         props["files"] = {"type": "array", "items": {"type": "string", "format": "binary"}}
     return {**schema, "properties": props}

@@ -55,7 +55,7 @@ from .streams import Streams
 from .uploads import message_of, part_bytes
 
 #: The routes (API methods) whose body may carry a message's images and files.
-CONTENT_ROUTES = frozenset({"create_run", "agui_run"})
+CONTENT_ROUTES = frozenset({"create_run", "agui_run", "send_message"})
 
 #: Names the front ends and tests import from here (they live in :mod:`.messages` and :mod:`.access`).
 __all__ = [
@@ -397,8 +397,8 @@ class API:
     def send_message(self, req: Request, run_id: str) -> Reply:
         """``POST /runs/<run_id>/messages``: steer a live run (taken in at its next model turn)."""
         self.access.run(req, run_id, "continue")
-        body = parse(req.body(), MessageBody, limits=self.limits)
-        sent = self.runtime.send_message(run_id, body.message)
+        body = parse(req.body(), MessageBody, limits=self.limits_for("send_message"))
+        sent = self.runtime.send_message(run_id, message_of(body.message, req.files()))
         return Reply(202, {"run_id": run_id, "messages_sent": sent})
 
     def delete_run(self, req: Request, run_id: str) -> Reply:

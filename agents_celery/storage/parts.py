@@ -20,6 +20,7 @@ from typing import Any
 import redis
 
 from ..content import refs_in, run_of
+from ..errors import InputTooLargeError
 from ..runs import RunState
 from .keys import Keys
 
@@ -32,9 +33,15 @@ def field_of(ref: str) -> str:
     return "part:" + ref.rpartition("/")[2]
 
 
-def record_fields(stored: Mapping[str, str]) -> dict[str, str]:
-    """The run record's fields for a new run's parts (``ref`` -> part JSON)."""
-    return {field_of(ref): data for ref, data in stored.items()}
+def record_fields(stored: Mapping[str, str], size: int) -> dict[str, str]:
+    """The run record's fields for a new run's parts (``ref`` -> part JSON) and their ``size`` in bytes."""
+    if not stored and not size:
+        return {}
+    return {**{field_of(ref): data for ref, data in stored.items()}, COUNT: str(len(stored)), BYTES: str(size)}
+
+
+#: Fields of the run record: how many parts it holds (the next part's number), and their bytes.
+COUNT, BYTES = "parts", "part_bytes"
 
 
 class Parts:
@@ -89,6 +96,27 @@ class Parts:
             while self._cached > self._most:
                 _, (_, gone) = self._cache.popitem(last=False)
                 self._cached -= gone
+
+    def reserve(self, run_id: str, count: int, size: int, most: int) -> int:
+        """Make room for a later message's ``count`` parts of ``size`` bytes in a run's record: the number of its
+        first part. InputTooLargeError (and nothing kept) when the run's parts would be over ``most`` bytes."""
+        key = self.keys.run(run_id).run
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hincrby(key, BYTES, size)
+            pipe.hincrby(key, COUNT, count)
+            total, after = pipe.execute()
+        if int(total) > most:
+            self.redis.hincrby(key, BYTES, -size)  # (the numbers stay taken: a gap is harmless)
+            raise InputTooLargeError(
+                f"the run's parts would hold {total} bytes; at most {most} are accepted per run "
+                "(AGENTS_CELERY_MAX_INPUT_BYTES)"
+            )
+        return int(after) - count
+
+    def add(self, run_id: str, stored: Mapping[str, str]) -> None:
+        """Store a later message's parts (``ref`` -> part JSON) in the run's record."""
+        if stored:
+            self.redis.hset(self.keys.run(run_id).run, mapping={field_of(r): v for r, v in stored.items()})
 
     def own(self, run_id: str, n: int) -> dict[str, Any] | None:
         """Part ``n`` of the run's own message (None: the run holds no such part)."""

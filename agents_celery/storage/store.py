@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import redis
 
+from ..content import text_of
 from ..errors import RedisUnavailableError, RunExpiredError, RunNotFoundError, StateError
 from ..events import NewEvent
 from ..ids import random_hex
@@ -434,17 +435,20 @@ class RunStore:
             self.index.moved(pipe, entry_of(state), state.status)
             pipe.execute()
 
-    def inbox_push(self, run_id: str, text: str) -> int:
-        """Add a user message to the run's inbox (RunFinishedError once it ended); the inbox's length."""
+    def inbox_push(self, run_id: str, content: str | list[dict[str, Any]]) -> int:
+        """Add a user message (text, or content parts as the conversation keeps them) to the run's inbox
+        (RunFinishedError once it ended); the inbox's length."""
         k = self.keys.run(run_id)
+        entry = {"text": content} if isinstance(content, str) else {"text": text_of(content), "content": content}
         try:
-            return int(self._inbox_push(keys=[k.run, k.inbox], args=[json.dumps({"text": text})]))
+            return int(self._inbox_push(keys=[k.run, k.inbox], args=[json.dumps(entry)]))
         except redis.ResponseError as exc:
             raise (refusal(exc, run_id) or exc) from None
 
-    def inbox(self, run_id: str, start: int) -> list[str]:
-        """The texts of the run's inbox from position ``start`` on."""
-        return [json.loads(m)["text"] for m in self.redis.lrange(self.keys.run(run_id).inbox, start, -1)]
+    def inbox(self, run_id: str, start: int) -> list[str | list[dict[str, Any]]]:
+        """The messages of the run's inbox from position ``start`` on: texts, or content parts."""
+        entries = [json.loads(m) for m in self.redis.lrange(self.keys.run(run_id).inbox, start, -1)]
+        return [e.get("content", e["text"]) for e in entries]
 
     def started_waiting(self, run_id: str) -> None:
         """A run that waited for its session has it now: the sweeper treats it as any live run."""
