@@ -52,5 +52,8 @@ stdio_tools = MCPTools(
 mcp_http = Agent(name="mcp_http", model=fake_model(), tools=[http_tools, local_count], description="MCP over HTTP.")
 short_tools = MCPTools(url=_url, prefix="t_", name="short", timeout=1)
 
+fresh_tools = MCPTools(url=_url, prefix="f_", name="fresh", list_ttl=0.001)
+
+mcp_fresh = Agent(name="mcp_fresh", model=fake_model(), tools=[fresh_tools], description="Lists again every turn.")
 mcp_short = Agent(name="mcp_short", model=fake_model(), tools=[short_tools], description="MCP calls of 1 s at most.")
 mcp_stdio = Agent(name="mcp_stdio", model=fake_model(), tools=[stdio_tools], description="MCP over stdio.")

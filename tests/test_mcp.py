@@ -205,6 +205,8 @@ def test_server_killed_mid_call_gives_an_error_result(mcp_deploy: tuple[Deployme
     own, server = mcp_deploy
     own.worker()
     rt, count = own.runtime, counter_of(r, own.prefix)
+    waiting = rt.stream("mcp_http", "m_delete:/tmp/w")  # listed its tools, then paused for a confirmation
+    assert all_events(rt, waiting.id)[-1].is_pause
     stream = rt.stream("mcp_http", "m_slow_count:mid:1:30")
     wait_for(lambda: count("mid") == 1, timeout=30, what="the MCP call to reach the server")
     killed = time.monotonic()
@@ -216,7 +218,13 @@ def test_server_killed_mid_call_gives_an_error_result(mcp_deploy: tuple[Deployme
     assert result.startswith("Error: MCPUnavailable") and "may or may not have run" in result, result
     assert took < 10, f"the lost connection took {took:.1f}s to notice"
     assert_run_sound(events, tool_counts={"mid": 1}, counter=count)
-    # The server is gone: a new run cannot list the tools; the model is told, the run still completes.
+    # The server is gone: the paused run's approved call cannot reach it (so it did not run); the run completes.
+    rt.continue_run(waiting.id, [{"tool_call_id": "call_0", "confirmed": True}])
+    events = all_events(rt, waiting.id)
+    assert rt.get(waiting.id).status == "completed"
+    (result,) = tool_results(events)
+    assert result.startswith("Error: MCPUnavailable: MCP server 'm' is unreachable; the tool did not run"), result
+    # A new run cannot list the tools; the model is told, the run still completes.
     stream = rt.stream("mcp_http", "m_count:gone:1")
     events = all_events(rt, stream.id)
     assert rt.get(stream.id).status == "completed"
@@ -225,6 +233,17 @@ def test_server_killed_mid_call_gives_an_error_result(mcp_deploy: tuple[Deployme
     (result,) = tool_results(events)
     assert result.startswith("Error: unknown tool 'm_count'")
     assert count("gone") == 0
+
+
+def test_a_stale_list_is_fetched_again_at_the_next_model_turn(
+    shared: tuple[Deployment, Server], r: redis.Redis
+) -> None:
+    own, _ = shared
+    rt, count = own.runtime, counter_of(r, own.prefix)
+    listed = count("tools_list")
+    view = rt.run("mcp_fresh", "f_count:fresh:3", timeout=60)  # MCPTools(list_ttl=0.001)
+    assert view.status == "completed" and count("fresh") == 3
+    assert count("tools_list") == listed + 4  # at each of the 4 model turns, never in the 3 tool steps
 
 
 def test_stop_during_a_hanging_call_ends_the_run_in_time(shared: tuple[Deployment, Server], r: redis.Redis) -> None:
