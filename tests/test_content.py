@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import uuid
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from agents_celery.errors import InputTooLargeError, PayloadTooLargeError, Valid
 from agents_celery.events import EventType
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.settings import Settings
+from agents_celery.testing.openai_server import ScriptResponder
 
 from .invariants import assert_run_sound
 
@@ -221,3 +223,20 @@ def test_a_message_sent_to_a_live_run_may_carry_parts(
         assert base64.b64encode(PDF) not in b"".join(r.lrange(k.inbox, 0, -1))  # the inbox holds references
     finally:
         rt.close()
+
+
+def test_parts_on_a_redis_cluster(deploy: Any, redis_cluster: Any, fake_openai: Any) -> None:
+    """On Redis Cluster the run's parts live on its record's master, the session's copy on the session's: a later
+    run of the session (another slot) still sends the earlier image and PDF."""
+    from .conftest import TEST_REDIS_URL
+
+    on_cluster = deploy("rcparts", redis_url=redis_cluster.url, broker_url=TEST_REDIS_URL)
+    on_cluster.start(1)
+    rt = on_cluster.runtime
+    fake_openai.responder = ScriptResponder(["Seen."])
+    session = f"s-cluster-{uuid.uuid4().hex}"
+    assert rt.run("fake", parts(), session_id=session, timeout=60).status == "completed"
+    seen = len(fake_openai.requests)
+    assert rt.run("fake", "and again?", session_id=session, timeout=60).status == "completed"
+    (request,) = fake_openai.requests[seen:]
+    assert user_parts(request) == [parts()]
