@@ -41,15 +41,22 @@ class Server:
         self.app.register_blueprint(make_blueprint())
         self.http = make_server("127.0.0.1", 0, self.app, threaded=True)
         self.url = f"http://127.0.0.1:{self.http.server_port}"
+        self.clients: list[openai.OpenAI] = []
         self.thread = threading.Thread(target=self.http.serve_forever, daemon=True)
         self.thread.start()
 
     def client(self, user: str | None = "bob", api_key: str = "unused") -> openai.OpenAI:
+        """An openai SDK client of this server (closed with it), as ``user`` (the host's login: ``X-User``)."""
         headers = {"X-User": user} if user else {}
-        return openai.OpenAI(base_url=self.url + "/v1", api_key=api_key, default_headers=headers, max_retries=0)
+        made = openai.OpenAI(base_url=self.url + "/v1", api_key=api_key, default_headers=headers, max_retries=0)
+        self.clients.append(made)
+        return made
 
     def close(self) -> None:
+        for made in self.clients:
+            made.close()
         self.http.shutdown()
+        self.http.server_close()
         close_app(self.app)
 
 
@@ -381,19 +388,21 @@ def django_api(worker: Any, worker_env: dict[str, str]) -> Iterator[Any]:
 
 def test_a_round_trip_on_django(django_api: Any, script: Any) -> None:
     script(ScriptedTurn(text="Checking.", tool_calls=[ScriptedToolCall("add", {"a": 2, "b": 3})]), "It is 5.")
-    client = openai.OpenAI(base_url=django_api.url + "/v1", api_key="sk-test-key", max_retries=0)
-    live = list(client.responses.create(model="fake", input="2+3?", stream=True, background=True))
-    check_sequence(live)
-    response_id = live[0].response.id
-    tail = list(client.responses.retrieve(response_id, stream=True, starting_after=4))
-    assert [e.sequence_number for e in tail] == [e.sequence_number for e in live[5:]]
-    final = client.responses.retrieve(response_id)
-    assert final.output_text == deltas(live) == "Checking.It is 5."
-    assert client.responses.cancel(response_id).status == "completed"
-    assert "fake" in [m.id for m in client.models.list().data]
-    stranger = openai.OpenAI(base_url=django_api.url + "/v1", api_key="sk-wrong", max_retries=0)
-    with pytest.raises(openai.AuthenticationError):
-        stranger.responses.retrieve(response_id)
+    with (
+        openai.OpenAI(base_url=django_api.url + "/v1", api_key="sk-test-key", max_retries=0) as client,
+        openai.OpenAI(base_url=django_api.url + "/v1", api_key="sk-wrong", max_retries=0) as stranger,
+    ):
+        live = list(client.responses.create(model="fake", input="2+3?", stream=True, background=True))
+        check_sequence(live)
+        response_id = live[0].response.id
+        tail = list(client.responses.retrieve(response_id, stream=True, starting_after=4))
+        assert [e.sequence_number for e in tail] == [e.sequence_number for e in live[5:]]
+        final = client.responses.retrieve(response_id)
+        assert final.output_text == deltas(live) == "Checking.It is 5."
+        assert client.responses.cancel(response_id).status == "completed"
+        assert "fake" in [m.id for m in client.models.list().data]
+        with pytest.raises(openai.AuthenticationError):
+            stranger.responses.retrieve(response_id)
 
 
 def test_the_api_key_is_the_sdk_s_bearer_token(fast_settings: Any, worker: Any, script: Any) -> None:
