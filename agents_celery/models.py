@@ -437,12 +437,16 @@ def turn_index(messages: Sequence[dict[str, Any]]) -> int:
     """Which scripted turn comes next: the number of assistant messages after the last user message.
 
     So a run that goes model -> tools -> model takes turn 0 then turn 1, and the next user message of the same
-    session starts again at turn 0.
+    session starts again at turn 0. A message that sent a failed structured output back to the model
+    (:data:`agents_celery.output.RETRY_PREFIX`) is not the user's: the retried answer is the next turn.
     """
+    from .output import RETRY_PREFIX
+
     count = 0
     for message in reversed(messages):
         role = message.get("role")
-        if role == "user":
+        content = message.get("content")
+        if role == "user" and not (isinstance(content, str) and content.startswith(RETRY_PREFIX)):
             break
         if role == "assistant":
             count += 1

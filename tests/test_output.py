@@ -208,3 +208,34 @@ def test_kill_during_the_json_answer_retries_the_turn_and_validates_once(deploy:
     assert view.status == "completed" and view.output == answer
     assert [json.loads(m["content"]) for m in view.messages if m["role"] == "assistant"] == [answer]  # once
     assert Forecast.model_validate(view.output).summary == answer["summary"]
+
+
+class PromptOnly:
+    """A model adapter whose stream() takes no response_format: it is told the schema in its system prompt."""
+
+    name = "prompt-only"
+
+    def __init__(self) -> None:
+        self.prompts: list[str] = []
+
+    def stream(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
+        from agents_celery.models import TextDelta
+
+        self.prompts.append(messages[0]["content"])
+        yield TextDelta('{"x": 1, "y": 2}')
+
+
+def test_in_process_with_a_dict_output_type_and_a_model_told_in_its_prompt(settings: Any) -> None:
+    from agents_celery.testing import InlineRunner
+
+    script = ['{"x": 3}', '{"x": 3, "y": 4, "label": "p"}']  # invalid, then (the retried answer) valid
+    scripted = Agent(name="pointer", model=ScriptedModel(script), output_type=POINT)
+    model = PromptOnly()
+    told = Agent(name="told", instructions="Find the point.", model=model)
+    with InlineRunner([scripted, told], settings=settings) as runner:
+        view = runner.run("pointer", "Where?")
+        assert view.status == "completed" and view.output == {"x": 3, "y": 4, "label": "p"}
+        assert len(names(runner.events(view.run_id), "output_retry")) == 1
+        view = runner.run("told", "Where?", output_schema=POINT)
+        assert view.status == "completed" and view.output == {"x": 1, "y": 2}
+    assert model.prompts[0].startswith("Find the point.") and json.dumps(POINT) in model.prompts[0]
