@@ -85,16 +85,31 @@ def test_json_content_parts_reach_the_model(app: Flask, script: Any, fake_openai
 def test_oversized_uploads_are_413_and_create_nothing(
     fast_settings: Settings, worker: Any, r: redis.Redis, limits: dict[str, int]
 ) -> None:
-    app = create_app(Runtime(settings=fast_settings.model_copy(update=limits)))
+    app = Flask("host")  # with an access rule, so that a session check would record the session's owner
+    init_app(
+        app,
+        Runtime(settings=fast_settings.model_copy(update=limits)),
+        authorize=lambda action, user, resource, agent: resource is None or resource.user_id == user,
+        user_id=lambda: "ann",
+    )
+    app.register_blueprint(make_blueprint())
     try:
         before = prefix_keys(r, fast_settings.key_prefix)
         files = [(PNG, "cat.png", "image/png"), (PDF, "report.pdf", "application/pdf")]
-        answer = upload(app, files, message="too much", session_id="s-upload-too-large")
+        answer = upload(app, files, message="too much", session_id=f"s-{uuid.uuid4().hex}")
         assert answer.status_code == 413, answer.text
         assert answer.json["code"] == "input_too_large" and answer.json["detail"]
-        json_answer = app.test_client().post("/agents/fake/runs", json={"message": parts(), "stream": False})
+        body = {"message": parts(), "stream": False, "session_id": f"s-{uuid.uuid4().hex}"}
+        json_answer = app.test_client().post("/agents/fake/runs", json=body)
         assert json_answer.status_code == 413 and json_answer.json["code"] == "input_too_large"
-        assert prefix_keys(r, fast_settings.key_prefix) == before  # no run, no session, no keys
+        content = [
+            {"type": "image", "source": {"type": "data", "value": PNG_B64, "mimeType": "image/png"}},
+            {"type": "document", "source": {"type": "data", "value": PDF_B64, "mimeType": "application/pdf"}},
+        ]
+        agui_body = {"threadId": uuid.uuid4().hex, "runId": "r1", "messages": [agui_user(content)], "tools": []}
+        agui_answer = app.test_client().post("/agui/fake", json={**agui_body, "state": {}})
+        assert agui_answer.status_code == 413 and agui_answer.json["code"] == "input_too_large", agui_answer.text
+        assert prefix_keys(r, fast_settings.key_prefix) == before  # no run, no session, no owner, no keys
     finally:
         close_app(app)
 

@@ -35,6 +35,7 @@ import ag_ui.core as agui
 import pydantic
 
 from ..chatmessages import as_chat
+from ..content import check_parts
 from ..decisions import Decision
 from ..errors import (
     BodyValidationError,
@@ -156,6 +157,8 @@ class AguiEndpoint:
         schema = output_schema_of(inp)
         if schema is not None:  # before the session check records an owner
             check_schema(schema)
+        if inp.messages and inp.messages[-1].role == "user":  # its images and files too: a 413 creates nothing
+            check_parts(content_of(inp.messages[-1].content), self.runtime.settings)
         self.access.session(req, thread, "start", agent_id)  # another user's thread: 404, as a hidden run
         seen = self.store.sessions.segment(thread, client_run)
         if seen is not None:

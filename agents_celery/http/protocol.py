@@ -29,6 +29,7 @@ import hmac
 from importlib import resources
 from typing import Any
 
+from ..content import check_parts
 from ..errors import (
     AuthenticationError,
     BadRequestError,
@@ -172,6 +173,7 @@ class API:
         if body.output_schema is not None:  # before the session check records an owner
             check_schema(body.output_schema)
         message = message_of(body.message, req.files())
+        check_parts(message, self.runtime.settings)  # before the session check records an owner: a 413 creates nothing
         user_id = req.user_id or body.user_id
         if req.user_id and body.user_id and body.user_id != req.user_id:
             raise ForbiddenError(f"you are user {req.user_id!r}: you may not start runs as {body.user_id!r}")
