@@ -8,7 +8,11 @@ a hundred of them stopped mid-stream, then the worker killed -9 and every run re
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,6 +21,7 @@ from agents_celery import ScriptedToolCall
 from agents_celery.events import EventType
 from agents_celery.testing.openai_server import FakeReply, turn_index
 
+from .cluster import ROOT
 from .conftest import all_events, wait_for
 from .invariants import assert_run_sound, counter_of
 
@@ -97,3 +102,135 @@ def test_stop_ends_a_run_whose_tool_hangs_on_a_gevent_worker(gevent_deployment: 
 def _ended(rt: Any, run_id: str) -> Any:
     view = rt.get_stream(run_id).get()
     return view if view.status.value in ("completed", "failed", "cancelled") else None
+
+
+# -- a thousand runs in flight on one process ---------------------------------------------------------------
+
+RUNS = 1000
+STOPPED = 100
+#: Seconds a hundred stops may take past the stop poll and grace, on a process streaming the others.
+STOP_SLACK = 8.0
+#: The share of the runs that must hold their lease at once on the one process (a floor for a shared 2-core
+#: machine: an idle one holds most of them; the test prints the peak).
+IN_FLIGHT = 0.15
+#: The fake model: 50 tokens, 0.1 s apart (5 s a turn).
+TOKENS, TOKEN_DELAY = 50, 0.1
+#: Timings for a thousand runs on one busy process (the tests' usual ones renew leases every 0.4 s).
+BIG = {
+    "AGENTS_CELERY_LEASE_TTL_SECONDS": "6",
+    "AGENTS_CELERY_HEARTBEAT_SECONDS": "1.5",
+    "AGENTS_CELERY_STOP_POLL_SECONDS": "0.25",
+    "AGENTS_CELERY_STOP_GRACE_SECONDS": str(GRACE),
+    "AGENTS_CELERY_SWEEP_INTERVAL_SECONDS": "0.5",
+    "AGENTS_CELERY_ENQUEUE_GRACE_SECONDS": "15",
+}
+
+
+@pytest.fixture(scope="module")
+def streaming_server() -> Iterator[str]:
+    """The fake OpenAI server in a process of its own (a thread per stream: a thousand at once), so its work
+    does not share the test's interpreter; every request is answered with 50 tokens over 5 s."""
+    cmd = [sys.executable, "-m", "agents_celery.testing.openai_server", "--tokens", str(TOKENS)]
+    cmd += ["--token-delay", str(TOKEN_DELAY)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        match = re.search(r"(http://\S+)", line)
+        assert match, f"the fake OpenAI server did not start: {line!r}"
+        yield match.group(1)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _probe(r: Any, keys: Any, ids: list[str]) -> tuple[int, int]:
+    """(runs holding a lease now, runs whose log has ended), in one round trip."""
+    with r.pipeline(transaction=False) as pipe:
+        for run_id in ids:
+            pipe.exists(keys.run(run_id).lease)
+            pipe.hget(keys.run(run_id).run, "log")
+        replies = pipe.execute()
+    return sum(bool(x) for x in replies[0::2]), sum(x == b"ended" for x in replies[1::2])
+
+
+def _early(r: Any, keys: Any, ids: list[str]) -> list[str]:
+    """The runs holding their lease whose log has fewer than 40 events yet."""
+    with r.pipeline(transaction=False) as pipe:
+        for run_id in ids:
+            pipe.exists(keys.run(run_id).lease)
+            pipe.hget(keys.run(run_id).run, "next")
+        replies = pipe.execute()
+    pairs = zip(ids, replies[0::2], replies[1::2], strict=True)
+    return [run_id for run_id, held, offset in pairs if held and int(offset or 0) < 40]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_thousand_runs_stream_at_once_on_one_gevent_worker(deploy: Any, streaming_server: str, r: Any) -> None:
+    """1,000 runs on one ``--pool gevent --concurrency 1000`` process: most of them in flight at once; 100 stopped
+    mid-stream end cancelled within the bound; the worker killed -9 mid-way, a second one finishes every run; every
+    log is sound (contiguous offsets, a valid sequence, the killed attempts closed)."""
+    from agents_celery.storage.keys import Keys
+
+    own = deploy("gevent1k", {**BIG, "FAKE_OPENAI_URL": streaming_server})
+    rt, keys = own.runtime, Keys(own.prefix)
+    from .agents_fixture import fake  # by object: no worker has published its manifest yet
+
+    ids = [rt.stream(fake, f"hello {i}").id for i in range(RUNS)]  # queued: the worker finds them all waiting
+    t0 = time.monotonic()
+    first = own.worker(pool="gevent", concurrency=RUNS)
+    # Many in flight at once on the one process (each holds its lease while its turn streams).
+    peak = 0
+
+    def many_in_flight() -> bool:
+        nonlocal peak
+        peak = max(peak, _probe(r, keys, ids)[0])
+        return peak >= IN_FLIGHT * RUNS
+
+    try:
+        wait_for(many_in_flight, timeout=40, interval=0.2)
+    except AssertionError:
+        raise AssertionError(f"never {IN_FLIGHT * RUNS:.0f} runs in flight at once: at most {peak}") from None
+    in_flight_after = time.monotonic() - t0
+
+    # Stop 100 runs that are early in their stream (fewer than 40 of their ~55 events written).
+    def enough_early() -> list[str] | None:
+        early = _early(r, keys, ids)
+        return early[:STOPPED] if len(early) >= STOPPED else None
+
+    stopped = wait_for(enough_early, timeout=30, interval=0.1, what=f"{STOPPED} runs early in their stream")
+    t_stop = time.monotonic()
+    for run_id in stopped:
+        rt.stop(run_id)
+    # The bound: each streaming turn sees its stop within a stop poll and ends at its next chunk; the rest is the
+    # time a process busy with hundreds of streams (on a shared 2-core machine) takes to get to them.
+    bound = own.settings.stop_poll_seconds + GRACE + STOP_SLACK
+    try:
+        wait_for(lambda: _probe(r, keys, stopped)[1] == STOPPED, timeout=bound, interval=0.1)
+    except AssertionError:
+        ended = _probe(r, keys, stopped)[1]
+        raise AssertionError(f"{STOPPED - ended} of {STOPPED} stopped runs still live after {bound:.2f}s") from None
+    stop_took = time.monotonic() - t_stop
+    # Kill -9 the worker while the others are mid-stream; a second one recovers all of them.
+    live, ended = _probe(r, keys, ids)
+    assert ended < RUNS - 100 and live >= 50, f"too late for the crash: {live} live, {ended} ended"
+    first.kill()
+    own.worker(pool="gevent", concurrency=RUNS)
+    wait_for(lambda: _probe(r, keys, ids)[1] == RUNS, timeout=90, interval=0.5, what="every run to end")
+    took = time.monotonic() - t0
+    views = {run_id: rt.get_stream(run_id).get() for run_id in ids}
+    statuses = {run_id: v.status.value for run_id, v in views.items()}
+    assert {statuses[i] for i in stopped} == {"cancelled"}, [views[i] for i in stopped if statuses[i] != "cancelled"]
+    others = [i for i in ids if i not in set(stopped)]
+    bad = [(i, statuses[i], views[i].error) for i in others if statuses[i] != "completed"]
+    assert not bad, bad[:5]
+    retried = 0
+    for run_id in ids:
+        events = all_events(rt, run_id, timeout=10)
+        assert_run_sound(events)
+        retried += sum(1 for e in events if e.type is EventType.STEP_STARTED) > 1
+    assert retried > 0, "the kill interrupted no run"
+    print(
+        f"\n{RUNS} runs: {peak} in flight at once (after {in_flight_after:.1f}s); {STOPPED} stopped in"
+        f" {stop_took:.2f}s; {retried} retried after the kill; all ended after {took:.1f}s"
+    )

@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from celery import Celery, signals
+from celery.concurrency import get_implementation
 
 from ..agent import Agent, load_agents
 from ..engine.calls import SHUTTING_DOWN
@@ -107,6 +108,16 @@ def _with_broker_health(app: Celery) -> None:
         app.conf.broker_transport_options = {**options, **missing}
 
 
+def _with_green_broker(app: Celery, concurrency: int) -> None:
+    """A green pool's steps ack and publish through kombu's Redis connection pool, which holds 10 connections by
+    default and then raises ``MaxConnectionsError``: give it one per step slot (unless the app set its own)."""
+    url = app.conf.broker_url
+    first = (url[0] if isinstance(url, (list, tuple)) and url else str(url or "")).split(";")[0]
+    options = dict(app.conf.broker_transport_options or {})
+    if urlparse(first).scheme in _REDIS_BROKERS and "max_connections" not in options:
+        app.conf.broker_transport_options = {**options, "max_connections": max(10, concurrency + 10)}
+
+
 class StepRouter:
     """Routes the step task (and nothing else) to the default agents queue; put in front of the host's routes."""
 
@@ -177,6 +188,15 @@ def _register_step(app: Celery, ext: AgentsCelery) -> None:
     def step(self: Any, run_id: str, step: int, agent: str | None = None) -> str:
         """One step of one run: a model turn or the tool calls of a turn."""
         return ext.execute(run_id, int(step), self.request)
+
+    @signals.worker_init.connect(weak=False)  # type: ignore[untyped-decorator]
+    def _init(sender: Any = None, **_: Any) -> None:
+        if getattr(sender, "app", None) is app:
+            pool = get_implementation(getattr(sender, "pool_cls", None) or ext.app.conf.worker_pool)
+            green = bool(getattr(pool, "is_green", False))
+            if green:
+                _with_green_broker(ext.app, int(getattr(sender, "concurrency", 0) or 0))
+            ext.on_worker_init(green)
 
     @signals.worker_ready.connect(weak=False)  # type: ignore[untyped-decorator]
     def _ready(sender: Any = None, **_: Any) -> None:

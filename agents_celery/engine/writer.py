@@ -11,6 +11,12 @@ which writes them with the new checkpoint: a fast turn's deltas cost no round tr
 Order is kept: the emitting thread writes directly only when nothing is pending or being flushed, and
 ``take`` waits for a flush in flight. One thread at a time emits into a writer (the step's, or the call thread
 reading its model while the step's thread waits).
+
+On greenlets (a gevent worker, :mod:`agents_celery.greening`) a process streams hundreds of turns at once, each
+token a round trip of its own on the direct path: there every event is kept pending, and the flusher (a
+greenlet) appends what every writer has pending in one pipelined round trip per pass (the same script calls,
+one per run: Redis sees as many commands per step, the process makes a fraction of the system calls and
+greenlet switches).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import threading
 import time
 
 from ..events import NewEvent
+from ..greening import green
 from ..ids import pid
 from ..storage.eventlog import EventLog
 
@@ -47,6 +54,8 @@ class EventWriter:
         #: Until then a burst's flush waits: a model read on a call thread (whose step thread waits, leaving
         #: the flusher free to run) that finishes by then has its events ride the commit, as on the step's.
         self._hold_until = 0.0
+        #: On greenlets nothing is written directly: the flusher batches across runs (module docs).
+        self._batched = green()
 
     def emit(self, event: NewEvent) -> None:
         """Write or keep an event; raises an earlier write's error (e.g. FencedError)."""
@@ -57,7 +66,7 @@ class EventWriter:
             if self._closed:
                 raise RuntimeError("this step's events were already handed to its commit")
             now = time.monotonic()
-            direct = not self._pending and not self._writing and now - self._last_direct >= BURST
+            direct = not self._batched and not self._pending and not self._writing and now - self._last_direct >= BURST
             if not direct:
                 self._pending.append(event)
                 schedule, self._scheduled = not self._scheduled, True
@@ -115,23 +124,36 @@ class EventWriter:
 
     def _flush_pending(self) -> None:
         """Called by the flusher thread: append what is pending, in one round trip."""
-        with self._lock:
-            self._scheduled = False
-            if self._closed or self._writing or not self._pending:
-                return
-            batch, self._pending = self._pending[:BATCH], self._pending[BATCH:]
-            self._writing = True
+        batch = self._take_batch()
+        if batch is None:
+            return
+        error: BaseException | None = None
         try:
             if self._error is None:
                 self._log.append(self._run_id, batch, self._token)
         except BaseException as exc:  # re-raised in the step's thread
-            self._error = exc
-        finally:
-            with self._lock:
-                self._writing = False
-                self._idle.notify_all()
-                again = bool(self._pending) and not self._closed and not self._scheduled
-                self._scheduled = self._scheduled or again
+            error = exc
+        self._batch_done(error)
+
+    def _take_batch(self) -> list[NewEvent] | None:
+        """The events the flusher appends now (None: nothing to do); the writer counts as writing until
+        :meth:`_batch_done`."""
+        with self._lock:
+            self._scheduled = False
+            if self._closed or self._writing or not self._pending:
+                return None
+            batch, self._pending = self._pending[:BATCH], self._pending[BATCH:]
+            self._writing = True
+            return batch
+
+    def _batch_done(self, error: BaseException | None) -> None:
+        with self._lock:
+            if error is not None and self._error is None:
+                self._error = error
+            self._writing = False
+            self._idle.notify_all()
+            again = bool(self._pending) and not self._closed and not self._scheduled
+            self._scheduled = self._scheduled or again
         if again:
             _flusher().submit(self)
 
@@ -150,12 +172,40 @@ class _Flusher:
         self._queue.put((writer, due))
 
     def _run(self) -> None:
+        batched = green()
         while True:
             writer, due = self._queue.get()
             wait = due - time.monotonic()
             if wait > 0:
                 time.sleep(wait)  # at most BURST
-            writer._flush_pending()
+            if batched:
+                self._flush_all(writer)
+            else:
+                writer._flush_pending()
+
+    def _flush_all(self, first: EventWriter) -> None:
+        """On greenlets: every writer queued now, in one pipelined round trip (module docs)."""
+        writers = [first]
+        while len(writers) < BATCH:
+            try:
+                writers.append(self._queue.get_nowait()[0])
+            except queue.Empty:
+                break
+        taken = [(w, w._take_batch()) for w in writers]
+        work = [(w, batch) for w, batch in taken if batch is not None and w._error is None]
+        for w, batch in taken:
+            if batch is not None and w._error is not None:
+                w._batch_done(None)
+        by_log: dict[int, list[tuple[EventWriter, list[NewEvent]]]] = {}
+        for w, batch in work:
+            by_log.setdefault(id(w._log), []).append((w, batch))
+        for group in by_log.values():
+            try:
+                results = group[0][0]._log.append_many([(w._run_id, batch, w._token) for w, batch in group])
+            except BaseException as exc:  # re-raised in each step's thread
+                results = [exc] * len(group)
+            for (w, _), result in zip(group, results, strict=True):
+                w._batch_done(result if isinstance(result, BaseException) else None)
 
 
 _FLUSHER: _Flusher | None = None

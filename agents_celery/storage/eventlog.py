@@ -414,6 +414,28 @@ class EventLog:
         k = self._keys.run(run_id)
         return self._call(self._append, run_id, [k.run, k.events, k.lease], [token] + [e.json for e in events], True)
 
+    def append_many(self, batches: Sequence[tuple[str, Sequence[NewEvent], str]]) -> list[int | BaseException]:
+        """:meth:`append` for several runs in one pipelined round trip (the same script calls, one per run):
+        ``(run_id, events, token)`` each; per batch its first offset or the error :meth:`append` would raise."""
+        with self._redis.pipeline(transaction=False) as pipe:
+            for run_id, events, token in batches:
+                k = self._keys.run(run_id)
+                self._append(keys=[k.run, k.events, k.lease], args=[token] + [e.json for e in events], client=pipe)
+            try:
+                replies = pipe.execute(raise_on_error=False)
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                error = RedisUnavailableError(f"Redis does not answer: {exc}")
+                return [error for _ in batches]
+        out: list[int | BaseException] = []
+        for (run_id, _, _), reply in zip(batches, replies, strict=True):
+            if isinstance(reply, redis.ResponseError):
+                out.append(refusal(reply, run_id) or reply)
+            elif isinstance(reply, BaseException):
+                out.append(reply)
+            else:
+                out.append(int(reply))
+        return out
+
     def set_status(self, run_id: str, status: LogStatus, token: str, events: Sequence[NewEvent] = ()) -> int:
         """Move the log to ``status``, appending ``events`` atomically; ``ended`` starts the retention."""
         k = self._keys.run(run_id)

@@ -25,6 +25,9 @@ fast path              what it does                                             
                        ``QoS._remove_from_indices``, ``Message._state``).
 ``claim_on_receipt``   the consumer sends a step's claim as it receives the message     the task claims when it
                        (threads and solo pools; needs ``commit_acks``' request class).  starts
+``batch_receive``      a green pool's consumer takes up to 1000 more waiting messages  one message per BRPOP
+                       after each BRPOP (``RPOP key count``), delivered through kombu's
+                       own path (``Channel._brpop_read``, ``Transport._deliver``).
 =====================  ===============================================================  ==========================
 
 Public APIs are used wherever they cost nothing measurable: ``Request.message`` and ``connection_errors``,
@@ -49,7 +52,7 @@ from packaging.version import Version
 
 from ...storage.pending import SendAhead, call_now
 from ._celery import StepMessages, StepRequest
-from ._kombu import DirectPublisher
+from ._kombu import DirectPublisher, batch_receive
 from ._redispy import Sent, reconnect_if_closed
 
 __all__ = [
@@ -60,13 +63,22 @@ __all__ = [
     "Sent",
     "StepMessages",
     "StepRequest",
+    "batch_receive",
     "reconnect_if_closed",
 ]
 
 #: The versions the fast paths were written against and tested on: (oldest, newest minor), inclusive.
 TESTED: dict[str, tuple[str, str]] = {"celery": ("5.5", "5.7"), "kombu": ("5.5", "5.7"), "redis": ("5.0", "8.1")}
 
-NAMES = ("send_ahead", "idle_poll", "direct_publish", "commit_pushes_next", "commit_acks", "claim_on_receipt")
+NAMES = (
+    "send_ahead",
+    "idle_poll",
+    "direct_publish",
+    "commit_pushes_next",
+    "commit_acks",
+    "claim_on_receipt",
+    "batch_receive",
+)
 
 
 def _untested() -> list[str]:
