@@ -25,8 +25,8 @@ from .common import Row, log, missing, print_table, stop_all
 from .report import RunInfo, document, readme_section, write_readme
 
 BENCHES = [
-    "eventlog", "steps", "latency", "sse", "responses", "recovery", "pool", "listing", "schedules", "subagents",
-    "history", "pydantic_ai", "cluster", "mcp",
+    "eventlog", "steps", "latency", "sse", "responses", "recovery", "pool", "gevent", "listing", "schedules",
+    "subagents", "history", "pydantic_ai", "cluster", "mcp",
 ]  # fmt: skip
 #: Exit statuses.
 MET, MISSED, FAILED = 0, 1, 2

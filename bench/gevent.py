@@ -1,0 +1,128 @@
+"""A thousand runs in flight on one worker process: ``--pool gevent --concurrency 1000``.
+
+Each run is one model turn through the real openai SDK against the fake OpenAI server (its own process, a
+thread per stream): 50 tokens 0.1 s apart, 5 s a turn. The runs are created first (queued), then one worker is
+started, so every figure is the worker's. Floor: one such run alone on the same gevent worker. Rows: the wall
+time of 1,000 runs over that floor (target <= 3x), the worker's peak RSS per in-flight run against the threads
+pool holding 16 (its default), the worker's CPU per run, and the Redis commands per step (``INFO
+commandstats`` before and after: every client of the Redis counted, so a busy machine inflates both; each run
+is one step) against the same runs on the threads pool. On a shared machine the worker waits for a core (the
+run-queue time of its ``schedstat`` is in the log line): the wall ratio then measures the machine, the CPU row
+the worker.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from .common import ROOT, Row, bench_env, celery_worker, cli_main, client, log, prefixed, runtime_for, stop_all
+
+RUNS = 1000
+THREADS = 16
+TOKENS, TOKEN_DELAY = 50, 0.1
+
+
+def _fake_server() -> tuple[subprocess.Popen[str], str]:
+    cmd = [sys.executable, "-m", "agents_celery.testing.openai_server", "--tokens", str(TOKENS)]
+    proc = subprocess.Popen([*cmd, "--token-delay", str(TOKEN_DELAY)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    line = proc.stdout.readline() if proc.stdout else ""
+    match = re.search(r"(http://\S+)", line)
+    if not match:
+        proc.terminate()
+        raise RuntimeError(f"the fake OpenAI server did not start: {line!r}")
+    return proc, match.group(1)
+
+
+def _commands() -> int:
+    stats = client().info("commandstats")
+    return sum(int(v["calls"]) for v in stats.values())
+
+
+def _rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _waited(pid: int) -> float:
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
+
+
+def _measure(url: str, pool: str, concurrency: int, n: int) -> dict[str, float]:
+    """Wall time, peak RSS, CPU and Redis commands of ``n`` runs queued before one worker starts."""
+    with prefixed(f"gevent-{pool}") as prefix:
+        queue = f"bench-gevent-{uuid.uuid4().hex[:6]}"
+        env = bench_env(prefix, queue, {"FAKE_OPENAI_URL": url, "AGENTS_CELERY_LEASE_TTL_SECONDS": "10",
+                                         "AGENTS_CELERY_HEARTBEAT_SECONDS": "2"})  # fmt: skip
+        runtime = runtime_for(prefix, queue)
+        try:
+            from .agents import streamer
+
+            ids = [runtime.stream(streamer, f"go {i}").id for i in range(n)]
+            worker = celery_worker("bench.worker", env, queue, f"gevent-{pool}", concurrency, pool)
+            worker.wait_ready()
+            base_rss, base_cpu, base_cmds = _rss(worker.pid), _cpu(worker.pid), _commands()
+            t0, peak, left = time.perf_counter(), base_rss, list(ids)
+            while left:
+                peak = max(peak, _rss(worker.pid))
+                left = _live(runtime.store, left)
+                time.sleep(0.2)
+            took = time.perf_counter() - t0
+            cpu, cmds, waited = _cpu(worker.pid) - base_cpu, _commands() - base_cmds, _waited(worker.pid)
+            views = [runtime.get_stream(i).get().status.value for i in ids]
+            assert views.count("completed") == n, {s: views.count(s) for s in set(views)}
+            log(
+                f"gevent: {pool} x{concurrency}, {n} runs: {took:.1f}s, cpu {cpu:.1f}s, waited for a core {waited:.1f}s"
+            )
+            return {"wall": took, "peak": peak - base_rss, "rss": peak, "cpu": cpu, "cmds_per_step": cmds / n}
+        finally:
+            runtime.close()
+            stop_all()
+
+
+def _live(store: object, ids: list[str]) -> list[str]:
+    r, keys = store.redis, store.keys  # type: ignore[attr-defined]
+    with r.pipeline(transaction=False) as pipe:
+        for run_id in ids:
+            pipe.hget(keys.run(run_id).run, "log")
+        return [i for i, status in zip(ids, pipe.execute(), strict=True) if status != b"ended"]
+
+
+def _cpu(pid: int) -> float:
+    from .common import cpu_seconds
+
+    return cpu_seconds(pid)
+
+
+def run(quick: bool = False) -> list[Row]:
+    n = 200 if quick else RUNS
+    server, url = _fake_server()
+    try:
+        log(f"gevent: {n} runs of 50 tokens over 5 s on one gevent worker; one alone; threads x{THREADS}")
+        alone = _measure(url, "gevent", n, 1)
+        many = _measure(url, "gevent", n, n)
+        threads = _measure(url, "threads", THREADS, THREADS)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    per_run = many["peak"] / n / 1e6
+    per_thread_run = threads["peak"] / THREADS / 1e6
+    return [
+        Row(f"{n} runs in flight, one gevent worker process: wall", many["wall"], "s", "one run alone", alone["wall"],
+            target=3.0, readme=True),
+        Row(f"worker RSS per in-flight run, gevent x{n}", per_run, "MB", f"threads x{THREADS}", per_thread_run),
+        Row(f"worker CPU per run, gevent x{n}", many["cpu"] / n, "s", f"threads x{THREADS}",
+            threads["cpu"] / THREADS),
+        Row("Redis commands per step, gevent", many["cmds_per_step"], "", f"threads x{THREADS}",
+            threads["cmds_per_step"], target=1.0),
+    ]  # fmt: skip
+
+
+if __name__ == "__main__":
+    cli_main(run)
