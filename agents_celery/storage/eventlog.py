@@ -416,7 +416,10 @@ class EventLog:
 
     def append_many(self, batches: Sequence[tuple[str, Sequence[NewEvent], str]]) -> list[int | BaseException]:
         """:meth:`append` for several runs in one pipelined round trip (the same script calls, one per run):
-        ``(run_id, events, token)`` each; per batch its first offset or the error :meth:`append` would raise."""
+        ``(run_id, events, token)`` each; per batch its first offset or the error :meth:`append` would raise. On a
+        Redis Cluster (runs in many slots, a script not loaded on every node yet) one :meth:`append` each."""
+        if is_cluster(self._redis):
+            return [self._one(run_id, events, token) for run_id, events, token in batches]
         with self._redis.pipeline(transaction=False) as pipe:
             for run_id, events, token in batches:
                 k = self._keys.run(run_id)
@@ -435,6 +438,12 @@ class EventLog:
             else:
                 out.append(int(reply))
         return out
+
+    def _one(self, run_id: str, events: Sequence[NewEvent], token: str) -> int | BaseException:
+        try:
+            return self.append(run_id, events, token)
+        except Exception as exc:  # handed to that run's writer
+            return exc
 
     def set_status(self, run_id: str, status: LogStatus, token: str, events: Sequence[NewEvent] = ()) -> int:
         """Move the log to ``status``, appending ``events`` atomically; ``ended`` starts the retention."""
