@@ -262,3 +262,16 @@ def test_a_message_with_files_steers_a_live_run_over_http(app: Flask, script: An
     ]
     (first, second) = client.get(f"/runs/{run_id}/input").json["messages"]
     assert first["content"] == "a story" and second["content"][1]["url"].endswith("/parts/0")
+
+
+def test_a_responses_request_with_a_big_image_reaches_the_model(app: Flask, script: Any, fake_openai: Any) -> None:
+    script("A big image.")
+    big_url = "data:image/png;base64," + __import__("base64").b64encode(BIG_PNG).decode()
+    content = [{"type": "input_text", "text": "What is it?"}, {"type": "input_image", "image_url": big_url}]
+    body = {"model": "fake", "input": [{"role": "user", "content": content}]}
+    answer = app.test_client().post("/v1/responses", json=body)  # over the 1 MiB body limit of other routes
+    assert answer.status_code == 200, answer.text[:500]
+    assert answer.json["status"] == "completed"
+    assert user_parts(fake_openai.requests[-1]) == [
+        [{"type": "text", "text": "What is it?"}, {"type": "image_url", "image_url": {"url": big_url}}]
+    ]

@@ -56,7 +56,7 @@ from .streams import Streams
 from .uploads import message_of, part_bytes
 
 #: The routes (API methods) whose body may carry a message's images and files.
-CONTENT_ROUTES = frozenset({"create_run", "agui_run", "send_message"})
+CONTENT_ROUTES = frozenset({"create_run", "agui_run", "send_message", "create_response"})
 
 #: Names the front ends and tests import from here (they live in :mod:`.messages` and :mod:`.access`).
 __all__ = [
