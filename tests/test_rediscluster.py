@@ -20,7 +20,7 @@ from agents_celery.events import EventType, make_event
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.runs import RunStatus
 from agents_celery.settings import load_settings
-from agents_celery.storage.connections import connect, is_cluster
+from agents_celery.storage.connections import answers, connect, is_cluster
 from agents_celery.storage.store import RunStore
 from agents_celery.testing.openai_server import ScriptResponder
 from agents_celery.testing.rediscluster import LocalCluster
@@ -59,6 +59,9 @@ def test_a_cluster_url_is_refused_as_the_broker_and_needs_a_broker_of_its_own() 
     s = load_settings(redis_url="redis+cluster://10.0.0.1:7000,10.0.0.2:7001", broker_url=TEST_REDIS_URL)
     assert s.cluster and s.buckets == 16 and s.celery_broker_url == TEST_REDIS_URL
     assert load_settings(redis_url=TEST_REDIS_URL).buckets == 1
+    with pytest.raises(RedisUnavailableError, match="no node of the Redis Cluster"):  # nobody there: a clear 503
+        connect("redis+cluster://127.0.0.1:1", socket_connect_timeout=0.2)
+    assert not answers("redis+cluster://127.0.0.1:1", timeout=0.2)
 
 
 def test_runs_complete_with_their_keys_and_indexes_spread_over_every_master(

@@ -24,7 +24,7 @@ import redis.asyncio.sentinel as asentinel
 import redis.cluster
 import redis.sentinel
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, RedisUnavailableError
 from ..ids import pid
 from ..settings import CLUSTER_SCHEMES, SENTINEL_SCHEMES, parse_cluster, parse_sentinel
 
@@ -47,9 +47,12 @@ def connect(url: str, *, blocking_pool: bool = False, **options: Any) -> redis.R
         for name in _NOT_FOR_CLUSTER:
             options.pop(name, None)
         nodes = [redis.cluster.ClusterNode(host, port) for host, port in c.hosts]  # type: ignore[no-untyped-call]
-        cluster: redis.Redis = redis.cluster.RedisCluster(  # type: ignore[assignment]
-            startup_nodes=nodes, password=c.password, ssl=c.tls, **options
-        )
+        try:  # a cluster client asks the seeds for the cluster's layout at once, not at its first command
+            cluster: redis.Redis = redis.cluster.RedisCluster(  # type: ignore[assignment]
+                startup_nodes=nodes, password=c.password, ssl=c.tls, **options
+            )
+        except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
+            raise RedisUnavailableError(f"no node of the Redis Cluster at {url!r} answers: {exc}") from exc
         return cluster
     if scheme in SENTINEL_SCHEMES:
         s = parse_sentinel(url)
@@ -223,7 +226,7 @@ def answers(url: str, timeout: float = 0.5) -> bool:
     """Whether a Redis answers PING at ``url`` within ``timeout`` seconds."""
     try:
         client = connect(url, socket_connect_timeout=timeout, socket_timeout=timeout)
-    except (redis.RedisError, ConfigurationError, ValueError):
+    except (redis.RedisError, ConfigurationError, RedisUnavailableError, ValueError):
         return False
     try:
         return bool(client.ping())
