@@ -243,9 +243,7 @@ def test_a_master_killed_mid_soak_fails_over_and_readers_are_told_of_lost_writes
     differs from the final log's."""
     cluster = LocalCluster(tmp_path / "cluster").start()
     try:
-        d: Deployment = deploy(
-            "fo", {"AGENTS_CELERY_MAX_STEP_ATTEMPTS": "30"}, redis_url=cluster.url, broker_url=TEST_REDIS_URL
-        )
+        d: Deployment = deploy("fo", redis_url=cluster.url, broker_url=TEST_REDIS_URL)  # default step attempts
         text = " ".join(f"t{i}" for i in range(150))
         fake_openai.responder = ScriptResponder([text] * 100, token_delay=0.02)
         d.start(2, concurrency=8)

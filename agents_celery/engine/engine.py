@@ -67,12 +67,17 @@ Enqueue = Callable[[str, int, str], None]
 #: Sends a run's webhook: ``notify(state, committed_steps)``.
 Notify = Callable[[RunState, int], None]
 #: Errors of the connection to Redis rather than of the run (a reset, a timeout, Redis loading after a restart,
-#: a replica after a failover): an attempt that dies of one is a blip, not counted in ``max_step_attempts``.
+#: a replica after a failover, a Redis Cluster electing a new master for a slot): an attempt that dies of one is a
+#: blip, not counted in ``max_step_attempts``.
 BLIPS: tuple[type[Exception], ...] = (
     redis.ConnectionError,
     redis.TimeoutError,
     redis.ReadOnlyError,
     RedisUnavailableError,
+    redis.exceptions.ClusterError,  # redirections exhausted while the cluster's layout changes
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.SlotNotCoveredError,
 )
 #: Pauses before each try to give a blip's lease back (the first at once, on a fresh connection): about 1.3 s
 #: in all, well inside a lease; past them the lease expires by itself and the attempt counts.
