@@ -431,3 +431,18 @@ def test_workers_with_the_fence_on_wait_for_replicas_at_each_fenced_write(
     assert rt.get(stream.id).status is RunStatus.COMPLETED
     # created (1), the tool call started (1), the commits of the model turn, the tool step and the last turn (3)
     assert waits() - before >= 5
+
+
+def test_no_code_opens_a_transaction_a_cluster_client_of_redis_py_5_refuses() -> None:
+    """MULTI/EXEC goes through ``storage.connections.atomic`` (a cluster client of redis-py 5 cannot open one),
+    and script calls in a pipeline through ``storage.scripts.pipelined`` (a cluster pipeline refuses them)."""
+    root = Path(__file__).resolve().parent.parent / "agents_celery"
+    found = []
+    for path in root.rglob("*.py"):
+        text = path.read_text()
+        rel = path.relative_to(root).as_posix()
+        if "transaction=True" in text and rel != "storage/connections.py":
+            found.append(f"{rel}: pipeline(transaction=True)")
+        if "client=pipe" in text and rel != "storage/scripts.py":
+            found.append(f"{rel}: a script called in a pipeline")
+    assert not found, found

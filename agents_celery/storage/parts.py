@@ -22,6 +22,7 @@ import redis
 from ..content import refs_in, run_of
 from ..errors import InputTooLargeError
 from ..runs import RunState
+from .connections import atomic
 from .keys import Keys
 
 #: Bytes of parts a process keeps in memory (the parts of the runs it works on, across their turns).
@@ -101,7 +102,7 @@ class Parts:
         """Make room for a later message's ``count`` parts of ``size`` bytes in a run's record: the number of its
         first part. InputTooLargeError (and nothing kept) when the run's parts would be over ``most`` bytes."""
         key = self.keys.run(run_id).run
-        with self.redis.pipeline(transaction=True) as pipe:
+        with atomic(self.redis) as pipe:  # (a Redis Cluster too: one key)
             pipe.hincrby(key, BYTES, size)
             pipe.hincrby(key, COUNT, count)
             total, after = pipe.execute()
