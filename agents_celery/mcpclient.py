@@ -30,11 +30,11 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
+import httpx2
 import mcp_types
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
 log = logging.getLogger(__name__)
@@ -109,7 +109,9 @@ class Connection:
         try:
             async with AsyncExitStack() as stack:
                 if target.url is not None:
-                    http = create_mcp_http_client(headers=dict(target.headers))
+                    # The mcp package's own defaults: 30 s to connect and write, 300 s to read (a server may
+                    # hold a response stream open); redirects are the transport's to follow.
+                    http = httpx2.AsyncClient(headers=dict(target.headers), timeout=httpx2.Timeout(30.0, read=300.0))
                     await stack.enter_async_context(http)
                     streams = await stack.enter_async_context(streamable_http_client(target.url, http_client=http))
                 else:

@@ -330,3 +330,33 @@ def test_the_server_extra_serves_the_api_with_gunicorn(venv: Callable[[str], Ven
         assert "no AGENTS_CELERY_API_KEY and no authorize hook" in proc.output()  # served open: said so
     finally:
         proc.stop()
+
+
+MCP_SCRIPT = """
+import sys
+from agents_celery import MCPTools
+from agents_celery.tools import ToolContext
+
+tools = MCPTools(command=[sys.executable, "-m", "agents_celery.testing.mcp_server", "stdio"], env=dict(env))
+listing = tools.list_tools()
+count = next(tools.tool(spec) for spec in listing["tools"] if spec["name"] == "count")
+print(count.invoke({"key": "fresh"}, ToolContext("run", "call")))
+"""
+
+
+def test_the_mcp_extra_lists_and_calls_a_server(venv: Callable[[str], Venv]) -> None:
+    """``agents-celery[mcp]`` alone brings what MCPTools needs (the mcp package, httpx2): a stdio server's tools
+    listed and one called, from an installed package."""
+    mcp = venv("mcp")
+    prefix = f"acfresh-{uuid.uuid4().hex[:8]}"
+    env = {"MCP_TEST_REDIS": TEST_REDIS_URL, "MCP_TEST_PREFIX": prefix}
+    try:
+        out = run([mcp.python, "-c", f"env = {env!r}\n{MCP_SCRIPT}"], env=mcp.env(), timeout=120)
+    finally:
+        import redis
+
+        with redis.Redis.from_url(TEST_REDIS_URL) as r:
+            r.delete(f"{prefix}:test:count:fresh", f"{prefix}:test:count:tools_list", f"{prefix}:test:mcp:meta")
+    assert out.stdout.strip() == "count fresh: 1", out.stdout + out.stderr
+    core = venv("")
+    assert not core.has("mcp")  # the core install does not bring it
