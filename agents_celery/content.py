@@ -155,15 +155,21 @@ def _check_chars(chars: int, settings: Settings) -> None:
         raise PayloadTooLargeError(f"the message has {chars} characters; at most {most} are accepted")
 
 
+def _media_type(url: str) -> str:
+    """The media type of a data URL :func:`check_parts` accepted (its head is read, not its data)."""
+    match = _DATA_URL.match(url)
+    return ((match.group("type") if match else None) or "application/octet-stream").lower()
+
+
 def _inline_data(part: dict[str, Any]) -> tuple[str, str | None] | None:
-    """(media type, file name) of a part that holds its data inline (None: a text or URL part)."""
+    """(media type, file name) of a checked part that holds its data inline (None: a text or URL part)."""
     if part.get("type") == "image_url":
         url = part["image_url"]["url"]
-        return (data_url_bytes(url, "image")[0], None) if url.startswith("data:") else None
+        return (_media_type(url), None) if url.startswith("data:") else None
     if part.get("type") == "file":
         data = part["file"].get("file_data")
         if isinstance(data, str) and data:
-            return data_url_bytes(data, "file")[0], part["file"].get("filename")
+            return _media_type(data), part["file"].get("filename")
     return None
 
 

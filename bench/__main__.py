@@ -26,7 +26,7 @@ from .report import RunInfo, document, readme_section, write_readme
 
 BENCHES = [
     "eventlog", "steps", "latency", "sse", "responses", "recovery", "pool", "gevent", "listing", "schedules",
-    "subagents", "history", "pydantic_ai", "cluster", "mcp",
+    "subagents", "history", "pydantic_ai", "cluster", "mcp", "parts",
 ]  # fmt: skip
 #: Exit statuses.
 MET, MISSED, FAILED = 0, 1, 2
