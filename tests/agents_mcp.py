@@ -45,7 +45,7 @@ stdio_tools = MCPTools(
     },
     prefix="s_",
     name="stdio",
-    idempotent=["count"],
+    idempotent=["count", "slow_once"],
     timeout=30,
 )
 

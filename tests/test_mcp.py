@@ -294,6 +294,22 @@ def test_stdio_server(shared: tuple[Deployment, Server], r: redis.Redis) -> None
     assert rt.get(stream.id).status == "completed" and result.startswith("Error: MCPToolError") and "x" in result
 
 
+def test_an_idempotent_call_is_sent_again_when_the_server_dies_mid_call(
+    shared: tuple[Deployment, Server], r: redis.Redis
+) -> None:
+    own, _ = shared
+    rt, count = own.runtime, counter_of(r, own.prefix)
+    stream = rt.stream("mcp_stdio", "s_slow_once:again:1:30")  # idempotent in the stdio toolset
+    pid = int(wait_for(lambda: r.get(f"{own.prefix}:test:mcp:pid:again"), timeout=30, what="the stdio call"))
+    os.kill(pid, signal.SIGKILL)  # the worker's stdio server dies mid-call
+    events = all_events(rt, stream.id)
+    assert rt.get(stream.id).status == "completed"
+    assert tool_results(events) == ["slow once again: 2"]  # sent once more, to a new server process
+    assert count("again") == 2
+    (entry,) = {m["meta"]["idempotency_key"] for m in metas(r, own.prefix, stream.id)}
+    assert entry == f"{stream.id}:call_0"  # both sends carried the same key
+
+
 # -- no worker -------------------------------------------------------------------------------------------
 
 

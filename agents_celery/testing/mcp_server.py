@@ -61,6 +61,18 @@ async def slow_count(key: str, seconds: float, ctx: Context) -> str:
 
 
 @server.tool()
+async def slow_once(key: str, seconds: float, ctx: Context) -> str:
+    """Count one execution under key; the first one also takes seconds to answer (and notes this server's pid
+    under ``<p>:test:mcp:pid:<key>``, so a test can kill it meanwhile)."""
+    keep_meta(ctx, "slow_once", {"key": key, "seconds": seconds})
+    n = bump(key)
+    if n == 1:
+        _redis.set(f"{PREFIX}:test:mcp:pid:{key}", os.getpid(), ex=600)
+        await asyncio.sleep(seconds)
+    return f"slow once {key}: {n}"
+
+
+@server.tool()
 def delete(path: str, ctx: Context) -> str:
     """Delete a file (the agent asks for a confirmation first)."""
     keep_meta(ctx, "delete", {"path": path})
