@@ -30,8 +30,9 @@ Per run (``<p>:run:{<run_id>}...``):
   of ``state``: a worker holding that version skips loading it), ``ledger_calls`` (JSON list of the tool
   call ids the next tool step's claim starts in the effect ledger), ``session_id``, ``agent_id``, ``start_at``
   (a delayed run's start, Unix ms, until the sweeper sends its first step), ``part:<n>`` (a content part of the
-  run's user message, an image or file, as Chat Completions part JSON; the conversation holds reference parts
-  ``<rid>/<n>`` instead: :mod:`.parts`). No TTL
+  run's user messages, an image or file, as Chat Completions part JSON; the conversation holds reference parts
+  ``<rid>/<n>`` instead: :mod:`.parts`), ``parts`` and ``part_bytes`` (how many part numbers are taken, and the
+  bytes of the run's parts: its ``max_input_bytes``). No TTL
   while the run is live or paused; ``retention`` once it ended.
 - ``<p>:run:{<rid>}:messages`` *list* — the run's conversation (one OpenAI message JSON per element) for
   state schema 2, which stores ``state`` without it: a commit appends the new messages instead of rewriting
