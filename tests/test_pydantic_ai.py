@@ -97,7 +97,13 @@ def mcp_server() -> Iterator[tuple[int, str]]:
 @pytest.fixture(scope="module")
 def shared(fake_openai: Any, mcp_server: tuple[int, str]) -> Iterator[Deployment]:
     """One worker of the module's own for the tests that kill nothing (tool counts are read as deltas)."""
-    dep = Deployment("pai", fake_openai.url, {"AGENTS_CELERY_AGENTS": AGENTS, "PAI_MCP_PORT": str(mcp_server[0])})
+    extra = {
+        "AGENTS_CELERY_AGENTS": AGENTS,
+        "PAI_MCP_PORT": str(mcp_server[0]),
+        "AGENTS_CELERY_WEBHOOK_SECRET": "pai-webhook-secret",
+        "AGENTS_CELERY_WEBHOOK_ALLOW": "127.0.0.1",
+    }
+    dep = Deployment("pai", fake_openai.url, extra)
     try:
         dep.start(1)
         yield dep
@@ -418,3 +424,32 @@ def test_a_worker_killed_during_an_mcp_call_pauses_as_may_have_run(
     events = all_events(rt, stream.id)
     assert_run_sound(events)
     assert [e.data["content"] for e in events if e.type.value == "TOOL_CALL_RESULT"] == [f"slow count {key}: 2"]
+
+
+def test_a_schedule_starts_and_a_webhook_reports_a_pydantic_ai_run(shared: Deployment, fake_openai: Any) -> None:
+    from .test_webhooks import Receiver
+
+    rt = shared.runtime
+    fake_openai.responder = ScriptResponder(["Tick handled."])
+    made = rt.schedule("pai_weather", "tick", every=3600, name="pai-hourly")
+    try:
+        assert made.next_at is not None
+        rt.fire_schedules(made.next_at)
+        runs = wait_for(
+            lambda: [r for r in rt.runs(agent_id="pai_weather", limit=50).runs if r.schedule_id == made.schedule_id],
+            timeout=10,
+            what="the scheduled run",
+        )
+        (run,) = runs
+        wait_for(lambda: rt.get_stream(run.run_id).get().status == "completed", timeout=30, what="its end")
+        assert rt.get_stream(run.run_id).get().output == "Tick handled."
+    finally:
+        rt.delete_schedule(made.schedule_id)
+    receiver = Receiver()
+    try:
+        stream = rt.stream("pai_weather", "hi", webhook_url=receiver.url)
+        (taken,) = wait_for(lambda: receiver.accepted("completed"), timeout=30, what="the webhook")
+        assert taken.data["run_id"] == stream.id and taken.data["output"] == "Tick handled."
+        assert taken.data["agent_id"] == "pai_weather"
+    finally:
+        receiver.close()
