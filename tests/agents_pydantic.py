@@ -130,7 +130,7 @@ def list_files() -> str:
     return "a.txt b.txt"
 
 
-# -- an MCP toolset (agents_celery.testing.mcp_server on PAI_MCP_PORT) ---------------------------------------------------
+# -- an MCP toolset (agents_celery.testing.mcp_server on PAI_MCP_PORT) -------------------------------------------------
 
 from pydantic_ai.mcp import MCPToolset  # noqa: E402 (the MCP part of this module)
 
