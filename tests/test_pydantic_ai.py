@@ -453,3 +453,30 @@ def test_a_schedule_starts_and_a_webhook_reports_a_pydantic_ai_run(shared: Deplo
         assert taken.data["agent_id"] == "pai_weather"
     finally:
         receiver.close()
+
+
+@pytest.mark.slow
+def test_a_worker_killed_while_the_model_streams_retries_that_unit_visibly(
+    crashable: Deployment, fake_openai: Any
+) -> None:
+    from urllib.parse import urlparse
+
+    alive(crashable)
+    rt = crashable.runtime
+    text = " ".join(f"w{i}" for i in range(120))
+    fake_openai.responder = ScriptResponder([text], token_delay=0.02)
+    before = fake_openai.calls
+    stream = rt.stream("pai_weather", "Talk.")
+    for ev in stream.events():
+        if ev.type.value == "TEXT_MESSAGE_CONTENT":
+            break
+    port = urlparse(fake_openai.url).port or 80
+    holder = next(w for w in crashable.workers if w.proc.poll() is None and _talks_to(w.proc.pid, port))
+    holder.kill()  # mid-stream: the model unit was never journaled
+    wait_for(lambda: stream.get().status == "completed", timeout=60, what="the run's end")
+    assert stream.get().output == text
+    assert fake_openai.calls - before == 2  # the unit in flight ran again; nothing else did
+    events = all_events(rt, stream.id)
+    assert_run_sound(events)  # the dead attempt's open message closed, the retry announced with its attempt
+    kinds = [e.type.value for e in events]
+    assert kinds.count("TEXT_MESSAGE_START") == 2 and kinds.count("TEXT_MESSAGE_END") == 2
