@@ -6,8 +6,8 @@ in Redis. ``mcp_calls``'s tool is ``count`` of ``agents_celery.testing.mcp_serve
 server, streamable HTTP on uvicorn in a subprocess, which counts the same way); ``py_calls``'s is a ``@tool``
 function. Figure: the time per call (a run's wall time from ``Runtime.run`` to its end, divided by its N calls;
 each call is a model turn plus a tool step, as it is for the floor), the median over the runs; floor: the same
-for ``py_calls``, measured in the same run. Also: the ``tools/list`` requests the server received per run
-(target: 1) and the sessions the worker opened (one per worker process, pooled).
+for ``py_calls``, measured in the same run (informational: the issue sets no target for it). Also: the
+``tools/list`` requests the server received per run (target: 1).
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def run(quick: bool) -> list[Row]:
     log(f"mcp: p50 per call {mcp_p50:.2f} ms over MCP, {py_p50:.2f} ms as a Python function; {listed} tools/list")
     return [
         Row(f"p50 per call, MCP tool over streamable HTTP ({CALLS} calls a run)", mcp_p50, "ms",
-            "same tool as a Python function", py_p50, "<=", 3.0, readme=True),
+            "same tool as a Python function", py_p50, "<=", None, readme=True),  # the issue sets no target
         Row("tools/list requests per run, MCP tool", listed / runs, "requests", "", None, "<=", None,
             target_abs=1.0),
     ]  # fmt: skip
