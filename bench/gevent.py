@@ -5,10 +5,10 @@ thread per stream): 50 tokens 0.1 s apart, 5 s a turn. The runs are created firs
 started, so every figure is the worker's. Floor: one such run alone on the same gevent worker. Rows: the wall
 time of 1,000 runs over that floor (target <= 3x), the worker's peak RSS per in-flight run against the threads
 pool holding 16 (its default), the worker's CPU per run, and the Redis commands per step (``INFO
-commandstats`` before and after: every client of the Redis counted, so a busy machine inflates both; each run
-is one step) against the same runs on the threads pool. On a shared machine the worker waits for a core (the
-run-queue time of its ``schedstat`` is in the log line): the wall ratio then measures the machine, the CPU row
-the worker.
+commandstats`` of a private ``redis-server`` the bench starts, before and after; each run is one step, the
+bench's own polling taken off) against the same runs on the threads pool. On a shared machine the worker
+waits for a core (the run-queue time of its ``schedstat`` is in the log line): the wall ratio then measures the
+machine, the CPU row the worker.
 """
 
 from __future__ import annotations
@@ -19,11 +19,16 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
-from .common import ROOT, Row, bench_env, celery_worker, cli_main, client, log, prefixed, runtime_for, stop_all
+import redis
+
+from .common import ROOT, Row, bench_env, celery_worker, cli_main, log, prefix_broker_keys, prefixed, stop_all
 
 RUNS = 1000
 THREADS = 16
+#: Runs sent at once to a ready worker, for the side-by-side with LangGraph's server (docs/scaling.md).
+SIDE = 100
 TOKENS, TOKEN_DELAY = 50, 0.1
 
 
@@ -38,9 +43,47 @@ def _fake_server() -> tuple[subprocess.Popen[str], str]:
     return proc, match.group(1)
 
 
-def _commands() -> int:
-    stats = client().info("commandstats")
-    return sum(int(v["calls"]) for v in stats.values())
+class _Redis:
+    """A private ``redis-server`` for this bench (no persistence), so its command counts are the bench's own and
+    other work on the machine's Redis does not slow it."""
+
+    def __init__(self) -> None:
+        import socket
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        cmd = ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no", "--bind", "127.0.0.1"]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.url = f"redis://127.0.0.1:{port}/0"
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                redis.Redis.from_url(self.url).ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def commands(self) -> int:
+        stats = redis.Redis.from_url(self.url).info("commandstats")
+        return sum(int(v["calls"]) for v in stats.values())
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+def _runtime(url: str, prefix: str, queue: str) -> object:
+    from agents_celery import Runtime
+    from agents_celery.broker.celery_app import create_celery_app
+    from agents_celery.settings import load_settings
+
+    settings = load_settings(redis_url=url, broker_url=url, key_prefix=prefix, queue=queue)
+    app = create_celery_app(settings, agents={})
+    prefix_broker_keys(app, prefix)
+    return Runtime(settings=settings, celery_app=app)
 
 
 def _rss(pid: int) -> int:
@@ -54,36 +97,60 @@ def _waited(pid: int) -> float:
     return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
 
 
-def _measure(url: str, pool: str, concurrency: int, n: int) -> dict[str, float]:
-    """Wall time, peak RSS, CPU and Redis commands of ``n`` runs queued before one worker starts."""
+def _measure(url: str, pool: str, concurrency: int, n: int, queued: bool = True) -> dict[str, float]:
+    private = _Redis()
+    try:
+        return _measure_on(private, url, pool, concurrency, n, queued)
+    finally:
+        private.close()
+
+
+def _measure_on(private: _Redis, url: str, pool: str, concurrency: int, n: int, queued: bool) -> dict[str, float]:
+    """Wall time, peak RSS, CPU and Redis commands of ``n`` runs queued before one worker starts (``queued``;
+    else sent to a ready worker, the way a server is sent requests: then also the median time to first token)."""
     with prefixed(f"gevent-{pool}") as prefix:
         queue = f"bench-gevent-{uuid.uuid4().hex[:6]}"
         env = bench_env(prefix, queue, {"FAKE_OPENAI_URL": url, "AGENTS_CELERY_LEASE_TTL_SECONDS": "10",
-                                         "AGENTS_CELERY_HEARTBEAT_SECONDS": "2"})  # fmt: skip
-        runtime = runtime_for(prefix, queue)
+                                         "AGENTS_CELERY_HEARTBEAT_SECONDS": "2", "AGENTS_CELERY_REDIS_URL": private.url,
+                                         "CELERY_BROKER_URL": private.url})  # fmt: skip
+        runtime: Any = _runtime(private.url, prefix, queue)
         try:
             from .agents import streamer
 
-            ids = [runtime.stream(streamer, f"go {i}").id for i in range(n)]
+            ids = [runtime.stream(streamer, f"go {i}").id for i in range(n)] if queued else []
             worker = celery_worker("bench.worker", env, queue, f"gevent-{pool}", concurrency, pool)
             worker.wait_ready()
-            base_rss, base_cpu, base_cmds = _rss(worker.pid), _cpu(worker.pid), _commands()
-            t0, peak, left = time.perf_counter(), base_rss, list(ids)
+            base_rss, base_cpu, base_cmds = _rss(worker.pid), _cpu(worker.pid), private.commands()
+            t0 = time.perf_counter()
+            ids = ids or [runtime.stream(streamer, f"go {i}").id for i in range(n)]
+            peak, left = base_rss, list(ids)
+            polled = 0  # the bench's own commands, taken off the count
             while left:
                 peak = max(peak, _rss(worker.pid))
+                polled += len(left)
                 left = _live(runtime.store, left)
                 time.sleep(0.2)
             took = time.perf_counter() - t0
-            cpu, cmds, waited = _cpu(worker.pid) - base_cpu, _commands() - base_cmds, _waited(worker.pid)
+            cmds = private.commands() - base_cmds - polled
+            cpu, waited = _cpu(worker.pid) - base_cpu, _waited(worker.pid)
             views = [runtime.get_stream(i).get().status.value for i in ids]
             assert views.count("completed") == n, {s: views.count(s) for s in set(views)}
             log(
                 f"gevent: {pool} x{concurrency}, {n} runs: {took:.1f}s, cpu {cpu:.1f}s, waited for a core {waited:.1f}s"
             )
-            return {"wall": took, "peak": peak - base_rss, "rss": peak, "cpu": cpu, "cmds_per_step": cmds / n}
+            first = sorted(_first_token(runtime, i) for i in ids[:100])
+            return {"wall": took, "peak": peak - base_rss, "rss": peak, "cpu": cpu, "cmds_per_step": cmds / n,
+                    "first": first[len(first) // 2]}  # fmt: skip
         finally:
             runtime.close()
             stop_all()
+
+
+def _first_token(runtime: object, run_id: str) -> float:
+    """Seconds from the run's first event (written when it was created) to its first text token."""
+    events = list(runtime.get_stream(run_id).events())  # type: ignore[attr-defined]
+    token = next(e for e in events if e.type.value == "TEXT_MESSAGE_CONTENT")
+    return (token.timestamp - events[0].timestamp) / 1000
 
 
 def _live(store: object, ids: list[str]) -> list[str]:
@@ -108,6 +175,7 @@ def run(quick: bool = False) -> list[Row]:
         alone = _measure(url, "gevent", n, 1)
         many = _measure(url, "gevent", n, n)
         threads = _measure(url, "threads", THREADS, THREADS)
+        side = _measure(url, "gevent", SIDE, SIDE, queued=False)
     finally:
         server.terminate()
         server.wait(timeout=10)
@@ -121,6 +189,8 @@ def run(quick: bool = False) -> list[Row]:
             threads["cpu"] / THREADS),
         Row("Redis commands per step, gevent", many["cmds_per_step"], "", f"threads x{THREADS}",
             threads["cmds_per_step"], target=1.0),
+        Row(f"{SIDE} runs sent at once to a ready gevent worker: runs/s", SIDE / side["wall"], "/s", "-", None),
+        Row(f"{SIDE} runs sent at once: median time to first token", side["first"], "s", "-", None),
     ]  # fmt: skip
 
 
