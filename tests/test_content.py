@@ -240,3 +240,28 @@ def test_parts_on_a_redis_cluster(deploy: Any, redis_cluster: Any, fake_openai: 
     assert rt.run("fake", "and again?", session_id=session, timeout=60).status == "completed"
     (request,) = fake_openai.requests[seen:]
     assert user_parts(request) == [parts()]
+
+
+@pytest.mark.slow
+def test_a_kill_during_the_turn_retries_it_with_the_parts(
+    deploy: Any, fake_openai: Any, r: redis.Redis, key_prefix: str
+) -> None:
+    """kill -9 of the worker streaming a turn of a run with an image and a PDF: the retried turn, on the other
+    worker (whose cache is cold), sends them again from the run's record; the run is sound."""
+    from .conftest import all_events, wait_event, wait_for
+
+    cluster = deploy("content-crash", prefix=key_prefix)
+    cluster.start(2)
+    rt = cluster.runtime
+    fake_openai.responder = ScriptResponder([" ".join(f"t{i}" for i in range(100))], token_delay=0.02)
+    seen = len(fake_openai.requests)
+    stream = rt.stream("fake", parts())
+    wait_event(rt, stream.id, lambda e: e.type is EventType.TEXT_MESSAGE_CONTENT and e.offset > 10)
+    pid = int(wait_for(lambda: r.get(f"{key_prefix}:test:pid:{stream.id}"), what="a worker to start the run"))
+    cluster.by_pid(pid).kill()
+    events = all_events(rt, stream.id)
+    assert_run_sound(events)
+    assert any(e.type is EventType.CUSTOM and e.data["name"] == "attempt_abandoned" for e in events)
+    assert rt.get(stream.id).status == "completed"
+    requests = fake_openai.requests[seen:]
+    assert len(requests) == 2 and all(user_parts(q) == [parts()] for q in requests)  # the first try and the retry
