@@ -331,3 +331,25 @@ def test_anonymous_callers_do_not_see_what_api_key_clients_started(project: dict
         assert client().get(f"/ai/runs/{mine.json()['run_id']}").status_code == 200  # anonymous runs: theirs
         listed = [r["run_id"] for r in client().get("/ai/runs", {"limit": "200"}).json()["runs"]]
         assert machine_run not in listed and mine.json()["run_id"] in listed
+
+
+def test_images_and_files_through_django(project: dict[str, Any], script: Any, fake_openai: Any) -> None:
+    """Multipart files reach the model as content parts; a JSON body over Django's own DATA_UPLOAD_MAX_MEMORY_SIZE
+    is a JSON 413 naming the setting, not Django's HTML 400."""
+    import base64
+
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    script("Seen.")
+    key = {"HTTP_AUTHORIZATION": "Bearer machine-key"}
+    pdf = SimpleUploadedFile("report.pdf", b"%PDF-1.4\n" + b"x" * 3000, content_type="application/pdf")
+    ok = client().post("/ai/agents/fake/runs", {"message": "read it", "stream": "false", "files": [pdf]}, **key)
+    assert ok.status_code == 200, ok.content
+    url = "data:application/pdf;base64," + base64.b64encode(b"%PDF-1.4\n" + b"x" * 3000).decode()
+    parts = [m["content"] for m in fake_openai.requests[-1]["messages"] if m["role"] == "user"]
+    assert parts == [
+        [{"type": "text", "text": "read it"}, {"type": "file", "file": {"filename": "report.pdf", "file_data": url}}]
+    ]
+    big = {"message": [{"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 3_000_000}}]}
+    refused = client().post("/ai/agents/fake/runs", big, content_type="application/json", **key)
+    assert refused.status_code == 413 and "DATA_UPLOAD_MAX_MEMORY_SIZE" in refused.json()["detail"], refused.content

@@ -19,6 +19,7 @@ from functools import wraps
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.core.exceptions import RequestDataTooBig
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict, StreamingHttpResponse
 from django.middleware.csrf import CsrfViewMiddleware
@@ -26,7 +27,7 @@ from django.urls import reverse
 from django.utils.module_loading import import_string
 from django.views.decorators.csrf import csrf_exempt
 
-from ...errors import AgentsCeleryError, AuthenticationError, BadRequestError
+from ...errors import AgentsCeleryError, AuthenticationError, BadRequestError, PayloadTooLargeError
 from ...http import sse
 from ...http.bodies import Limits, check_size, fields_of, read_capped
 from ...http.messages import Upload
@@ -120,9 +121,15 @@ async def protocol_request(request: HttpRequest, api: API, name: str = "") -> Re
         kind = request.content_type or ""
         if "chunked" in request.headers.get("Transfer-Encoding", "").lower():
             return _chunked_body(request, kind, limits)  # no Content-Length: at most the limit + 1 bytes read
-        if kind in ("application/x-www-form-urlencoded", "multipart/form-data"):
-            return fields_of(kind, request.POST, b"", limits)  # Django parsed it (its body can't be read again)
-        return fields_of(kind, {}, request.body, limits)
+        try:
+            if kind in ("application/x-www-form-urlencoded", "multipart/form-data"):
+                return fields_of(kind, request.POST, b"", limits)  # Django parsed it (its body can't be read again)
+            return fields_of(kind, {}, request.body, limits)
+        except RequestDataTooBig:  # Django's own limit, under ours (a JSON body with images, say)
+            raise PayloadTooLargeError(
+                "the body is over Django's DATA_UPLOAD_MAX_MEMORY_SIZE; raise it, or send images and files in a "
+                "multipart form's files field (they do not count against it)"
+            ) from None
 
     files = functools.partial(_files, request, limits)
     run_url = functools.partial(_run_url, request)
