@@ -166,3 +166,24 @@ def test_a_nested_approval_resumed_through_the_parent_stream(
     assert ["SUBAGENT_STARTED", child, None] in second and ["TOOL_CALL_RESULT", child, None] in second
     assert second[-1][0] == "RUN_FINISHED" and got["messages"][-1]["content"] == "All clean."
     assert count(rdb, key_prefix, f"delete_file:{path}") == 1
+
+
+def test_http_agent_sends_an_image_and_a_document(api: ApiServer, script: Any, fake_openai: Any) -> None:
+    import base64
+
+    script("An image and a report.")
+    png, pdf = b"\x89PNG\r\n\x1a\n" + bytes(300), b"%PDF-1.4\n" + b"x" * 300
+    seen = len(fake_openai.requests)
+    image, doc = base64.b64encode(png).decode(), base64.b64encode(pdf).decode()
+    got = node(api, "multimodal", uuid.uuid4().hex, image=image, pdf=doc)
+    assert got["errors"] == [] and got["first"][-1] == got["second"][-1] == "RUN_FINISHED", got
+    expected = [
+        {"type": "text", "text": "What are these?"},
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{image}"}},
+        {"type": "file", "file": {"filename": "report.pdf", "file_data": f"data:application/pdf;base64,{doc}"}},
+    ]
+    first, second = fake_openai.requests[seen:]
+    for request in (first, second):  # the second turn still sends them (the thread's history)
+        users = [m["content"] for m in request["messages"] if m["role"] == "user"]
+        assert users[0] == expected
+    assert [m["content"] for m in got["messages"] if m["role"] == "user"] == ["What are these?", "and which is bigger?"]

@@ -48,6 +48,23 @@ function tree() {
 }
 
 const scenarios = {
+  // A user message with an image and a document (AG-UI 1.0 multimodal parts), then a second turn on the thread.
+  async multimodal() {
+    const a = agent();
+    const content = [
+      { type: "text", text: "What are these?" },
+      { type: "image", source: { type: "data", value: args.image, mimeType: "image/png" } },
+      { type: "document", source: { type: "data", value: args.pdf, mimeType: "application/pdf" }, metadata: { filename: "report.pdf" } },
+    ];
+    a.addMessage({ id: randomUUID(), role: "user", content });
+    const first = recorder();
+    await a.runAgent({}, first.subscriber);
+    say(a, "and which is bigger?");
+    const second = recorder();
+    await a.runAgent({}, second.subscriber);
+    return { first: first.types, second: second.types, errors: [...first.errors, ...second.errors], messages: brief(a.messages) };
+  },
+
   async subagents() {
     const a = agent();
     say(a, args.message ?? "research");
