@@ -99,6 +99,8 @@ def _part_size(part: Any, where: str) -> tuple[int, int]:
     """(data bytes, text characters) of one part; ValidationError when it is malformed."""
     if not isinstance(part, dict):
         raise ValidationError(f"{where} must be an object with a type")
+    if "ref" in part:  # reference parts are the store's own: a caller never names a stored part
+        raise ValidationError(f"{where} has a 'ref'; send the image or file itself")
     kind = part.get("type")
     if kind == "text":
         text = part.get("text")

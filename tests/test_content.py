@@ -65,6 +65,7 @@ def test_parts_are_checked_and_measured() -> None:
         ([{"type": "image_url", "image_url": {"url": PDF_URL}}], r"image/\*"),
         ([{"type": "file", "file": {"filename": "a.pdf"}}], "file_data"),
         ([{"type": "text", "text": "  "}], "blank"),
+        ([{"type": "text", "text": "hi", "ref": "another-run/0"}], "'ref'"),  # no reading another run's parts
     ]:
         with pytest.raises(ValidationError, match=words):
             check_parts(bad, settings)
