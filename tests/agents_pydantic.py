@@ -43,7 +43,7 @@ def _count(name: str) -> None:
     _redis.incr(count_key(f"pai:{name}"))
 
 
-def _crash_between(run_id: str) -> None:
+def _crash_between(run_id: str = "") -> None:
     """Kills the worker after a tool's body ran and before its journal write (once, when armed)."""
     if _redis.delete(crash_key("tool_body", ANY)):
         os.kill(os.getpid(), signal.SIGKILL)
@@ -120,6 +120,7 @@ files = Agent(
 def delete_file(path: str) -> str:
     """Delete a file (needs approval)."""
     _count(f"delete_file:{path}")
+    _crash_between()
     return f"deleted {path}"
 
 

@@ -480,3 +480,28 @@ def test_a_worker_killed_while_the_model_streams_retries_that_unit_visibly(
     assert_run_sound(events)  # the dead attempt's open message closed, the retry announced with its attempt
     kinds = [e.type.value for e in events]
     assert kinds.count("TEXT_MESSAGE_START") == 2 and kinds.count("TEXT_MESSAGE_END") == 2
+
+
+@pytest.mark.slow
+def test_an_approved_call_killed_before_its_journal_write_keeps_the_approval(
+    crashable: Deployment, fake_openai: Any
+) -> None:
+    alive(crashable)
+    rt = crashable.runtime
+    path = f"c-{os.urandom(4).hex()}.txt"
+    fake_openai.responder = ScriptResponder(_delete(path))
+    with redis.Redis.from_url(TEST_REDIS_URL) as r:
+        counts = Counts(r, crashable, f"pai:delete_file:{path}")
+        stream = rt.stream("pai_files", f"Delete {path}")
+        wait_for(lambda: stream.get().status == "paused", timeout=30, what="the approval pause")
+        r.set(_crash_key(crashable, "tool_body"), 1)
+        rt.continue_run(stream.id)  # approved; the worker dies after the tool's body, before its journal write
+        wait_for(lambda: rt.store.load(stream.id)[0].pending, timeout=30, what="the may-have-run pause")
+        state, _ = rt.store.load(stream.id)
+        assert [c.pause_reason for c in state.pending] == ["may_have_run"]
+        rt.continue_run(stream.id)  # run it again: the segment replays with its first approval still given
+        wait_for(lambda: stream.get().status == "completed", timeout=30, what="the run's end")
+        events = all_events(rt, stream.id)
+        assert_run_sound(events, tool_counts={f"pai:delete_file:{path}": 2}, counter=counts)
+    (result,) = [e for e in events if e.type.value == "TOOL_CALL_RESULT"]
+    assert result.data["content"] == f"deleted {path}"

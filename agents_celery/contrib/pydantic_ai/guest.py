@@ -93,8 +93,9 @@ class GuestAgent(Agent):
         """One segment: ``agent.run(...)`` under the journal, until the run ends or pauses."""
         state = ctx.state
         decided = {c.id: c for c in state.tool_calls if c.pause_reason == "may_have_run"}
+        deferred = [c for c in state.tool_calls if c.pause_reason != "may_have_run"]
         history, prompt, kept = split_messages(state.messages, state.history_len)
-        results = None if decided or not state.tool_calls else deferred_results(state.tool_calls, history)
+        results = deferred_results(deferred, history) if deferred else None
         segment = Segment(
             state.run_id,
             state.session_id,
@@ -123,7 +124,7 @@ class GuestAgent(Agent):
                 raise Cancelled() from None
             raise FencedError(f"run {state.run_id!r}: lease lost; another attempt owns the run") from None
         except MayHaveRun as exc:
-            return paused(self, state.model_copy(update={"tool_calls": [exc.call]}), [])
+            return paused(self, state.model_copy(update={"tool_calls": _with_may_have_run(state, exc.call)}), [])
         return self._settle(state, result, kept)
 
     def _journal(self, ctx: StepContext) -> Journal:
@@ -174,6 +175,26 @@ class GuestAgent(Agent):
             return paused(self, state.model_copy(update=update), [])
         update["output"] = output_text(output)
         return completed(state.model_copy(update=update), [])
+
+
+#: Marks a decided deferred call kept while the segment it resumed pauses again (for a call that may have run, maybe
+#: the same call): its replay needs the same ``DeferredToolResults``, and the new pause's decision is not its own.
+ANSWERED = "answered:"
+
+
+def _with_may_have_run(state: RunState, call: ToolCall) -> list[ToolCall]:
+    """The run's calls once ``call`` may have run: the decided deferred calls kept (under :data:`ANSWERED` ids),
+    the calls decided at earlier may-have-run pauses of the segment, and ``call``, pending."""
+    kept = []
+    for c in state.tool_calls:
+        if c.pause_reason == "may_have_run":
+            if c.id != call.id:
+                kept.append(c)
+        elif c.id.startswith(ANSWERED):
+            kept.append(c)
+        else:
+            kept.append(c.model_copy(update={"id": ANSWERED + c.id}))
+    return [*kept, call]
 
 
 def output_text(output: Any) -> str:
@@ -299,6 +320,7 @@ def deferred_results(calls: list[ToolCall], history: list[ModelMessage]) -> Defe
     }
     results = DeferredToolResults()
     for call in calls:
+        call = call.model_copy(update={"id": call.id.removeprefix(ANSWERED)})
         if call.pause_reason == "client_tool":
             results.calls[call.id] = call.result if call.result is not None else ""
         elif call.decision == "rejected":
