@@ -366,11 +366,12 @@ def test_a_journal_that_does_not_fit_fails_the_run_naming_the_unit(shared: Deplo
     assert fake_openai.calls == before  # nothing ran against a journal that does not fit
 
 
-def _talks_to(pid: int, port: int) -> bool:
-    """Whether process ``pid`` has a TCP connection to ``port`` on this machine."""
-    import psutil
-
-    return any(c.raddr and c.raddr.port == port for c in psutil.Process(pid).net_connections("tcp"))
+def kill_live(dep: Deployment) -> None:
+    """SIGKILL every live worker of ``dep`` (the one holding the run among them: an idle one may keep connections
+    to the same servers, so connections do not tell them apart), then start two fresh ones."""
+    for w in [w for w in dep.workers if w.proc.poll() is None]:
+        w.kill()
+    alive(dep)
 
 
 def _mcp_count(mcp_server: tuple[int, str], name: str) -> int:
@@ -412,9 +413,7 @@ def test_a_worker_killed_during_an_mcp_call_pauses_as_may_have_run(
     fake_openai.responder = ScriptResponder(turns)
     stream = rt.stream("pai_mcp", "Count slowly.")
     wait_for(lambda: _mcp_count(mcp_server, key) == 1, timeout=30, what="the MCP call")
-    holder = next(w for w in crashable.workers if w.proc.poll() is None and _talks_to(w.proc.pid, mcp_server[0]))
-    holder.kill()  # the worker in the call
-    alive(crashable)
+    kill_live(crashable)  # the worker in the call among them
     wait_for(lambda: stream.get().status == "paused", timeout=30, what="the may-have-run pause")
     state, _ = rt.store.load(stream.id)
     assert [(c.name, c.pause_reason) for c in state.pending] == [("slow_count", "may_have_run")]
@@ -459,8 +458,6 @@ def test_a_schedule_starts_and_a_webhook_reports_a_pydantic_ai_run(shared: Deplo
 def test_a_worker_killed_while_the_model_streams_retries_that_unit_visibly(
     crashable: Deployment, fake_openai: Any
 ) -> None:
-    from urllib.parse import urlparse
-
     alive(crashable)
     rt = crashable.runtime
     text = " ".join(f"w{i}" for i in range(120))
@@ -470,9 +467,7 @@ def test_a_worker_killed_while_the_model_streams_retries_that_unit_visibly(
     for ev in stream.events():
         if ev.type.value == "TEXT_MESSAGE_CONTENT":
             break
-    port = urlparse(fake_openai.url).port or 80
-    holder = next(w for w in crashable.workers if w.proc.poll() is None and _talks_to(w.proc.pid, port))
-    holder.kill()  # mid-stream: the model unit was never journaled
+    kill_live(crashable)  # mid-stream: the model unit was never journaled
     wait_for(lambda: stream.get().status == "completed", timeout=60, what="the run's end")
     assert stream.get().output == text
     assert fake_openai.calls - before == 2  # the unit in flight ran again; nothing else did
