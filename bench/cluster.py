@@ -192,7 +192,7 @@ def run(quick: bool) -> list[Row]:
         Row("busiest master's CPU, 3 masters (share of one core)", median(BUSIEST[3]), "%",
             "the same, 1 master", median(BUSIEST[1]), "<=", None),
         Row("RunStore.commit with the fence (wait_replicas=1), 3 masters", on, "ms",
-            "the same commit, fence off", off, "<=", None, readme=True),
+            "the same commit, fence off", off, "<=", None),
     ]  # fmt: skip
 
 
