@@ -72,8 +72,9 @@ class Connection:
     """One open session to one server, held by a task of the process's loop."""
 
     target: Target
-    #: Called (on the loop) when the server says its tool list changed.
-    on_list_changed: Callable[[], None]
+    #: Called (on the loop) when the server says its tool list changed: one per toolset using this server (two
+    #: toolsets with the same URL and headers share the connection, and each must hear the change).
+    listeners: list[Callable[[], None]] = field(default_factory=list)
     session: ClientSession | None = None
     holder: asyncio.Task[None] | None = None
     closing: asyncio.Event | None = None
@@ -135,7 +136,8 @@ class Connection:
     async def _on_message(self, message: Any) -> None:
         root = getattr(message, "root", message)
         if isinstance(root, mcp_types.ToolListChangedNotification):
-            self.on_list_changed()
+            for listener in list(self.listeners):
+                listener()
 
     async def request(self, make: Callable[[ClientSession], Coroutine[Any, Any, T]], timeout: float) -> T:
         """``make(session)`` on the open session, bounded by ``timeout``.
@@ -228,7 +230,9 @@ def connection(target: Target, on_list_changed: Callable[[], None]) -> Connectio
     with _LOCK:
         conn = pool.connections.get(target)
         if conn is None:
-            conn = pool.connections[target] = Connection(target, on_list_changed)
+            conn = pool.connections[target] = Connection(target)
+        if on_list_changed not in conn.listeners:
+            conn.listeners.append(on_list_changed)
         return conn
 
 

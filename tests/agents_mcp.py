@@ -57,3 +57,8 @@ fresh_tools = MCPTools(url=_url, prefix="f_", name="fresh", list_ttl=0.001)
 mcp_fresh = Agent(name="mcp_fresh", model=fake_model(), tools=[fresh_tools], description="Lists again every turn.")
 mcp_short = Agent(name="mcp_short", model=fake_model(), tools=[short_tools], description="MCP calls of 1 s at most.")
 mcp_stdio = Agent(name="mcp_stdio", model=fake_model(), tools=[stdio_tools], description="MCP over stdio.")
+
+# The same server (and, with no headers, the same pooled connection as ``short`` and ``fresh``) under a prefix of
+# its own: the tool list changes during its runs (``grow``).
+grow_tools = MCPTools(url=_url, prefix="g_", name="grow")
+mcp_grow = Agent(name="mcp_grow", model=fake_model(), tools=[grow_tools], description="Its server's tools change.")

@@ -342,3 +342,41 @@ def test_toolset_configuration_and_the_run_view() -> None:
     assert not toolset.stale(listing, now_ms=60_999) and toolset.stale(listing, now_ms=61_000)
     toolset.changed_at = 1_001  # the server said its list changed after the run fetched it
     assert toolset.stale(listing, now_ms=2_000)
+
+
+def test_a_list_changed_notification_refreshes_the_list_at_the_next_model_turn(
+    shared: tuple[Deployment, Server], fake_openai: Any, r: redis.Redis
+) -> None:
+    """The server adds a tool during the run's first tool step and sends ``notifications/tools/list_changed``: the
+    second model turn is offered the new tool (the TTL is 300 s, far away), and ``tools/list`` is fetched twice
+    over four model turns (at the first turn and after the change), not before every model request."""
+    own, _ = shared
+    rt, count = own.runtime, counter_of(r, own.prefix)
+    key = f"grow{os.getpid()}"
+    offered: list[list[str]] = []
+
+    def responder(request: dict[str, Any]) -> FakeReply:
+        messages = request.get("messages") or []
+        turn = turn_index(messages)
+        offered.append(sorted(t["function"]["name"] for t in request.get("tools") or []))
+        script = [("g_grow", {"key": key}), (f"g_added_{key}", {"note": "new"}), ("g_count", {"key": key})]
+        if turn >= len(script):
+            return FakeReply(text="Done: " + " | ".join(m["content"] for m in messages if m.get("role") == "tool"))
+        name, args = script[turn]
+        return FakeReply(tool_calls=(ScriptedToolCall(name, args, f"call_{turn}"),))
+
+    # a run of another toolset on the same connection first, so the pooled connection is not this toolset's own
+    assert rt.run("mcp_fresh", f"f_count:{key}-warm:1", timeout=60).status == "completed"
+    fake_openai.responder = responder
+    listed = count("tools_list")
+    view = rt.run("mcp_grow", "grow", timeout=60)
+    assert view.status == "completed", view
+    new = f"g_added_{key}"
+    assert len(offered) >= 4
+    assert new not in offered[-4] and new in offered[-3] and new in offered[-2] and new in offered[-1]
+    assert count(f"grow:{key}") == 1 and count(f"added:{key}") == 1 and count(key) == 1
+    assert count("tools_list") == listed + 2  # four model turns: listed at the first, again after the change only
+    assert f"added {key}: 1" in str(view.output)
+    events = all_events(rt, view.run_id)
+    assert f"added {key}: 1" in tool_results(events)
+    assert_run_sound(events, tool_counts={key: 1, f"added:{key}": 1, f"grow:{key}": 1}, counter=count)

@@ -6,6 +6,10 @@ It counts in Redis (``MCP_TEST_REDIS``, keys under ``MCP_TEST_PREFIX``, as ``tes
 reads them): ``<p>:test:count:<key>`` per execution of ``count``/``slow_count``/``delete``/``hang``,
 ``<p>:test:count:tools_list`` per ``tools/list`` request; and it keeps each call's ``_meta`` (and which client
 session sent it) in the list ``<p>:test:mcp:meta``.
+
+``grow`` changes the tool list at run time: it adds a tool ``added_<key>`` (counting under ``added:<key>``) and
+announces it with ``notifications/tools/list_changed`` on the calling request's stream, so the client has the
+notification before the call's result.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import os
 import sys
 from typing import Any
 
+import mcp_types
 import redis
 from mcp.server.mcpserver import Context, MCPServer
 
@@ -92,6 +97,20 @@ async def hang(key: str) -> str:
 def fails(key: str) -> str:
     """Always fail."""
     raise ValueError(f"no such thing as {key}")
+
+
+@server.tool()
+async def grow(key: str, ctx: Context) -> str:
+    """Add the tool added_<key> to this server's tool list and say that the list changed."""
+    keep_meta(ctx, "grow", {"key": key})
+    bump(f"grow:{key}")
+
+    def added(note: str = "") -> str:
+        return f"added {key}: {bump(f'added:{key}')}"
+
+    server.add_tool(added, name=f"added_{key}", description=f"A tool grow added for {key}.")
+    await ctx.session.send_notification(mcp_types.ToolListChangedNotification(), related_request_id=ctx.request_id)
+    return f"grew added_{key}"
 
 
 if __name__ == "__main__":
