@@ -380,3 +380,42 @@ def test_a_list_changed_notification_refreshes_the_list_at_the_next_model_turn(
     events = all_events(rt, view.run_id)
     assert f"added {key}: 1" in tool_results(events)
     assert_run_sound(events, tool_counts={key: 1, f"added:{key}": 1, f"grow:{key}": 1}, counter=count)
+
+
+def test_a_list_changed_notification_on_the_standalone_stream_refreshes_the_list(
+    shared: tuple[Deployment, Server], fake_openai: Any, r: redis.Redis
+) -> None:
+    """As above, but the server announces the change on the session's standalone GET stream, which the client
+    reads on its own schedule: the model keeps calling ``g_count`` (for at most 20 turns) until it is offered the new
+    tool, then calls it. One ``tools/list`` more than the first one proves the refresh came from the notification
+    (the TTL is 300 s) and that the turns in between did not list."""
+    own, _ = shared
+    rt, count = own.runtime, counter_of(r, own.prefix)
+    key = f"solo{os.getpid()}"
+    new = f"g_added_{key}"
+    offered: list[list[str]] = []
+
+    def responder(request: dict[str, Any]) -> FakeReply:
+        messages = request.get("messages") or []
+        turn = turn_index(messages)
+        names = sorted(t["function"]["name"] for t in request.get("tools") or [])
+        offered.append(names)
+        if turn == 0:
+            return FakeReply(tool_calls=(ScriptedToolCall("g_grow", {"key": key, "standalone": True}, "call_0"),))
+        if any(m.get("role") == "tool" and m["content"].startswith(f"added {key}") for m in messages):
+            return FakeReply(text="Done")
+        if new in names:
+            return FakeReply(tool_calls=(ScriptedToolCall(new, {}, f"call_{turn}"),))
+        if turn >= 20:
+            return FakeReply(text="Gave up: never offered the new tool")
+        return FakeReply(tool_calls=(ScriptedToolCall("g_count", {"key": key}, f"call_{turn}"),))
+
+    fake_openai.responder = responder
+    listed = count("tools_list")
+    view = rt.run("mcp_grow", "grow", timeout=60)
+    assert view.status == "completed", view
+    assert count(f"added:{key}") == 1, offered  # the model was offered the new tool, and called it
+    assert count("tools_list") == listed + 2  # the first turn's listing, and one after the notification
+    waited = count(key)  # turns that ran before the notification arrived
+    assert len(offered) == waited + 3, offered
+    assert_run_sound(all_events(rt, view.run_id), tool_counts={f"added:{key}": 1, f"grow:{key}": 1}, counter=count)

@@ -9,7 +9,8 @@ session sent it) in the list ``<p>:test:mcp:meta``.
 
 ``grow`` changes the tool list at run time: it adds a tool ``added_<key>`` (counting under ``added:<key>``) and
 announces it with ``notifications/tools/list_changed`` on the calling request's stream, so the client has the
-notification before the call's result.
+notification before the call's result (``standalone=true``: on the session's standalone GET stream instead, which
+a client reads on its own schedule).
 """
 
 from __future__ import annotations
@@ -100,16 +101,17 @@ def fails(key: str) -> str:
 
 
 @server.tool()
-async def grow(key: str, ctx: Context) -> str:
+async def grow(key: str, ctx: Context, standalone: bool = False) -> str:
     """Add the tool added_<key> to this server's tool list and say that the list changed."""
-    keep_meta(ctx, "grow", {"key": key})
+    keep_meta(ctx, "grow", {"key": key, "standalone": standalone})
     bump(f"grow:{key}")
 
     def added(note: str = "") -> str:
         return f"added {key}: {bump(f'added:{key}')}"
 
     server.add_tool(added, name=f"added_{key}", description=f"A tool grow added for {key}.")
-    await ctx.session.send_notification(mcp_types.ToolListChangedNotification(), related_request_id=ctx.request_id)
+    related = None if standalone else ctx.request_id
+    await ctx.session.send_notification(mcp_types.ToolListChangedNotification(), related_request_id=related)
     return f"grew added_{key}"
 
 
