@@ -8,7 +8,9 @@ Each venv gets a wheel of the working tree (built from a copy, so nothing of the
 - core only: a worker (``agents-celery worker``) runs a run with a webhook to a local receiver, and the operator
   commands (``run``, ``show``, ``runs``, ``tail``, ``approve``, with and without ``--json``) work without rich;
 - ``[demo]`` only: ``python -m agents_celery.cli demo`` passes on its private (embedded) Redis;
-- ``[server]``: the production command of docs/operations.md (gunicorn on the app factory) answers ``/health``.
+- ``[server]``: the production command of docs/operations.md (gunicorn on the app factory) answers ``/health``;
+- ``[pydantic-ai]`` only: an agents module of a pydantic-ai agent with ``CeleryDurability`` imports without Celery,
+  and a worker of that venv runs it (a tool call) against the fake OpenAI server.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from agents_celery.models import ScriptedToolCall, ScriptedTurn
 
 from .cluster import FAST, ROOT
 from .conftest import TEST_BROKER_URL, TEST_REDIS_URL, wait_for
@@ -360,3 +364,95 @@ def test_the_mcp_extra_lists_and_calls_a_server(venv: Callable[[str], Venv]) -> 
     assert out.stdout.strip() == "count fresh: 1", out.stdout + out.stderr
     core = venv("")
     assert not core.has("mcp")  # the core install does not bring it
+
+
+PAI_MODULE = '''
+import os
+
+from pydantic_ai import Agent
+from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.providers.openai import OpenAIProvider
+
+from agents_celery.contrib.pydantic_ai import CeleryDurability
+
+_url = os.environ.get("FAKE_OPENAI_URL", "http://127.0.0.1:9/v1")
+helper = Agent(
+    OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(base_url=_url, api_key="test")),
+    name="pai_clock",
+    description="Tells the time (pydantic-ai).",
+    capabilities=[CeleryDurability()],
+)
+
+
+@helper.tool_plain
+def get_time(timezone: str = "UTC") -> str:
+    """Tell the current time in a timezone."""
+    return f"12:00 in {timezone}"
+
+
+@helper.tool_plain(requires_approval=True)
+def reset_clock(zone: str) -> str:
+    """Reset a clock (a human approves first)."""
+    return f"reset {zone}"
+'''
+
+#: Imports the agents module as a worker and the API do, and says what that loaded.
+PAI_IMPORTS = """
+import json, sys
+from agents_celery.agent import load_agents
+
+agents = load_agents("pai_agents")
+loaded = sorted({m.split(".")[0] for m in sys.modules} & {"celery", "kombu", "billiard", "httpx", "flask", "django"})
+spec = agents["pai_clock"]
+print(json.dumps({"agents": sorted(agents), "loaded": loaded, "tools": sorted(spec.tools)}))
+"""
+
+
+#: A run of the pydantic-ai agent through the Runtime of the clean venv: its id, status, streamed text, tool results.
+PAI_DRIVER = """
+from agents_celery import Runtime
+
+rt = Runtime()
+stream = rt.stream("pai_clock", "what time is it?")
+events = list(stream.events())
+text = "".join(str(e.data.get("delta", "")) for e in events if e.type.value == "TEXT_MESSAGE_CONTENT")
+results = [e.data.get("content") for e in events if e.type.value == "TOOL_CALL_RESULT"]
+print(stream.id, rt.get(stream.id).status.value, results, text)
+rt.close()
+"""
+
+
+def test_the_pydantic_ai_extra_alone_serves_a_pydantic_ai_agent(
+    venv: Callable[[str], Venv], deployment: dict[str, str], fake_openai: Any, tmp_path: Path
+) -> None:
+    """``agents-celery[pydantic-ai]`` alone: an agents module of a pydantic-ai agent with ``CeleryDurability``
+    imports without loading Celery (README: "Imports are lazy"), and a worker of that venv runs it to its end (a
+    tool call through the journal, the model pydantic-ai's own ``OpenAIChatModel`` against the fake server)."""
+    from agents_celery.testing import ScriptResponder
+
+    pai = venv("pydantic-ai")
+    assert pai.has("pydantic_ai") and not pai.has("flask") and not pai.has("httpx")  # openai 3 brings httpx2 only
+    (tmp_path / "pai_agents.py").write_text(PAI_MODULE)
+    env = pai.env(**{**deployment, "AGENTS_CELERY_AGENTS": "pai_agents", "FAKE_OPENAI_URL": fake_openai.url})
+    out = run([pai.python, "-c", PAI_IMPORTS], env=env, cwd=tmp_path, timeout=120)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"agents": ["pai_clock"], "loaded": [], "tools": ["get_time", "reset_clock"]}, out.stdout
+
+    fake_openai.responder = ScriptResponder(
+        [ScriptedTurn("Let me check. ", [ScriptedToolCall("get_time", {"timezone": "UTC"})]), "It is 12:00 UTC."]
+    )
+    cmd = [
+        str(pai.bin / "agents-celery"), "worker", "--pool", "threads", "--concurrency", "2",
+        "-n", f"freshpai{uuid.uuid4().hex[:6]}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat",
+        "--loglevel", "INFO",
+    ]  # fmt: skip
+    worker = Proc(cmd, env, tmp_path, tmp_path / "pai-worker.log")
+    try:
+        worker.wait_for(" ready.", timeout=90)
+        (tmp_path / "drive.py").write_text(PAI_DRIVER)
+        done = run([pai.python, "drive.py"], env=env, cwd=tmp_path, timeout=90)
+    finally:
+        worker.stop()
+    assert done.stdout.split(" ", 1)[1].strip() == "completed ['12:00 in UTC'] Let me check. It is 12:00 UTC.", (
+        done.stdout + worker.output()
+    )
