@@ -1,6 +1,6 @@
 """pydantic-ai agents through the HTTP API: ``GET /agents``, the AgentOS reconnect story (pause, continue, drop the
-connection, resume), ``?format=agui`` and the official AG-UI client's verifier, against a real API server and a real
-worker serving tests/agents_pydantic.py."""
+connection, resume) on Flask and on the Django app, ``?format=agui`` and the official AG-UI client's verifier, against
+a real API server and a real worker serving tests/agents_pydantic.py."""
 
 from __future__ import annotations
 
@@ -46,6 +46,22 @@ def client(served: tuple[Deployment, ApiServer]) -> Iterator[httpx.Client]:
         yield c
 
 
+@pytest.fixture(scope="module")
+def django_api(served: tuple[Deployment, ApiServer]) -> Iterator[ApiServer]:
+    """The Django example project (the reusable app at ``/ai``) under uvicorn, on the same deployment."""
+    api = ApiServer({**served[0].env, "AGENTS_CELERY_KEEPALIVE_SECONDS": "0.3"}, django=True).wait_ready()
+    yield api
+    api.stop()
+
+
+@pytest.fixture(params=["flask", "django"])
+def front(request: pytest.FixtureRequest, served: tuple[Deployment, ApiServer]) -> Iterator[httpx.Client]:
+    """A client of one front end: Flask's server, or the Django app."""
+    api = served[1] if request.param == "flask" else request.getfixturevalue("django_api")
+    with httpx.Client(base_url=api.url, timeout=30) as c:
+        yield c
+
+
 def count(dep: Deployment, name: str) -> int:
     with redis.Redis.from_url(TEST_REDIS_URL) as r:
         return counter_of(r, dep.prefix)(name)
@@ -64,8 +80,10 @@ def test_get_agents_lists_the_pydantic_ai_agents(client: httpx.Client) -> None:
 
 
 def test_agentos_reconnect_story_with_a_pydantic_ai_agent(
-    client: httpx.Client, served: tuple[Deployment, ApiServer], fake_openai: Any
+    front: httpx.Client, served: tuple[Deployment, ApiServer], fake_openai: Any
 ) -> None:
+    """Start, stream, the approval pause, continue, drop the connection, resume: on Flask and on Django."""
+    client = front
     path = f"/tmp/{uuid.uuid4().hex}"
     fake_openai.responder = ScriptResponder(
         [ScriptedTurn("Deleting.", [ScriptedToolCall("delete_file", {"path": path})]), "All done, the file is gone."]
