@@ -1,11 +1,13 @@
 """pydantic-ai agents through the HTTP API: ``GET /agents``, the AgentOS reconnect story (pause, continue, drop the
-connection, resume) on Flask and on the Django app, ``?format=agui`` and the official AG-UI client's verifier, against
-a real API server and a real worker serving tests/agents_pydantic.py."""
+connection, resume) on Flask and on the Django app, ``?format=agui`` and the official AG-UI client's verifier (also
+on a run whose worker is killed -9 mid-stream), against a real API server and a real worker serving
+tests/agents_pydantic.py."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -19,8 +21,8 @@ from agents_celery.testing import ScriptResponder
 
 from .api_support import ApiServer, frames, read_until
 from .cluster import Deployment
-from .conftest import TEST_REDIS_URL, wait_for
-from .invariants import assert_agui_stream, counter_of
+from .conftest import TEST_REDIS_URL, all_events, wait_event, wait_for
+from .invariants import assert_agui_stream, assert_run_sound, counter_of
 from .test_agui_client import CLIENT, node
 from .test_api import AGENTOS_TYPES, END, stored, wait_status
 
@@ -156,3 +158,57 @@ def test_the_official_agui_client_resumes_a_pydantic_ai_interrupt(
     assert got["replayError"] is None
     wait_for(lambda: count(dep, f"pai:delete_file:{edited}") == 1, timeout=10, what="the edited call")
     assert count(dep, f"pai:delete_file:{asked}") == 0
+
+
+@pytest.mark.slow
+def test_the_official_agui_client_verifies_a_run_whose_worker_was_killed_mid_stream(
+    served: tuple[Deployment, ApiServer], fake_openai: Any
+) -> None:
+    """``@ag-ui/client`` reads a pydantic-ai run live through ``POST /agui/pai_weather`` while its worker is
+    killed -9 in the middle of the second model request's stream: the retried unit (the dead attempt's message
+    closed, the retry announced) still makes a stream the client's own verifier accepts, ending RUN_FINISHED."""
+    from .test_pydantic_ai import kill_live
+
+    if shutil.which("node") is None or not (CLIENT / "node_modules" / "@ag-ui" / "client").is_dir():
+        pytest.fail("the AG-UI client is not installed: run scripts/ensure-agui-client (make test does)")
+    dep, api = served
+    text = " ".join(f"w{i}" for i in range(80))
+    fake_openai.responder = ScriptResponder(
+        [ScriptedTurn("Looking.", [ScriptedToolCall("get_lat_lng", {"location": "Oslo"})]), text], token_delay=0.02
+    )
+    before, counted = fake_openai.calls, count(dep, "pai:get_lat_lng")
+    thread, agui_run = uuid.uuid4().hex, uuid.uuid4().hex
+    cmd = ["node", "scenarios.mjs", "live", f"{api.url}/agui/pai_weather", thread]
+    client = subprocess.Popen(
+        [*cmd, json.dumps({"runId": agui_run, "message": "Weather in Oslo?"})],
+        cwd=CLIENT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        rt = dep.runtime
+        runs = wait_for(lambda: rt.runs(session_id=thread).runs, timeout=30, what="the client's run")
+        run_id = runs[0].run_id
+        second_turn = lambda e: e.type.value == "TEXT_MESSAGE_CONTENT" and str(e.data.get("delta", "")).startswith("w")  # noqa: E731
+        wait_event(rt, run_id, second_turn)
+        kill_live(dep)  # mid-stream: the model unit in flight was never journaled
+        out, err = client.communicate(timeout=90)
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait(timeout=10)
+    assert client.returncode == 0, f"the AG-UI client failed:\n{out}\n{err}"
+    got = json.loads(out.strip().splitlines()[-1])
+    types = got["types"]
+    assert got["errors"] == [] and types[0] == "RUN_STARTED" and types[-1] == "RUN_FINISHED", types
+    assert types.count("TOOL_CALL_RESULT") == 1 and types.count("TEXT_MESSAGE_START") == 3  # Looking., dead, retry
+    assert got["messages"][-1]["role"] == "assistant" and got["messages"][-1]["content"] == text
+    assert fake_openai.calls - before == 3  # the first turn once, the second twice (killed, retried)
+    assert count(dep, "pai:get_lat_lng") - counted == 1  # the journaled tool did not run again
+    events = all_events(rt, run_id)
+    assert_run_sound(events)
+    kinds = [e.type.value for e in events]
+    assert "attempt_abandoned" in [e.data.get("name") for e in events if e.type.value == "CUSTOM"], kinds
+    with (
+        httpx.Client(base_url=api.url, timeout=30) as http,
+        http.stream("GET", f"/runs/{run_id}/events", params={"format": "agui"}) as r,
+    ):
+        assert_agui_stream([f.data for f in frames(r)])

@@ -88,6 +88,15 @@ const scenarios = {
     return { types, newMessages: brief(newMessages), messages: brief(a.messages) };
   },
 
+  // One run (its runId given) read live to its end, a worker maybe killed meanwhile: every event's type, the messages.
+  async live() {
+    const a = agent();
+    const { types, errors, subscriber } = recorder();
+    say(a, args.message ?? "hi");
+    await a.runAgent({ runId: args.runId }, subscriber);
+    return { types, errors, messages: brief(a.messages) };
+  },
+
   async interrupt() {
     const a = agent();
     say(a, "delete it");
