@@ -75,7 +75,7 @@ def test_what_the_model_refuses_is_refused(kind: EventType, fields: dict[str, An
 def test_step_events_are_written_as_make_event_writes_them(
     monkeypatch: pytest.MonkeyPatch, type_: EventType, kind: str, step: int, attempt: int
 ) -> None:
-    from agents_celery.engine import steps
+    from agents_celery.engine import stepcontext as steps  # step_event reads its clock there
 
     monkeypatch.setattr(steps, "now_ms", lambda: 1_700_000_000_123)
     got = steps.step_event(type_, kind, step, attempt)
