@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import redis
 
+from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.testing import ScriptResponder
 
 from .cluster import Deployment
@@ -138,11 +139,46 @@ def own_mcp(fake_openai: Any) -> Iterator[tuple[Deployment, Server]]:
         dep.close()
 
 
+def _in_process_with_the_server_killed(fake_openai: Any, turns: list[ScriptedTurn | str], key: str) -> tuple[str, int]:
+    """The same agent shape run in this process against an MCP server killed mid-call (the floor): what it raised
+    (pydantic-ai's own behaviour) and the model requests it made."""
+    import threading
+
+    from pydantic_ai import Agent
+    from pydantic_ai.mcp import MCPToolset
+
+    from tests.agents_pydantic import _model
+
+    module(fake_openai)
+    prefix = f"paimcpfloor-{os.urandom(4).hex()}"
+    server = Server(prefix)
+    agent = Agent(_model(), toolsets=[MCPToolset(server.url, id="words")])
+    fake_openai.responder = ScriptResponder(turns)
+    with redis.Redis.from_url(TEST_REDIS_URL) as r:
+        count = counter_of(r, prefix)
+
+        def kill_mid_call() -> None:
+            wait_for(lambda: count(key) == 1, timeout=30, what="the in-process MCP call")
+            server.kill()
+
+        killer = threading.Thread(target=kill_mid_call)
+        killer.start()
+        before = fake_openai.calls
+        try:
+            with pytest.raises(Exception) as raised:
+                agent.run_sync("Count slowly.")
+        finally:
+            killer.join(timeout=40)
+            if server.proc.poll() is None:
+                server.kill()
+            for k in r.scan_iter(match=f"{prefix}:*"):
+                r.delete(k)
+    return type(raised.value).__name__, fake_openai.calls - before
+
+
 def test_the_mcp_server_killed_mid_call_ends_the_run_well_formed(
     own_mcp: tuple[Deployment, Server], fake_openai: Any
 ) -> None:
-    from agents_celery.models import ScriptedToolCall, ScriptedTurn
-
     dep, server = own_mcp
     rt = dep.runtime
     key = f"gone-{os.urandom(4).hex()}"
@@ -150,6 +186,8 @@ def test_the_mcp_server_killed_mid_call_ends_the_run_well_formed(
         ScriptedTurn(tool_calls=[ScriptedToolCall("slow_count", {"key": key, "seconds": 30})]),
         "Told.",
     ]
+    raised, calls = _in_process_with_the_server_killed(fake_openai, turns, key)
+    assert (raised, calls) == ("RemoteProtocolError", 2)
     fake_openai.responder = ScriptResponder(turns)
     with redis.Redis.from_url(TEST_REDIS_URL) as r:
         count = counter_of(r, dep.prefix)
@@ -164,11 +202,11 @@ def test_the_mcp_server_killed_mid_call_ends_the_run_well_formed(
         events = all_events(rt, stream.id)
         assert_run_sound(events)
         assert count(key) == 1 and count("tools_list") == 1  # listed once for the segment, the call sent once
-    # As in-process (pydantic-ai 2.6x + mcp, checked by hand): pydantic-ai's MCP client hands the model the lost
+    # As in-process (the floor above): pydantic-ai's MCP client hands the model the lost
     # call as an error result, once, the model answers, then the mcp transport's failure re-raises when the
     # toolset's session closes and the run fails with that reason (docs/pydantic-ai.md); nothing runs again.
     results = [e.data["content"] for e in events if e.type.value == "TOOL_CALL_RESULT"]
     assert results == ['{"error":"Connection closed"}'], results
     assert stream.get().status == "failed", events[-1].data
-    assert events[-1].type.value == "RUN_ERROR" and events[-1].data["code"] == "RemoteProtocolError"
-    assert fake_openai.calls - before == 1  # the model request that got the error result; no retried unit
+    assert events[-1].type.value == "RUN_ERROR" and events[-1].data["code"] == raised
+    assert fake_openai.calls - before == calls - 1  # the model request that got the error result; no retried unit
