@@ -303,20 +303,28 @@ class SentinelURL:
     password: str | None
 
 
-def parse_sentinel(url: str) -> SentinelURL:
-    """Split ``redis+sentinel://[:password@]h1:p1,h2:p2/service[/db]``; ConfigurationError when malformed."""
-    parsed = urlparse(url)
-    netloc = parsed.netloc
+def _nodes(netloc: str) -> tuple[str | None, list[tuple[str, int]], str | None]:
+    """``[:password@]h1:p1[,h2:p2...]`` of a Sentinel or cluster URL: its password, its nodes, and the first
+    malformed node address (None when every one is ``host:port``)."""
     password = None
     if "@" in netloc:
         auth, netloc = netloc.rsplit("@", 1)
         password = unquote(auth.split(":", 1)[1]) if ":" in auth else unquote(auth)
-    hosts = []
+    hosts: list[tuple[str, int]] = []
     for part in filter(None, netloc.split(",")):
         host, _, port = part.rpartition(":")
         if not host or not port.isdigit():
-            raise ConfigurationError(f"AGENTS_CELERY_REDIS_URL: bad Sentinel address {part!r} in {url!r}")
+            return password, hosts, part
         hosts.append((host, int(port)))
+    return password, hosts, None
+
+
+def parse_sentinel(url: str) -> SentinelURL:
+    """Split ``redis+sentinel://[:password@]h1:p1,h2:p2/service[/db]``; ConfigurationError when malformed."""
+    parsed = urlparse(url)
+    password, hosts, bad = _nodes(parsed.netloc)
+    if bad is not None:
+        raise ConfigurationError(f"AGENTS_CELERY_REDIS_URL: bad Sentinel address {bad!r} in {url!r}")
     path = [p for p in parsed.path.split("/") if p]
     if not hosts or not path or (len(path) > 1 and not path[1].isdigit()):
         raise ConfigurationError(
@@ -338,17 +346,9 @@ def parse_cluster(url: str) -> ClusterURL:
     """Split ``redis+cluster://[:password@]h1:p1[,h2:p2...]`` (``rediss+cluster`` for TLS); ValueError when
     malformed."""
     parsed = urlparse(url)
-    netloc = parsed.netloc
-    password = None
-    if "@" in netloc:
-        auth, netloc = netloc.rsplit("@", 1)
-        password = unquote(auth.split(":", 1)[1]) if ":" in auth else unquote(auth)
-    hosts = []
-    for part in filter(None, netloc.split(",")):
-        host, _, port = part.rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"bad cluster node address {part!r} in {url!r}: expected host:port")
-        hosts.append((host, int(port)))
+    password, hosts, bad = _nodes(parsed.netloc)
+    if bad is not None:
+        raise ValueError(f"bad cluster node address {bad!r} in {url!r}: expected host:port")
     if not hosts or parsed.path.strip("/") not in ("", "0"):
         raise ValueError(f"expected redis+cluster://host:port[,host:port...] (a cluster has only db 0), got {url!r}")
     return ClusterURL(hosts, password or None, parsed.scheme.startswith("rediss"))
