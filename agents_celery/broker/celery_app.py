@@ -193,10 +193,8 @@ def _register_step(app: Celery, ext: AgentsCelery) -> None:
     def _init(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is app:
             pool = get_implementation(getattr(sender, "pool_cls", None) or ext.app.conf.worker_pool)
-            green = bool(getattr(pool, "is_green", False))
-            if green:
+            if getattr(pool, "is_green", False):
                 _with_green_broker(ext.app, int(getattr(sender, "concurrency", 0) or 0))
-            ext.on_worker_init(green)
 
     @signals.worker_ready.connect(weak=False)  # type: ignore[untyped-decorator]
     def _ready(sender: Any = None, **_: Any) -> None:

@@ -41,7 +41,7 @@ from ..settings import Settings
 from ..storage.connections import connect
 from ..storage.leases import new_token
 from ..storage.store import Ack, Claim, RunStore, SentClaim
-from .fastpaths import FastPaths, StepMessages, batch_receive
+from .fastpaths import FastPaths, StepMessages
 from .publisher import StepPublisher
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,6 @@ class AgentsCelery:
             if route is None:
                 why = "the broker is not a plain redis:// URL, or a publish signal, option or setting changes messages"
                 fast.off("direct_publish", why)
-                fast.off("batch_receive", "the broker is not a plain redis:// URL")
             if route is None or route[0] != self.settings.redis_url:
                 fast.off("commit_pushes_next", "the broker is not the Redis that holds run state")
             if direct is None or direct.ack_keys(self.settings.redis_url) is None:
@@ -130,8 +129,6 @@ class AgentsCelery:
             fast.off("claim_on_receipt", f"the {type(pool).__module__.rsplit('.', 1)[-1]} pool runs tasks elsewhere")
         elif not fast.on("commit_acks"):
             fast.off("claim_on_receipt", "it rides the commit_acks request")
-        if pool is not None and not getattr(pool, "is_green", False):
-            fast.off("batch_receive", "only a green pool's consumer waits its turn behind the steps")
         return fast
 
     def execute(self, run_id: str, step: int, request: Any) -> str:
@@ -223,15 +220,6 @@ class AgentsCelery:
                 self._engine.blips = (*self._engine.blips, *broker_blips(self.app))
                 self._pid = pid()
             return self._engine
-
-    def on_worker_init(self, green: bool) -> None:
-        """Before the worker's consumer opens its channel (whose handlers are bound then): a green pool's
-        consumer takes waiting step messages in batches (``batch_receive``)."""
-        fast = self.check_paths()
-        if not green:
-            fast.off("batch_receive", "only a green pool's consumer waits its turn behind the steps")
-        elif fast.on("batch_receive"):
-            batch_receive()
 
     def on_worker_ready(self, pool: Any = None) -> None:
         """Publish manifests and start the sweeper (in the worker's main process; the worker_ready handler

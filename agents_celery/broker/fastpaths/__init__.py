@@ -25,9 +25,6 @@ fast path              what it does                                             
                        ``QoS._remove_from_indices``, ``Message._state``).
 ``claim_on_receipt``   the consumer sends a step's claim as it receives the message     the task claims when it
                        (threads and solo pools; needs ``commit_acks``' request class).  starts
-``batch_receive``      a green pool's consumer takes up to 1000 more waiting messages  one message per BRPOP
-                       after each BRPOP (``RPOP key count``), delivered through kombu's
-                       own path (``Channel._brpop_read``, ``Transport._deliver``).
 =====================  ===============================================================  ==========================
 
 Public APIs are used wherever they cost nothing measurable: ``Request.message`` and ``connection_errors``,
@@ -52,7 +49,7 @@ from packaging.version import Version
 
 from ...storage.pending import SendAhead, call_now
 from ._celery import StepMessages, StepRequest
-from ._kombu import DirectPublisher, batch_receive
+from ._kombu import DirectPublisher
 from ._redispy import Sent, reconnect_if_closed
 
 __all__ = [
@@ -63,7 +60,6 @@ __all__ = [
     "Sent",
     "StepMessages",
     "StepRequest",
-    "batch_receive",
     "reconnect_if_closed",
 ]
 
@@ -77,7 +73,6 @@ NAMES = (
     "commit_pushes_next",
     "commit_acks",
     "claim_on_receipt",
-    "batch_receive",
 )
 
 

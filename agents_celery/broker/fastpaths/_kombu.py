@@ -22,8 +22,6 @@ from packaging.version import Version
 
 from ...ids import pid, random_uuid
 
-_log = logging.getLogger(__name__)
-
 #: Transport options that do not change where or how a priority-0 message is stored.
 _HARMLESS_OPTIONS = frozenset(
     {
@@ -211,43 +209,3 @@ def restore(message: Any, logger: logging.Logger, errors: Any) -> None:
         message.channel.qos.restore_by_tag(message.delivery_tag, leftmost=True)
     except errors as exc:
         logger.critical("Couldn't requeue %r, reason:%r", message.delivery_tag, exc, exc_info=True)
-
-
-#: The most step messages one consumer cycle takes besides the one its BRPOP returned (``batch_receive``).
-BATCH_RECEIVE = 1000
-
-
-def batch_receive(limit: int = BATCH_RECEIVE) -> None:
-    """After each BRPOP that delivered a message, take up to ``limit`` more waiting in the channel's queues
-    with one ``RPOP key count`` each, as far as the prefetch window allows, and deliver them as kombu does.
-
-    On a green pool (gevent, eventlet) the consumer is one greenlet among the steps': it gets one turn per pass of
-    the hub, so with a thousand steps streaming it received one message per pass (~25 a second on 2 cores) and a
-    burst of runs took a minute to start. Each taken message goes through kombu's own delivery (the QoS records
-    it unacked first, as for the BRPOP's). kombu 5.5-5.7: ``Channel._brpop_read``, ``Channel._q_for_pri``
-    (priority 0: the queue's own list), ``Transport._deliver``, ``Channel.client``, ``QoS.can_consume_max_estimate``
-    (public). Installed once per process, for every Redis channel (a worker process consumes only its queues).
-    """
-    original: Any = kombu_redis.Channel._brpop_read
-    if getattr(original, "batched", False):
-        return
-
-    def _brpop_read(self: Any, **options: Any) -> Any:
-        got = original(self, **options)  # Empty when there was none: nothing more to take
-        estimate = self.qos.can_consume_max_estimate()
-        room = min(limit, estimate if estimate is not None else limit)
-        for queue in list(self.active_queues):
-            if room <= 0:
-                break
-            try:
-                items = self.client.rpop(self._q_for_pri(queue, 0), room) or []
-            except self.connection_errors as exc:  # the next cycle's BRPOP reconnects
-                _log.debug("batch_receive: %s", exc)
-                break
-            for item in items:
-                self.connection._deliver(json.loads(item), queue)
-            room -= len(items)
-        return got
-
-    _brpop_read.batched = True  # type: ignore[attr-defined]
-    kombu_redis.Channel._brpop_read = _brpop_read  # type: ignore[method-assign]
