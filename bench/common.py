@@ -15,6 +15,7 @@ import atexit
 import contextlib
 import math
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -349,6 +350,51 @@ def agents_worker(
     agents_key = Keys(prefix).agents
     proc.also_ready = lambda r: bool(r.hlen(agents_key))
     return proc
+
+
+def fake_openai_server(tokens: int, token_delay: float) -> tuple[subprocess.Popen[str], str]:
+    """The fake OpenAI server in a process of its own (a thread per stream), ``tokens`` words ``token_delay`` s
+    apart per completion; returns the process and its ``/v1`` URL. The caller stops it."""
+    cmd = [sys.executable, "-m", "agents_celery.testing.openai_server", "--tokens", str(tokens)]
+    proc = subprocess.Popen([*cmd, "--token-delay", str(token_delay)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    line = proc.stdout.readline() if proc.stdout else ""
+    match = re.search(r"(http://\S+)", line)
+    if not match:
+        proc.terminate()
+        raise RuntimeError(f"the fake OpenAI server did not start: {line!r}")
+    return proc, match.group(1)
+
+
+class PrivateRedis:
+    """A private ``redis-server`` for one bench (no persistence), so its command counts are the bench's own and
+    other work on the machine's Redis does not slow it."""
+
+    def __init__(self) -> None:
+        import socket
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        cmd = ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no", "--bind", "127.0.0.1"]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.url = f"redis://127.0.0.1:{port}/0"
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                redis.Redis.from_url(self.url).ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def commands(self) -> int:
+        stats = redis.Redis.from_url(self.url).info("commandstats")
+        return sum(int(v["calls"]) for v in stats.values())
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
 
 
 def cpu_seconds(pid: int) -> float:

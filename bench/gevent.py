@@ -13,66 +13,30 @@ machine, the CPU row the worker.
 
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-import redis
-
-from .common import ROOT, Row, bench_env, celery_worker, cli_main, log, prefix_broker_keys, prefixed, stop_all
+from .common import (
+    PrivateRedis,
+    Row,
+    bench_env,
+    celery_worker,
+    cli_main,
+    fake_openai_server,
+    log,
+    prefix_broker_keys,
+    prefixed,
+    stop_all,
+)
 
 RUNS = 1000
 THREADS = 16
-#: Runs sent at once to a ready worker, for the side-by-side with LangGraph's server (docs/scaling.md).
+#: Runs sent at once to a ready worker through the Runtime (bench/langgraph_side.py sends them over HTTP, as to
+#: LangGraph's server).
 SIDE = 100
 TOKENS, TOKEN_DELAY = 50, 0.1
-
-
-def _fake_server() -> tuple[subprocess.Popen[str], str]:
-    cmd = [sys.executable, "-m", "agents_celery.testing.openai_server", "--tokens", str(TOKENS)]
-    proc = subprocess.Popen([*cmd, "--token-delay", str(TOKEN_DELAY)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    line = proc.stdout.readline() if proc.stdout else ""
-    match = re.search(r"(http://\S+)", line)
-    if not match:
-        proc.terminate()
-        raise RuntimeError(f"the fake OpenAI server did not start: {line!r}")
-    return proc, match.group(1)
-
-
-class _Redis:
-    """A private ``redis-server`` for this bench (no persistence), so its command counts are the bench's own and
-    other work on the machine's Redis does not slow it."""
-
-    def __init__(self) -> None:
-        import socket
-
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        cmd = ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no", "--bind", "127.0.0.1"]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.url = f"redis://127.0.0.1:{port}/0"
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                redis.Redis.from_url(self.url).ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-
-    def commands(self) -> int:
-        stats = redis.Redis.from_url(self.url).info("commandstats")
-        return sum(int(v["calls"]) for v in stats.values())
-
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
 
 
 def _runtime(url: str, prefix: str, queue: str) -> object:
@@ -98,14 +62,14 @@ def _waited(pid: int) -> float:
 
 
 def _measure(url: str, pool: str, concurrency: int, n: int, queued: bool = True) -> dict[str, float]:
-    private = _Redis()
+    private = PrivateRedis()
     try:
         return _measure_on(private, url, pool, concurrency, n, queued)
     finally:
         private.close()
 
 
-def _measure_on(private: _Redis, url: str, pool: str, concurrency: int, n: int, queued: bool) -> dict[str, float]:
+def _measure_on(private: PrivateRedis, url: str, pool: str, concurrency: int, n: int, queued: bool) -> dict[str, float]:
     """Wall time, peak RSS, CPU and Redis commands of ``n`` runs queued before one worker starts (``queued``;
     else sent to a ready worker, the way a server is sent requests: then also the median time to first token)."""
     with prefixed(f"gevent-{pool}") as prefix:
@@ -169,7 +133,7 @@ def _cpu(pid: int) -> float:
 
 def run(quick: bool = False) -> list[Row]:
     n = 200 if quick else RUNS
-    server, url = _fake_server()
+    server, url = fake_openai_server(TOKENS, TOKEN_DELAY)
     try:
         log(f"gevent: {n} runs of 50 tokens over 5 s on one gevent worker; one alone; threads x{THREADS}")
         alone = _measure(url, "gevent", n, 1)
@@ -189,8 +153,9 @@ def run(quick: bool = False) -> list[Row]:
             threads["cpu"] / THREADS),
         Row("Redis commands per step, gevent", many["cmds_per_step"], "", f"threads x{THREADS}",
             threads["cmds_per_step"], target=1.0),
-        Row(f"{SIDE} runs sent at once to a ready gevent worker: runs/s", SIDE / side["wall"], "/s", "-", None),
-        Row(f"{SIDE} runs sent at once: median time to first token", side["first"], "s", "-", None),
+        Row(f"{SIDE} runs sent at once to a ready gevent worker (Runtime, no HTTP): runs/s", SIDE / side["wall"],
+            "/s", "-", None),
+        Row(f"{SIDE} runs sent at once (Runtime, no HTTP): median time to first token", side["first"], "s", "-", None),
     ]  # fmt: skip
 
 

@@ -41,15 +41,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_api(prefix: str, queue: str, connections: int = 2000) -> tuple[Proc, int]:
-    """One gunicorn gevent worker (the production command of ``agents_celery/api/serve.py``) on a free port."""
+def start_api(
+    prefix: str, queue: str, connections: int = 2000, extra: dict[str, str] | None = None
+) -> tuple[Proc, int]:
+    """One gunicorn gevent worker (the production command of ``agents_celery/api/serve.py``) on a free port;
+    ``extra``: more environment (``BENCH_REDIS_URL`` points its Runtime at another Redis)."""
     port = free_port()
     cmd = [
         sys.executable, "-m", "gunicorn", "bench.api_app:create()", "--worker-class", "gevent",
         "--workers", "1", "--worker-connections", str(connections), "--bind", f"127.0.0.1:{port}",
         "--backlog", "2048", "--log-level", "warning",
     ]  # fmt: skip
-    proc = Proc(cmd, bench_env(prefix, queue), f"{prefix}-api")
+    proc = Proc(cmd, bench_env(prefix, queue, extra), f"{prefix}-api")
     wait_up(proc, f"http://127.0.0.1:{port}/health")
     return proc, port
 
