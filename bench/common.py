@@ -173,6 +173,7 @@ def log(message: str) -> None:
 #: ``[dev]`` extra). No bench runs a command-line tool of its own: Redis's MONITOR is read through redis-py.
 NEEDS: dict[str, tuple[str, ...]] = {
     "latency": ("httpx", "gunicorn", "gevent", "flask"),
+    "langgraph_side": ("httpx", "gunicorn", "gevent", "flask", "psutil"),  # LangGraph itself: a venv of its own
     "sse": ("httpx", "gunicorn", "gevent", "flask", "psutil", "uvicorn", "django"),
     "pydantic_ai": ("pydantic_ai", "dbos", "psycopg"),  # the [pydantic-ai] and [bench] extras
     "mcp": ("mcp", "uvicorn"),
