@@ -87,12 +87,13 @@ def _measure_on(private: PrivateRedis, url: str, pool: str, concurrency: int, n:
             base_rss, base_cpu, base_cmds = _rss(worker.pid), _cpu(worker.pid), private.commands()
             t0 = time.perf_counter()
             ids = ids or [runtime.stream(streamer, f"go {i}").id for i in range(n)]
-            peak, left = base_rss, list(ids)
+            peak, left, held = base_rss, list(ids), 0
             polled = 0  # the bench's own commands, taken off the count
             while left:
                 peak = max(peak, _rss(worker.pid))
-                polled += len(left)
-                left = _live(runtime.store, left)
+                polled += 2 * len(left)
+                left, holding = _live(runtime.store, left)
+                held = max(held, holding)
                 time.sleep(0.2)
             took = time.perf_counter() - t0
             cmds = private.commands() - base_cmds - polled
@@ -104,7 +105,7 @@ def _measure_on(private: PrivateRedis, url: str, pool: str, concurrency: int, n:
             )
             first = sorted(_first_token(runtime, i) for i in ids[:100])
             return {"wall": took, "peak": peak - base_rss, "rss": peak, "cpu": cpu, "cmds_per_step": cmds / n,
-                    "first": first[len(first) // 2]}  # fmt: skip
+                    "first": first[len(first) // 2], "held": held}  # fmt: skip
         finally:
             runtime.close()
             stop_all()
@@ -117,12 +118,16 @@ def _first_token(runtime: object, run_id: str) -> float:
     return (token.timestamp - events[0].timestamp) / 1000
 
 
-def _live(store: object, ids: list[str]) -> list[str]:
+def _live(store: object, ids: list[str]) -> tuple[list[str], int]:
+    """The runs not ended yet, and how many of them hold their lease now (a step working), in one round trip."""
     r, keys = store.redis, store.keys  # type: ignore[attr-defined]
     with r.pipeline(transaction=False) as pipe:
         for run_id in ids:
             pipe.hget(keys.run(run_id).run, "log")
-        return [i for i, status in zip(ids, pipe.execute(), strict=True) if status != b"ended"]
+            pipe.exists(keys.run(run_id).lease)
+        replies = pipe.execute()
+    live = [i for i, status in zip(ids, replies[0::2], strict=True) if status != b"ended"]
+    return live, sum(bool(x) for x in replies[1::2])
 
 
 def _cpu(pid: int) -> float:
@@ -148,6 +153,7 @@ def run(quick: bool = False) -> list[Row]:
     return [
         Row(f"{n} runs in flight, one gevent worker process: wall", many["wall"], "s", "one run alone", alone["wall"],
             target=3.0, readme=True),
+        Row(f"{n} runs, one gevent worker process: most holding their lease at once", many["held"], "", "-", None),
         Row(f"worker RSS per in-flight run, gevent x{n}", per_run, "MB", f"threads x{THREADS}", per_thread_run),
         Row(f"worker CPU per run, gevent x{n}", many["cpu"] / n, "s", f"threads x{THREADS}",
             threads["cpu"] / THREADS),
