@@ -31,6 +31,9 @@ from agents_celery.tools import ToolContext
 
 _PREFIX = os.environ.get("AGENTS_CELERY_KEY_PREFIX", "ac")
 _redis = connect(os.environ.get("AGENTS_CELERY_REDIS_URL", "redis://127.0.0.1:6379/9"))
+#: Where the tools count their executions: the state store, unless a test that kills a master of a Redis Cluster
+#: keeps them on a Redis that stays up (``TEST_COUNTS_REDIS_URL``), so no count is lost with the master.
+_counts = connect(os.environ["TEST_COUNTS_REDIS_URL"]) if os.environ.get("TEST_COUNTS_REDIS_URL") else _redis
 
 
 def count_key(name: str) -> str:
@@ -40,30 +43,30 @@ def count_key(name: str) -> str:
 @tool
 def get_time(timezone: str = "UTC") -> str:
     """Tell the current time in a timezone."""
-    _redis.incr(count_key("get_time"))
+    _counts.incr(count_key("get_time"))
     return f"12:00 in {timezone}"
 
 
 @tool
 def add(a: int, b: int) -> int:
     """Add two integers."""
-    _redis.incr(count_key("add"))
+    _counts.incr(count_key("add"))
     return a + b
 
 
 @tool(requires_confirmation=True)
 def delete_file(path: str) -> str:
     """Delete a file (needs a human's confirmation)."""
-    _redis.incr(count_key(f"delete_file:{path}"))
+    _counts.incr(count_key(f"delete_file:{path}"))
     return f"deleted {path}"
 
 
 @tool
 def slow_count(key: str, seconds: float = 0.0, ctx: ToolContext | None = None) -> str:
     """Count an execution under ``key`` in Redis, then sleep (crash tests kill the worker meanwhile)."""
-    _redis.incr(count_key(key))
+    _counts.incr(count_key(key))
     if ctx is not None:
-        _redis.rpush(count_key(f"{key}:idem"), ctx.idempotency_key)
+        _counts.rpush(count_key(f"{key}:idem"), ctx.idempotency_key)
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         time.sleep(0.05)
@@ -73,7 +76,7 @@ def slow_count(key: str, seconds: float = 0.0, ctx: ToolContext | None = None) -
 @tool(idempotent=True)
 def idempotent_count(key: str, seconds: float = 0.0) -> str:
     """Like slow_count, but declared idempotent: a crashed attempt re-runs it without asking."""
-    _redis.incr(count_key(key))
+    _counts.incr(count_key(key))
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         time.sleep(0.05)
@@ -109,7 +112,7 @@ async def async_lookup(word: str) -> str:
     import asyncio
 
     await asyncio.sleep(0)
-    _redis.incr(count_key("async_lookup"))
+    _counts.incr(count_key("async_lookup"))
     return word.upper()
 
 
@@ -147,7 +150,7 @@ def steal_lease(ms: int, ctx: ToolContext | None = None) -> str:
 @tool
 def hang(key: str) -> str:
     """Counts its start, then blocks forever (a tool that never returns: a stuck socket, a deadlock)."""
-    _redis.incr(count_key(f"hang:{key}"))
+    _counts.incr(count_key(f"hang:{key}"))
     threading.Event().wait()
     return "unreachable"
 

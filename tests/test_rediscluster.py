@@ -14,18 +14,25 @@ from typing import Any
 import httpx
 import pytest
 import redis
+from redis.exceptions import RedisClusterException
 
-from agents_celery.errors import ConfigurationError, LogRewoundError, RedisUnavailableError
+from agents_celery.errors import (
+    ConfigurationError,
+    LogRewoundError,
+    RedisUnavailableError,
+    RunBusyError,
+    RunNotPausedError,
+)
 from agents_celery.events import EventType, make_event
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.runs import RunStatus
 from agents_celery.settings import load_settings
 from agents_celery.storage.connections import answers, connect, is_cluster
 from agents_celery.storage.store import RunStore
-from agents_celery.testing.openai_server import ScriptResponder
+from agents_celery.testing.openai_server import FakeReply, ScriptResponder
 from agents_celery.testing.rediscluster import LocalCluster
 
-from .api_support import ApiServer, frames
+from .api_support import ApiServer, frames, free_port
 from .cluster import Deployment
 from .conftest import TEST_REDIS_URL, all_events, wait_for
 from .invariants import assert_agui_stream, assert_run_sound
@@ -199,26 +206,46 @@ def test_the_fence_waits_for_the_replica_of_the_runs_master(redis_cluster: Local
         client.close()
 
 
+def test_a_fence_whose_master_does_not_answer_stops_a_tool_not_a_commit() -> None:
+    """A ``WAIT`` that gets no answer at all (the master is gone, and maybe the write with it): after a commit the
+    fence logs and counts it and the step goes on (every later write is checked against the master's state);
+    before a tool runs (:meth:`Fence.hold`) it raises, so the tool does not run on a record that may be lost."""
+    from agents_celery.storage.fence import Fence
+    from agents_celery.storage.keys import Keys
+
+    client = connect(f"redis://127.0.0.1:{free_port()}/0", socket_connect_timeout=0.2)
+    fence = Fence(client, Keys("nobody"), 1, 100)
+    assert fence("r1") is None and fence.short == 1
+    with pytest.raises(RedisUnavailableError, match="before a tool call"):
+        fence.hold("r1")
+    assert fence.short == 2
+    assert Fence(client, Keys("nobody"), 0, 100).hold("r1") is None  # off: no round trip at all
+    client.close()
+
+
 class Reader(threading.Thread):
     """Follows one run as a client would: from the start, resuming after a connection error from the position
     of the last event it saw (``offset.tag``, checked by the log). ``seen`` holds what it was given since it
-    was last told the log rewound (it then starts over); ``told`` counts those times."""
+    was last told the log rewound (it then starts over); ``told`` counts those times; ``passes`` keeps what it
+    was given in each pass (one more after each time it was told), for :meth:`past_commits`."""
 
     def __init__(self, rt: Any, run_id: str) -> None:
         super().__init__(daemon=True)
         self.rt, self.run_id = rt, run_id
         self.seen: dict[int, str] = {}
+        self.passes: list[list[tuple[int, str, EventType]]] = [[]]
         self.told = 0
         self.errors = 0
         self.done = False
 
     def run(self) -> None:
         position: str | None = None
-        deadline = time.monotonic() + 100
+        deadline = time.monotonic() + 150
         while not self.done and time.monotonic() < deadline:
             try:
                 for ev in self.rt.get_stream(self.run_id).events(position, until_pause=False):
                     self.seen[ev.offset] = ev.tag
+                    self.passes[-1].append((ev.offset, ev.tag, ev.type))
                     position = ev.position
                     if ev.is_terminal:
                         self.done = True
@@ -227,25 +254,91 @@ class Reader(threading.Thread):
             except LogRewoundError:
                 self.told += 1
                 self.seen, position = {}, None
-            except (redis.RedisError, RedisUnavailableError):
+                self.passes.append([])
+            except (redis.RedisError, RedisClusterException, RedisUnavailableError):
                 self.errors += 1
                 time.sleep(0.1)
 
+    def past_commits(self) -> list[tuple[int, str]]:
+        """What it saw that the fence says no failover loses: in each pass, every event before the last
+        STEP_STARTED it saw. That step was claimed after the commit before it returned, and with the fence on a
+        commit returns once the master's replica acknowledged it (so the events it and earlier writes made)."""
+        kept: list[tuple[int, str]] = []
+        for seen in self.passes:
+            starts = [offset for offset, _, kind in seen if kind is EventType.STEP_STARTED]
+            if starts:
+                kept += [(offset, tag) for offset, tag, _ in seen if offset < max(starts)]
+        return kept
+
+
+#: Model turns of each soak run: all but the last stream some words and call slow_count.
+SOAK_TURNS = 6
+SOAK_FINAL = " ".join(f"end{i}" for i in range(30))
+
+
+def soak_responder(key: str) -> Any:
+    """The soak's model: run ``soak <n>`` streams ``12 + 3n`` words a turn (so the runs' commits do not fall
+    together), each turn but the last calling slow_count(``key``), then answers :data:`SOAK_FINAL`."""
+
+    def respond(request: dict[str, Any]) -> FakeReply:
+        messages = request["messages"]
+        last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+        n = int(str(messages[last_user]["content"]).split()[-1])
+        turn = sum(1 for m in messages[last_user:] if m["role"] == "assistant")
+        if turn >= SOAK_TURNS - 1:
+            return FakeReply(text=SOAK_FINAL, token_delay=0.02)
+        words = " ".join(f"t{turn}.{j}" for j in range(12 + 3 * n))
+        call = ScriptedToolCall("slow_count", {"key": key}, f"call_{turn}")
+        return FakeReply(text=words, tool_calls=[call], token_delay=0.02)
+
+    return respond
+
+
+def holds_a_wait(port: int) -> bool:
+    """Whether a client of the node on ``port`` is blocked in ``WAIT`` (a fenced write waiting for a replica)."""
+    with redis.Redis(port=port, socket_timeout=2) as node:
+        return any(c.get("cmd") == "wait" for c in node.client_list())
+
+
+def settle(rt: Any, run_id: str) -> bool:
+    """Whether the run completed; a run paused because a tool may have run in an attempt the failover cut short
+    (its ``started`` record kept, its result lost) is told not to run it again."""
+    try:
+        state, _ = rt.store.load(run_id)
+        if state.status is RunStatus.PAUSED:
+            pending = [c.id for c in state.tool_calls if c.decision == "pending"]
+            rt.continue_run(run_id, [{"tool_call_id": c, "confirmed": False} for c in pending])
+        return bool(state.status is RunStatus.COMPLETED)
+    except (redis.RedisError, RedisClusterException, RedisUnavailableError, RunBusyError, RunNotPausedError):
+        return False
+
 
 @pytest.mark.slow
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("fenced", [False, True], ids=["fence-off", "fence-on"])
 def test_a_master_killed_mid_soak_fails_over_and_readers_are_told_of_lost_writes(
-    deploy: Any, fake_openai: Any, tmp_path: Path
+    deploy: Any, fake_openai: Any, tmp_path: Path, fenced: bool
 ) -> None:
-    """kill -9 of a master while runs stream, its replica paused just before (so the writes of that moment never
-    reach it, as asynchronous replication allows): the replica takes over, every run completes soundly, readers
-    of runs whose writes were lost are told (``log_rewound``), and no reader holds an event at an offset that
-    differs from the final log's."""
+    """kill -9 of a master while runs stream and call tools, its replica paused just before (so the writes of that
+    moment never reach it, as asynchronous replication allows): the replica takes over, every run completes
+    soundly, readers of runs whose writes were lost are told (``log_rewound``), and no reader holds an event at
+    an offset that differs from the final log's.
+
+    With the fence on (``AGENTS_CELERY_WAIT_REPLICAS=1``, one replica per master, a timeout longer than the
+    outage) it promises more, and the master is killed only once a fenced write waits for the cut-off replica:
+    no tool runs twice (a ``started`` record is on the replica before its tool runs; one whose master is gone
+    stops the step first), and no commit a later step went past is lost (no reader saw a step start and then
+    the events before it rewritten). The tools count on the plain Redis, which stays up."""
     cluster = LocalCluster(tmp_path / "cluster").start()
+    counts = redis.Redis.from_url(TEST_REDIS_URL)
+    key = f"soak-{uuid.uuid4().hex[:6]}"
+    extra = {"TEST_COUNTS_REDIS_URL": TEST_REDIS_URL}
+    if fenced:
+        extra |= {"AGENTS_CELERY_WAIT_REPLICAS": "1", "AGENTS_CELERY_WAIT_REPLICAS_TIMEOUT_MS": "5000"}
+    d: Deployment = deploy("fo", extra, redis_url=cluster.url, broker_url=TEST_REDIS_URL)  # default step attempts
+    executed = f"{d.prefix}:test:count:{key}:idem"
     try:
-        d: Deployment = deploy("fo", redis_url=cluster.url, broker_url=TEST_REDIS_URL)  # default step attempts
-        text = " ".join(f"t{i}" for i in range(150))
-        fake_openai.responder = ScriptResponder([text] * 100, token_delay=0.02)
+        fake_openai.responder = soak_responder(key)
         d.start(2, concurrency=8)
         rt = d.runtime
         runs = [rt.stream("fake", f"soak {i}").id for i in range(12)]
@@ -263,29 +356,47 @@ def test_a_master_killed_mid_soak_fails_over_and_readers_are_told_of_lost_writes
         # the master drops its replica's link: what it writes from now on reaches no replica
         redis.Redis(port=victim).client_kill_filter(_type="slave")
         marks = {r.run_id: len(r.seen) for r in hit}
-        wait_for(lambda: any(len(r.seen) >= marks[r.run_id] + 10 for r in hit), timeout=10, what="unreplicated events")
+
+        def cut_off() -> bool:  # readers were given unreplicated events; with the fence, a fenced write waits
+            lost = any(len(r.seen) >= marks[r.run_id] + 5 for r in hit)
+            return lost and (not fenced or holds_a_wait(victim))
+
+        wait_for(cut_off, timeout=10, what="unreplicated events (and a fenced write waiting)")
         cluster.kill(victim)
         cluster.resume(replica)
         wait_for(lambda: replica in cluster.masters(), timeout=30, what="the replica to take over")
+        cluster.restart(victim)  # it comes back as the new master's replica: the fence has one to wait for again
+        for run_id in runs:
+            wait_for(lambda run_id=run_id: settle(rt, run_id), timeout=120, what=f"run {run_id} to complete")
         for reader in readers:
-            reader.join(timeout=120)
+            reader.join(timeout=60)
         assert all(r.done for r in readers), [(r.run_id, len(r.seen), r.told, r.errors) for r in readers]
         told = {r.run_id for r in readers if r.told}
+        calls = [c.decode() for c in counts.lrange(executed, 0, -1)]
+        twice = sorted({c for c in calls if calls.count(c) > 1})
         print(
-            f"\nfailover: readers of {len(told)} of the {len(hit)} runs on the killed master were told of lost writes"
+            f"\nfailover (fence {'on' if fenced else 'off'}): readers of {len(told)} of the {len(hit)} runs on the"
+            f" killed master were told of lost writes; {len(calls)} tool calls ran, {len(twice)} of them twice"
         )
         assert told, "readers of the runs whose writes were lost were told"
         assert told <= {r.run_id for r in hit}, "only runs of the failed master rewound"
         for reader in readers:
             view = rt.get(reader.run_id)
-            assert view.status is RunStatus.COMPLETED and view.output == text, view
+            assert view.status is RunStatus.COMPLETED and view.output == SOAK_FINAL, view
             final = list(rt.store.log.read(reader.run_id))
             assert_run_sound(final)
             tags = {e.offset: e.tag for e in final}
             wrong = [o for o, tag in reader.seen.items() if tags.get(o) != tag]
             assert not wrong, f"run {reader.run_id}: a reader was silently given other events at {wrong[:5]}"
+            if fenced:
+                lost = [o for o, tag in reader.past_commits() if tags.get(o) != tag]
+                assert not lost, f"run {reader.run_id}: a commit a later step went past was lost: offsets {lost[:5]}"
+        if fenced:
+            assert not twice, f"tool calls run twice with the fence on: {twice}"
     finally:
         cluster.stop()
+        counts.delete(executed, f"{d.prefix}:test:count:{key}")
+        counts.close()
 
 
 #: tests/test_recovery.py's crash tests that run as they are on the cluster deployment.
@@ -408,7 +519,8 @@ def test_workers_with_the_fence_on_wait_for_replicas_at_each_fenced_write(
     deploy: Any, redis_cluster: LocalCluster, fake_openai: Any
 ) -> None:
     """``AGENTS_CELERY_WAIT_REPLICAS=1`` on the workers and the Runtime: a run with a tool call completes soundly,
-    and the masters served a ``WAIT`` for its creation, each commit and the tool call's ``started`` record."""
+    and the masters served a ``WAIT`` for its creation, each commit and the tool call's ``started`` record (which
+    the tool step's claim writes: the step waits for it before the tool runs)."""
     d: Deployment = deploy(
         "fenced", {"AGENTS_CELERY_WAIT_REPLICAS": "1"}, redis_url=redis_cluster.url, broker_url=TEST_REDIS_URL
     )
@@ -429,8 +541,9 @@ def test_workers_with_the_fence_on_wait_for_replicas_at_each_fenced_write(
     events = all_events(rt, stream.id)
     assert_run_sound(events)
     assert rt.get(stream.id).status is RunStatus.COMPLETED
-    # created (1), the tool call started (1), the commits of the model turn, the tool step and the last turn (3)
-    assert waits() - before >= 5
+    # created (1); the commits marking it running, of the model turn, the tool step and the last turn (4); the tool
+    # call's started record, before the tool ran (1)
+    assert waits() - before == 6
 
 
 def test_no_code_opens_a_transaction_a_cluster_client_of_redis_py_5_refuses() -> None:

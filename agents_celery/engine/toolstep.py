@@ -37,6 +37,8 @@ def tool_step(ctx: StepContext) -> StepResult:
         if got.halted is not None:
             raise got.halted
         finished, todo = got.calls, [c for c in todo if not c.agent]
+    if ctx.store.fence and any(c.id in ctx.effects and ctx.effects[c.id] is None for c in todo):
+        ctx.store.fence.hold(ctx.state.run_id)  # the claim wrote their ``started`` records: on a replica first
     if len(todo) == 1:  # no pool for the common case
         finished[todo[0].id] = _run_call(ctx, todo[0], ahead=True)
     elif todo:

@@ -15,7 +15,11 @@ that holds the run, a write of its own (``<p>:run:{<rid>}:fence``, ``PX`` 1 s) a
 in order, so replicas that acknowledged that write hold every earlier one of the master. One round trip plus
 the replicas' acknowledgement (docs/cluster.md has its cost per commit). The fence never fails the write it
 follows (that is done): too few acknowledgements in time, or a master that cannot be reached, are logged and
-counted (:attr:`Fence.short`), and the step goes on.
+counted (:attr:`Fence.short`), and the step goes on: every later write of the run is checked against what the
+master holds (a lost commit makes the next claim fail). Not so before a tool runs (:meth:`Fence.hold`): a tool's
+effect cannot be taken back, so a ``started`` record whose master did not answer the ``WAIT`` (it may be gone, and
+the record with it) stops the step as a connection error would, before the tool runs; the attempt is given back
+and its calls with it.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any
 
 import redis
 
+from ..errors import RedisUnavailableError
 from .connections import is_cluster
 from .keys import Keys
 
@@ -65,6 +70,17 @@ class Fence:
         if int(acked) < self.replicas:
             self._short(run_id, f"{acked} of {self.replicas} replicas acknowledged in {self.timeout_ms} ms")
         return int(acked)
+
+    def hold(self, run_id: str) -> int | None:
+        """:meth:`__call__` before a tool runs: the same wait, but a master that does not answer raises
+        :class:`RedisUnavailableError` (a blip: the tool has not run, the attempt is given back) instead of
+        letting the tool run on a ``started`` record the failover may have lost."""
+        if self.replicas <= 0:
+            return None
+        acked = self(run_id)
+        if acked is None:
+            raise RedisUnavailableError(f"run {run_id}: the master did not answer the fence before a tool call")
+        return acked
 
     def _master_of(self, key: str) -> Any:
         """A plain client of the master holding ``key`` (the client itself unless it is a cluster's)."""

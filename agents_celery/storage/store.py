@@ -157,7 +157,8 @@ class RunStore:
         #: wait for replicas to hold them.
         self.fence = Fence(client, self.keys, settings.wait_replicas, settings.wait_replicas_timeout_ms)
         if self.fence:
-            self.log.fence = self.ledger.fence = self.fence
+            self.log.fence = self.fence
+            self.ledger.fence = self.fence.hold  # a tool runs after its ``started`` record: never on an unanswered one
 
     def _client(self) -> redis.Redis | None:
         """The calling thread's own client, or None (the scripts' registered, shared one)."""

@@ -186,6 +186,12 @@ class LocalCluster:
         proc.kill()
         proc.wait(timeout=10)
 
+    def restart(self, port: int) -> None:
+        """Start a node that was killed again, on its port and with its ``nodes.conf`` (none of its data: nothing
+        is persisted): a master whose replica took over rejoins as that replica's replica, so the promoted master
+        has a replica again."""
+        self._start_node(port)
+
     def stop(self) -> None:
         for proc in self.procs.values():
             if proc.poll() is None:
