@@ -28,6 +28,34 @@ from ..errors import ConfigurationError, RedisUnavailableError
 from ..ids import pid
 from ..settings import CLUSTER_SCHEMES, SENTINEL_SCHEMES, parse_cluster, parse_sentinel
 
+#: redis-py's errors that say the state store does not answer now, rather than that a command was wrong: a
+#: connection refused, reset or timed out (a full pool's ``MaxConnectionsError`` is one), and a Redis Cluster that
+#: cannot be reached or is electing a master (``RedisClusterException`` "cannot be connected", ``CLUSTERDOWN``,
+#: ``TRYAGAIN``, a slot not covered, redirections exhausted). ``RedisClusterException`` is not a ``RedisError``:
+#: code catching ``redis.ConnectionError`` alone lets these through. The HTTP front ends answer 503 for them.
+UNAVAILABLE: tuple[type[Exception], ...] = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.exceptions.ClusterError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.RedisClusterException,
+)
+#: ``RedisClusterException``s that are the command's fault (a transaction across slots, a pipeline misused): bugs,
+#: not outages. Looked up by name: older redis-py versions have neither.
+_MISUSE: tuple[type[Exception], ...] = tuple(
+    getattr(redis.exceptions, name)
+    for name in ("CrossSlotTransactionError", "InvalidPipelineStack")
+    if hasattr(redis.exceptions, name)
+)
+
+
+def unavailable(exc: BaseException) -> RedisUnavailableError | None:
+    """The :class:`RedisUnavailableError` (a 503) an error of :data:`UNAVAILABLE` stands for; None for any other."""
+    if not isinstance(exc, UNAVAILABLE) or isinstance(exc, _MISUSE):
+        return None
+    return RedisUnavailableError(f"Redis does not answer: {exc}")
+
+
 #: Options of a plain client that a cluster client does not take (it makes a pool per node itself).
 _NOT_FOR_CLUSTER = ("timeout", "db", "connection_pool")
 

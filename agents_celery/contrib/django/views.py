@@ -34,6 +34,7 @@ from ...http.messages import Upload
 from ...http.openapi import spec
 from ...http.protocol import API, Action, Headers, Reply, Request, Resource, error_reply
 from ...http.routes import Route
+from ...storage.connections import UNAVAILABLE, unavailable
 from .apps import config
 
 View = Callable[..., Awaitable[HttpResponse]]
@@ -47,7 +48,8 @@ def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Http
 
 
 def route(*methods: str) -> Callable[[View], View]:
-    """An async API view for ``methods``: JSON 405 for others, JSON errors for the library's exceptions."""
+    """An async API view for ``methods``: JSON 405 for others, JSON errors for the library's exceptions, and 503
+    when Redis (or the Redis Cluster) does not answer."""
 
     def decorate(view: View) -> View:
         @wraps(view)
@@ -59,6 +61,11 @@ def route(*methods: str) -> Callable[[View], View]:
                 return await view(request, *args, **kwargs)
             except AgentsCeleryError as exc:
                 return respond(request, error_reply(exc))
+            except UNAVAILABLE as exc:  # Redis, or a node of the Redis Cluster, does not answer: 503
+                down = unavailable(exc)
+                if down is None:
+                    raise
+                return respond(request, error_reply(down))
 
         exempt: View = csrf_exempt(wrapper)  # the views check CSRF themselves, for session-authenticated requests
         return exempt

@@ -14,18 +14,18 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import redis
 from flask import Blueprint, Response, current_app, g, jsonify, request, url_for
 from werkzeug.exceptions import HTTPException
 from werkzeug.formparser import parse_form_data
 
-from ...errors import AgentsCeleryError, RedisUnavailableError
+from ...errors import AgentsCeleryError
 from ...http import sse
 from ...http.bodies import Limits, check_size, fields_of, read_capped
 from ...http.messages import Upload
 from ...http.openapi import spec
 from ...http.protocol import API, Headers, Reply, Request, error_reply, status_of
 from ...http.routes import ROUTES, SPECIAL, Route, template
+from ...storage.connections import UNAVAILABLE, unavailable
 from . import csrf
 
 #: Where ``init_app`` keeps the Runtime, and the API (:class:`~agents_celery.http.protocol.API`).
@@ -168,10 +168,17 @@ def _library_error(exc: AgentsCeleryError) -> Response:
     return respond(error_reply(exc))
 
 
-@blueprint.errorhandler(redis.ConnectionError)
-@blueprint.errorhandler(redis.TimeoutError)
-def _redis_down(exc: redis.RedisError) -> Response:
-    return respond(error_reply(RedisUnavailableError(f"Redis does not answer: {exc}")))
+def _redis_down(exc: Exception) -> Response:
+    """Redis, or a node of the Redis Cluster, does not answer (:data:`~agents_celery.storage.connections.UNAVAILABLE`):
+    503, as the library's own :class:`RedisUnavailableError`. A cluster error that is a bug stays a 500."""
+    down = unavailable(exc)
+    if down is None:
+        raise exc
+    return respond(error_reply(down))
+
+
+for _error in UNAVAILABLE:
+    blueprint.register_error_handler(_error, _redis_down)
 
 
 def http_error(exc: HTTPException) -> Response:
