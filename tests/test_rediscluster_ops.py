@@ -12,11 +12,15 @@ import httpx
 import pytest
 import redis
 
+from agents_celery import ScriptedToolCall
+from agents_celery.events import EventType
 from agents_celery.storage.connections import unavailable
+from agents_celery.testing.openai_server import FakeReply, turn_index
 from agents_celery.testing.rediscluster import LocalCluster
 
 from .api_support import ApiServer
-from .conftest import TEST_REDIS_URL, wait_for
+from .conftest import TEST_REDIS_URL, all_events, wait_for
+from .invariants import assert_run_sound, counter_of
 from .test_api import assert_error
 
 pytestmark = pytest.mark.timeout(120)
@@ -88,3 +92,56 @@ def test_a_failing_cluster_is_a_503_with_the_outage_body(
     finally:
         server.stop()
         cluster.stop()
+
+
+def two_tools_then_text(request: dict[str, Any]) -> FakeReply:
+    """Turn 0: a 1 s sync tool and an async one side by side (keyed by the user's message); then a streamed
+    answer."""
+    messages = request.get("messages") or []
+    if turn_index(messages) > 0:
+        return FakeReply(text="Both tools answered.", token_delay=0.01)
+    key = next(m["content"] for m in reversed(messages) if m.get("role") == "user")
+    calls = (
+        ScriptedToolCall("slow_count", {"key": key, "seconds": 1.0}, "call_s"),
+        ScriptedToolCall("async_lookup", {"word": key}, "call_a"),
+    )
+    return FakeReply(tool_calls=calls)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_gevent_worker_with_its_state_on_the_cluster(
+    deploy: Any, redis_cluster: LocalCluster, fake_openai: Any
+) -> None:
+    """``agents-celery worker --pool gevent`` with ``AGENTS_CELERY_REDIS_URL`` the cluster and the broker on plain
+    Redis: fifty runs, each with two tools side by side (a 1 s sync one, an async one), complete on one process
+    in far less than the 50 s they would take one at a time; each log is sound, each tool ran once, and the
+    runs' keys are on every master."""
+    from .test_rediscluster import keys_by_master
+
+    d = deploy("gvc", redis_url=redis_cluster.url, broker_url=TEST_REDIS_URL)
+    fake_openai.responder = two_tools_then_text
+    worker = d.worker(pool="gevent", concurrency=100)
+    assert "(gevent)" in worker.log.read_text(errors="replace")  # celery's banner: "concurrency: 100 (gevent)"
+    rt = d.runtime
+    t0 = time.monotonic()
+    ids = [rt.stream("fake", f"g{i}").id for i in range(50)]
+
+    def ended(run_id: str) -> Any:
+        view = rt.get(run_id)
+        return view if view.status.is_final else None
+
+    views = [wait_for(lambda i=i: ended(i), timeout=60, what=f"run {i} to end: {worker.output()}") for i in ids]
+    took = time.monotonic() - t0
+    assert [v.status.value for v in views] == ["completed"] * 50, [(v.status, v.error) for v in views]
+    assert took < 30, f"50 runs with a 1 s tool each took {took:.1f}s on one gevent worker: not side by side"
+    count = counter_of(rt.redis, d.prefix)
+    for i, run_id in enumerate(ids):
+        events = all_events(rt, run_id, timeout=10)
+        assert_run_sound(events, tool_counts={f"g{i}": 1}, counter=count)
+        results = {e.data["tool_call_id"]: e.data["content"] for e in events if e.type is EventType.TOOL_CALL_RESULT}
+        assert results == {"call_s": f"counted g{i}", "call_a": f"G{i}"}, results
+    assert count("async_lookup") == 50
+    run_keys = keys_by_master(redis_cluster, f"{d.prefix}:run:*")
+    assert all(run_keys.values()), f"every master holds keys of runs: { {p: len(k) for p, k in run_keys.items()} }"
+    print(f"\ngevent worker, state on the cluster: 50 runs with 2 tools each in {took:.1f}s")
