@@ -8,6 +8,7 @@ import asyncio
 import threading
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -519,8 +520,9 @@ def test_workers_with_the_fence_on_wait_for_replicas_at_each_fenced_write(
     deploy: Any, redis_cluster: LocalCluster, fake_openai: Any
 ) -> None:
     """``AGENTS_CELERY_WAIT_REPLICAS=1`` on the workers and the Runtime: a run with a tool call completes soundly,
-    and the masters served a ``WAIT`` for its creation, each commit and the tool call's ``started`` record (which
-    the tool step's claim writes: the step waits for it before the tool runs)."""
+    and the master holding the run served a ``WAIT`` for its creation, each commit and the tool call's ``started``
+    record (which the tool step's claim writes: the step waits for it before the tool runs); the master holding
+    its session one for the history append."""
     d: Deployment = deploy(
         "fenced", {"AGENTS_CELERY_WAIT_REPLICAS": "1"}, redis_url=redis_cluster.url, broker_url=TEST_REDIS_URL
     )
@@ -528,12 +530,12 @@ def test_workers_with_the_fence_on_wait_for_replicas_at_each_fenced_write(
     rt = d.runtime
     assert rt.store.fence
 
-    def waits() -> int:
-        total = 0
+    def waits() -> dict[int, int]:
+        found = {}
         for port in redis_cluster.masters():
             stats = redis.Redis(port=port).info("commandstats")
-            total += int(stats.get("cmdstat_wait", {}).get("calls", 0))
-        return total
+            found[port] = int(stats.get("cmdstat_wait", {}).get("calls", 0))
+        return found
 
     fake_openai.responder = ScriptResponder([ScriptedTurn("", [ScriptedToolCall("add", {"a": 2, "b": 3})]), "It is 5."])
     before = waits()
@@ -541,9 +543,16 @@ def test_workers_with_the_fence_on_wait_for_replicas_at_each_fenced_write(
     events = all_events(rt, stream.id)
     assert_run_sound(events)
     assert rt.get(stream.id).status is RunStatus.COMPLETED
-    # created (1); the commits marking it running, of the model turn, the tool step and the last turn (4); the tool
-    # call's started record, before the tool ran (1)
-    assert waits() - before == 6
+    wait_for(lambda: sum(waits().values()) - sum(before.values()) >= 7, timeout=10, what="the history's fence")
+    after = waits()
+    served = {port: after[port] - before[port] for port in after if after[port] != before[port]}
+    run_node = rt.redis.get_node_from_key(rt.store.keys.run(stream.id).fence).port
+    session_node = rt.redis.get_node_from_key(rt.store.keys.session(stream.session_id).fence).port
+    # the run's: created (1); the commits marking it running, of the model turn, the tool step and the last turn
+    # (4); the tool call's started record, before the tool ran (1). The session's: its history append (1).
+    expected = Counter({run_node: 6})
+    expected[session_node] += 1
+    assert served == dict(expected), (served, run_node, session_node)
 
 
 def test_no_code_opens_a_transaction_a_cluster_client_of_redis_py_5_refuses() -> None:

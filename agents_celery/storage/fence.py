@@ -4,9 +4,10 @@ Redis replication is asynchronous: a master that dies (a Redis Cluster failover,
 the writes its replicas had not received, acknowledged or not. For the events of a live step that is the same
 hazard as an AOF that lost its last second: the run goes on from the last write the new master has, offsets
 are written again with other events, and a reader that names what it saw (``offset.tag``) is told
-(``log_rewound``). A commit, a run's creation, a change of its log's status, a tool call's ``started`` record
-and a pydantic-ai unit's journal entry (:mod:`.journal`) are the writes worth waiting for: each is what a
-retried step trusts (the committed state, the calls that may have run). With ``AGENTS_CELERY_WAIT_REPLICAS=n``
+(``log_rewound``). A commit, a run's creation, a change of its log's status, a tool call's ``started`` record,
+a pydantic-ai unit's journal entry (:mod:`.journal`) and a session's history append are the writes worth
+waiting for: each is what a retried step or the session's next run trusts (the committed state, the calls that
+may have run, the conversation so far). With ``AGENTS_CELERY_WAIT_REPLICAS=n``
 (0, the default: no wait) each of them is followed by ``WAIT n wait_replicas_timeout_ms``.
 
 ``WAIT`` counts the writes of the connection it is sent on, and a write through a pool or a cluster client may
@@ -56,19 +57,25 @@ class Fence:
     def __call__(self, run_id: str) -> int | None:
         """Replicas that acknowledged the run's writes so far (None: the fence is off, or the master did not
         answer)."""
+        return self._wait(self.keys.run(run_id).fence, f"run={run_id}")
+
+    def session(self, session_id: str) -> int | None:
+        """:meth:`__call__` for the writes of a session (its history), on the master holding the session."""
+        return self._wait(self.keys.session(session_id).fence, f"session={session_id}")
+
+    def _wait(self, key: str, what: str) -> int | None:
         if self.replicas <= 0:
             return None
-        key = self.keys.run(run_id).fence
         try:
             with self._master_of(key).pipeline(transaction=False) as pipe:
                 pipe.set(key, "1", px=1000)
                 pipe.execute_command("WAIT", self.replicas, self.timeout_ms)
                 _, acked = pipe.execute()
         except redis.RedisError as exc:
-            self._short(run_id, f"the master did not answer ({exc})")
+            self._short(what, f"the master did not answer ({exc})")
             return None
         if int(acked) < self.replicas:
-            self._short(run_id, f"{acked} of {self.replicas} replicas acknowledged in {self.timeout_ms} ms")
+            self._short(what, f"{acked} of {self.replicas} replicas acknowledged in {self.timeout_ms} ms")
         return int(acked)
 
     def hold(self, run_id: str) -> int | None:
@@ -89,11 +96,9 @@ class Fence:
         cluster: Any = self.redis
         return cluster.get_redis_connection(cluster.get_node_from_key(key))
 
-    def _short(self, run_id: str, why: str) -> None:
+    def _short(self, what: str, why: str) -> None:
         self.short += 1
         now = time.monotonic()
         if now - self._warned >= WARN_EVERY_SECONDS:
             self._warned = now
-            log.warning(
-                "run=%s: a write may be lost at a failover: %s (%d such writes so far)", run_id, why, self.short
-            )
+            log.warning("%s: a write may be lost at a failover: %s (%d such writes so far)", what, why, self.short)

@@ -71,6 +71,8 @@ Per session (``<p>:session:{<sid>}...``; :mod:`.sessions`):
 - ``<p>:session:{<sid>}:parts`` *hash* — the content parts (images, files) named by the history's messages:
   ``<rid>/<n>`` -> part JSON, copied from each run's record as its messages enter the history (:mod:`.parts`).
   ``PX`` the history's TTL (and a minute), refreshed at each append.
+- ``<p>:session:{<sid>}:fence`` *string* — the failover fence's write before its ``WAIT`` after a history
+  append, as ``<p>:run:{<rid>}:fence`` for a run's writes.
 - ``<p>:session:{<sid>}:agui`` *hash* — the AG-UI endpoint's segments: an AG-UI ``runId`` (or
   ``resume:<interrupt ids>``) -> ``<run_id> <offset>``, the run and the offset its stream starts after.
   ``PX session_ttl``, refreshed on each write.
@@ -127,6 +129,7 @@ class SessionKeys:
     waiting: str
     owner: str
     parts: str
+    fence: str
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,7 @@ class Keys:
             f"{base}:waiting",
             f"{base}:owner",
             f"{base}:parts",
+            f"{base}:fence",
         )
 
     @property

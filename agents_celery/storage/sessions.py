@@ -10,7 +10,7 @@ so each script touches one slot. Scripts: ``lua/session_take.lua``, ``session_re
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
@@ -49,6 +49,8 @@ class Sessions:
         self._take = register(client, "session_take")
         self._release = register(client, "session_release")
         self._sync = register(client, "session_sync")
+        #: Called with the session id after a history append (the failover fence: ``RunStore.fence.session``).
+        self.fence: Callable[[str], Any] | None = None
         self._own = register(client, "session_own")
         self._admit = register(client, "session_admit")
 
@@ -111,6 +113,8 @@ class Sessions:
         messages = [json.dumps(m) for m in state.new_messages] if state.status == "completed" else []
         self._parts.copy_to_session(state, int(ttl))  # first: the history never names a part the session lacks
         self._sync(keys=[sk.history, sk.synced, sk.owner], args=[state.run_id, ttl, *messages])
+        if self.fence:  # the next run of the session reads this history: on a replica too before we go on
+            self.fence(state.session_id)
 
     def owner(self, session_id: str) -> tuple[bool, str | None]:
         """Whether the session has an owner recorded, and who (None: a run without a user started it)."""

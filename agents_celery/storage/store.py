@@ -159,6 +159,7 @@ class RunStore:
         if self.fence:
             self.log.fence = self.fence
             self.ledger.fence = self.fence.hold  # a tool runs after its ``started`` record: never on an unanswered one
+            self.sessions.fence = self.fence.session
 
     def _client(self) -> redis.Redis | None:
         """The calling thread's own client, or None (the scripts' registered, shared one)."""
