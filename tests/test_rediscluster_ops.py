@@ -1,6 +1,7 @@
 """Run state on a Redis Cluster, operated: the HTTP API's answer when the cluster's nodes fail (503, the JSON body
 of a plain Redis outage, from the Flask blueprint and the Django app alike), and a gevent worker with its state
-on the cluster (tests/test_rediscluster.py has the runs, the fence and the failover)."""
+on the cluster, and beat firing schedules stored there (tests/test_rediscluster.py has the runs, the fence and
+the failover)."""
 
 from __future__ import annotations
 
@@ -145,3 +146,40 @@ def test_a_gevent_worker_with_its_state_on_the_cluster(
     run_keys = keys_by_master(redis_cluster, f"{d.prefix}:run:*")
     assert all(run_keys.values()), f"every master holds keys of runs: { {p: len(k) for p, k in run_keys.items()} }"
     print(f"\ngevent worker, state on the cluster: 50 runs with 2 tools each in {took:.1f}s")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_two_beats_fire_a_schedule_once_per_tick_with_state_on_the_cluster(
+    deploy: Any, redis_cluster: LocalCluster
+) -> None:
+    """``agents-celery beat`` reads the schedules from the cluster (their due sets split into buckets): two beats
+    at once start every tick of a 2 s schedule once, and the runs complete on a worker whose state is there too."""
+    import itertools
+
+    from agents_celery import RunStatus, Runtime
+
+    from .test_schedules import Beat, ticks
+
+    d = deploy("bcl", redis_url=redis_cluster.url, broker_url=TEST_REDIS_URL)
+    runtime = Runtime(settings=d.settings, agents=[])
+    d.worker()
+    beats = [Beat(d.env), Beat(d.env)]
+    try:
+        wait_for(lambda: runtime.store.agents.get("offline") is not None, what="the agents to be published")
+        made = runtime.schedule("offline", "tick", every=2)
+        wait_for(lambda: len(ticks(runtime, made.schedule_id)) >= 4, timeout=40, what="four ticks")
+        runtime.pause_schedule(made.schedule_id)
+        got = ticks(runtime, made.schedule_id)
+        assert len(got) == len(set(got)), f"a tick started twice: {got}"
+        assert all(b - a == 2000 for a, b in itertools.pairwise(got)), got
+        wait_for(
+            lambda: all(r.status is RunStatus.COMPLETED for r in runtime.runs(limit=200).runs),
+            timeout=30,
+            what="every scheduled run to complete",
+        )
+        assert {r.schedule_id for r in runtime.runs(limit=200).runs} == {made.schedule_id}
+    finally:
+        for beat in beats:
+            beat.stop()
+        runtime.close()
