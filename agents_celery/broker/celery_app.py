@@ -28,6 +28,7 @@ from celery.concurrency import get_implementation
 from ..agent import Agent, load_agents
 from ..engine.calls import SHUTTING_DOWN
 from ..errors import ConfigurationError
+from ..greening import green
 from ..hooks import Hooks, LoggingHooks
 from ..settings import Settings, load_settings, settings_from
 from . import webhooks
@@ -207,14 +208,26 @@ def _register_step(app: Celery, ext: AgentsCelery) -> None:
         # Steps waiting on a call get the soft-shutdown window to finish, then walk away from their calls
         # and give their steps back, so a tool that never returns cannot hold the worker's shutdown.
         delay = 0.0 if how == "Cold" else max(0.0, ext.settings.soft_shutdown_seconds - 1.0)
-        timer = threading.Timer(delay, SHUTTING_DOWN.set)
-        timer.daemon = True
-        timer.start()
+        _later(delay, SHUTTING_DOWN.set)
 
     @signals.worker_shutdown.connect(weak=False)  # type: ignore[untyped-decorator]
     def _shutdown(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is app:
             ext.on_worker_shutdown()
+
+
+def _later(delay: float, action: Any) -> None:
+    """Call ``action`` after ``delay`` seconds without waiting here. On a gevent worker Celery sends
+    ``worker_shutting_down`` from the hub, where starting a (green) ``threading.Timer`` blocks and gevent refuses
+    (``BlockingSwitchOutError``): the hub schedules it instead (``gevent.spawn_later``)."""
+    if green():
+        import gevent
+
+        gevent.spawn_later(delay, action)
+        return
+    timer = threading.Timer(delay, action)
+    timer.daemon = True
+    timer.start()
 
 
 def create_celery_app(
