@@ -7,7 +7,9 @@ asyncio's running loop (its C accelerator keeps it on the thread state, which ev
 shares): an ``asyncio.run`` in each of two greenlets sees the other's loop and refuses. So on greenlets every
 async tool of the process runs on one event loop of its own, driven by one greenlet (its selector is gevent's,
 so while it waits the other greenlets run); the calling greenlet is parked until its coroutine is done. Async
-tools still run side by side, on that loop, and sockets made by the worker's other greenlets work in them.
+tools still run side by side, on that loop, and sockets made by the worker's other greenlets work in them. The
+MCP client's connections (:mod:`agents_celery.mcpclient`) live on the same loop there (:func:`shared_loop`): a loop
+of their own would be a second running loop in the thread, and whichever started second would never run.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ def green() -> bool:
     return bool(monkey is not None and monkey.is_module_patched("threading"))
 
 
-def _loop() -> asyncio.AbstractEventLoop:
+def shared_loop() -> asyncio.AbstractEventLoop:
+    """The process's one asyncio loop on greenlets, running in a greenlet of its own (started on first use)."""
     global _LOOP
     with _LOCK:
         if _LOOP is None or _LOOP.is_closed():
@@ -43,4 +46,4 @@ def _loop() -> asyncio.AbstractEventLoop:
 def run_on_greenlets(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` on the process's asyncio loop (module docs) and wait for it, parking only this greenlet;
     its exception is raised here. Only under :func:`green`."""
-    return asyncio.run_coroutine_threadsafe(coro, _loop()).result()
+    return asyncio.run_coroutine_threadsafe(coro, shared_loop()).result()

@@ -4,7 +4,9 @@ The step's code is synchronous (a Celery task); the ``mcp`` client is async. Eve
 server starts one daemon thread running one event loop (:func:`submit` hands it a coroutine and waits for the
 result), and keeps one :class:`Connection` per server, opened on first use and reused by every later call of
 every run the process serves: a call costs one request on an open session, not a connect and an
-``initialize``. A forked child (Celery's prefork pool) notices the loop is its parent's and starts its own.
+``initialize``. A forked child (Celery's prefork pool) notices the loop is its parent's and starts its own. On
+greenlets (a gevent worker) the loop is the one async tools run on (:func:`agents_celery.greening.shared_loop`):
+asyncio allows one running loop per OS thread, and every greenlet shares the thread.
 
 A connection lives in a task of its own that holds the transport and the session open. When the transport dies
 (the server was killed, a reset, a stdio server exited), that task ends; calls waiting on the session are told
@@ -36,6 +38,8 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+
+from .greening import green, shared_loop
 
 log = logging.getLogger(__name__)
 
@@ -189,14 +193,16 @@ def _errlog() -> Any:
 
 
 class _Loop:
-    """The process's event loop, run by a daemon thread."""
+    """The process's event loop, run by a daemon thread (on greenlets: the process's one loop, shared)."""
 
     def __init__(self) -> None:
         self.pid = os.getpid()
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="agents-celery-mcp", daemon=True)
-        self.thread.start()
         self.connections: dict[Target, Connection] = {}
+        if green():
+            self.loop = shared_loop()
+            return
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, name="agents-celery-mcp", daemon=True).start()
 
 
 _LOOP: _Loop | None = None
