@@ -26,6 +26,16 @@ def local_count(key: str) -> str:
     return f"count {key}: {client.incr(f'{prefix}:test:count:{key}')}"
 
 
+@tool
+async def shout(word: str) -> str:
+    """Answer the word in capitals, after an await (an async tool: on a gevent worker it runs on the loop the MCP
+    connections use, tests/test_gevent_capacity.py)."""
+    import asyncio
+
+    await asyncio.sleep(0.2)
+    return word.upper()
+
+
 _url = os.environ.get("MCP_TEST_URL", "http://127.0.0.1:9/mcp")
 
 http_tools = MCPTools(
@@ -62,3 +72,7 @@ mcp_stdio = Agent(name="mcp_stdio", model=fake_model(), tools=[stdio_tools], des
 # its own: the tool list changes during its runs (``grow``).
 grow_tools = MCPTools(url=_url, prefix="g_", name="grow")
 mcp_grow = Agent(name="mcp_grow", model=fake_model(), tools=[grow_tools], description="Its server's tools change.")
+
+# An async tool beside MCP tools: on greenlets both need the process's one asyncio loop.
+mixed_tools = MCPTools(url=_url, prefix="x_", name="mixed")
+mcp_mixed = Agent(name="mcp_mixed", model=fake_model(), tools=[mixed_tools, shout], description="Async tool and MCP.")
