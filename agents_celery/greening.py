@@ -10,15 +10,23 @@ so while it waits the other greenlets run); the calling greenlet is parked until
 tools still run side by side, on that loop, and sockets made by the worker's other greenlets work in them. The
 MCP client's connections (:mod:`agents_celery.mcpclient`) live on the same loop there (:func:`shared_loop`): a loop
 of their own would be a second running loop in the thread, and whichever started second would never run.
+
+Some work must not wait for the hub: the lease keeper renews every lease of the process, and a greenlet that
+computes (a sync tool in pure Python, a thousand streams on one core) would keep it from its beat until the leases
+expire. :func:`os_thread` runs such work on an OS thread of its own (the GIL's switch interval hands it the
+interpreter every few milliseconds, however busy the hub), with :func:`native_lock` and :class:`NativeFlag` to
+share state with the greenlets and :func:`setter_for` to wake them: gevent's ``Event`` is for greenlets of one
+thread only (its docs), so another thread sets it through the greenlets' hub (``loop.run_callback_threadsafe``).
 """
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import sys
 import threading
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
 
@@ -47,3 +55,112 @@ def run_on_greenlets(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` on the process's asyncio loop (module docs) and wait for it, parking only this greenlet;
     its exception is raised here. Only under :func:`green`."""
     return asyncio.run_coroutine_threadsafe(coro, shared_loop()).result()
+
+
+def _original(module: str, name: str) -> Any:
+    """The standard library's own ``module.name``, as it was before gevent patched it (only under :func:`green`)."""
+    from gevent.monkey import get_original
+
+    return get_original(module, name)
+
+
+def native_lock() -> _thread.LockType:
+    """A lock of the OS thread, also under gevent (whose patched ``threading.Lock`` would park a greenlet, not
+    wait for another thread). Hold it only for a moment: a greenlet waiting on it holds up its whole hub."""
+    if green():
+        return _original("_thread", "allocate_lock")()  # type: ignore[no-any-return]
+    return threading.Lock()
+
+
+class NativeFlag:
+    """A flag an OS thread waits on with a timeout, set from any thread or greenlet without the hub (a
+    ``threading.Event`` is gevent's under :func:`green`)."""
+
+    def __init__(self) -> None:
+        self._guard = native_lock()
+        self._flag = False
+        self._unset = native_lock()
+        self._unset.acquire()  # released once, by set(): a wait() then takes it and gives it back at once
+
+    def set(self) -> None:
+        with self._guard:
+            if not self._flag:
+                self._flag = True
+                self._unset.release()
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    def wait(self, timeout: float) -> bool:
+        """Whether the flag was set within ``timeout`` seconds."""
+        if self._unset.acquire(timeout=timeout):
+            self._unset.release()
+        return self._flag
+
+
+class Thread(Protocol):
+    """What :func:`os_thread` gives: ``threading.Thread``'s start, is_alive and join."""
+
+    def start(self) -> None: ...
+    def is_alive(self) -> bool: ...
+    def join(self, timeout: float | None = None) -> None: ...
+
+
+class _OSThread:
+    """``target`` on an OS thread started with the standard ``_thread.start_new_thread`` gevent keeps aside."""
+
+    def __init__(self, target: Callable[[], None]) -> None:
+        self._target = target
+        self._running = native_lock()
+
+    def start(self) -> None:
+        self._running.acquire()
+        try:
+            _original("_thread", "start_new_thread")(self._main, ())
+        except BaseException:
+            self._running.release()
+            raise
+
+    def _main(self) -> None:
+        try:
+            self._target()
+        finally:
+            self._running.release()
+
+    def is_alive(self) -> bool:
+        return self._running.locked()
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._running.acquire(timeout=-1 if timeout is None else timeout):
+            self._running.release()
+
+
+def os_thread(target: Callable[[], None], name: str) -> Thread:
+    """A daemon thread running ``target`` that is an OS thread also under :func:`green` (a ``threading.Thread`` is
+    a greenlet there, which runs only when the hub gets to it). Under gevent it is started with the standard
+    library's ``_thread.start_new_thread`` (``gevent.monkey.get_original``) rather than on a
+    ``gevent.threadpool``: a pool is for bounded calls whose results come back through the hub, and this is a
+    loop as long as the process that must not depend on the hub. What it does with sockets still goes through
+    gevent, on a hub of that thread's own (gevent gives each OS thread its own); share no client with the
+    greenlets (redis-py's pool locks are gevent's there)."""
+    if green():
+        return _OSThread(target)
+    return threading.Thread(target=target, name=name, daemon=True)
+
+
+def setter_for(event: threading.Event) -> Callable[[], None]:
+    """A function that sets ``event``, made by the thread (greenlet) that waits on it, callable from any OS
+    thread. Under :func:`green` the set is handed to the hub of the thread that made it
+    (``loop.run_callback_threadsafe``), which runs it at its next pass, since gevent's ``Event`` may be set only
+    from its own thread (a greenlet that computes without yielding sees it once it yields, as it would any
+    wake-up); otherwise it is ``event.set``."""
+    if not green():
+        return event.set
+    from gevent import get_hub
+
+    loop = get_hub().loop
+
+    def deliver() -> None:
+        loop.run_callback_threadsafe(event.set)
+
+    return deliver

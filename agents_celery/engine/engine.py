@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 
 import redis
 
@@ -37,6 +38,7 @@ from ..events import EventType, NewEvent, close_open, make_event
 from ..hooks import Hooks, StepInfo, call_hooks
 from ..runs import RunState, RunStatus
 from ..settings import Settings
+from ..storage.connections import connect
 from ..storage.leases import LeaseKeeper, Leases, new_token
 from ..storage.pending import Pending
 from ..storage.scripts import InboxGrew
@@ -107,7 +109,8 @@ class Engine:
         self.hooks = list(hooks)
         self.leases = Leases(store.redis, store.keys)
         s = self.settings
-        self.keeper = LeaseKeeper(self.leases, s.lease_ttl_ms, s.heartbeat_seconds, s.stop_poll_seconds)
+        own = partial(connect, s.redis_url, health_check_interval=30)  # the keeper's own client on greenlets
+        self.keeper = LeaseKeeper(self.leases, s.lease_ttl_ms, s.heartbeat_seconds, s.stop_poll_seconds, own)
         #: What counts as a blip: :data:`BLIPS`, plus the broker's connection errors (the broker layer adds them:
         #: a step that sends a task, a child run's first step, and loses the broker retries like one losing Redis).
         self.blips: tuple[type[BaseException], ...] = BLIPS

@@ -3,7 +3,8 @@
 A lease is a Redis string holding a random token with a short TTL, renewed by the process's
 :class:`LeaseKeeper` while the attempt works. Every write to the run (events, checkpoints) is checked
 against it inside Redis, so a worker that lost its lease (killed, paused, partitioned) can no longer
-write anything.
+write anything. On a gevent worker the keeper beats from an OS thread, so a busy hub does not let leases expire
+(:class:`LeaseKeeper`).
 """
 
 from __future__ import annotations
@@ -11,10 +12,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import redis
 
+from ..errors import RedisUnavailableError
+from ..greening import NativeFlag, Thread, green, native_lock, os_thread, setter_for
 from ..ids import random_hex
 from .keys import Keys
 from .scripts import pipelined, register
@@ -51,9 +55,19 @@ class Leases:
         return bool(self._release(keys=[self.keys.run(run_id).lease], args=[token]))
 
 
+def _not_woken() -> None:
+    """The placeholder :attr:`Holding.wake_stop` / :attr:`Holding.wake_lost` until :meth:`LeaseKeeper.hold` sets
+    them."""
+
+
 @dataclass
 class Holding:
-    """One attempt's hold on a run, kept alive by the :class:`LeaseKeeper`."""
+    """One attempt's hold on a run, kept alive by the :class:`LeaseKeeper`.
+
+    The step waits on :attr:`stop` and :attr:`lost` (gevent's events on a gevent worker); the keeper, on an OS
+    thread of its own there, sets them through :attr:`wake_stop` / :attr:`wake_lost`, which hand the set to the
+    step's hub (:func:`agents_celery.greening.setter_for`).
+    """
 
     run_id: str
     token: str
@@ -61,7 +75,14 @@ class Holding:
     lost: threading.Event = field(default_factory=threading.Event)
     #: Set once a stop request for the run was seen.
     stop: threading.Event = field(default_factory=threading.Event)
+    #: When the lease was last renewed (``time.monotonic``); written only by the keeper's thread.
     renewed: float = field(default_factory=time.monotonic)
+    wake_stop: Callable[[], None] = field(default=_not_woken, repr=False)
+    wake_lost: Callable[[], None] = field(default=_not_woken, repr=False)
+
+
+#: Makes the keeper's own client on a gevent worker (``LeaseKeeper(..., connect=...)``).
+Connect = Callable[[], redis.Redis]
 
 
 class LeaseKeeper:
@@ -70,21 +91,34 @@ class LeaseKeeper:
     Every ``poll`` seconds it checks the stop keys of all held runs; every ``renew`` seconds it renews
     their leases; both in one pipelined round trip. A step registers with :meth:`hold` and leaves with
     :meth:`drop`, so no thread is started per step.
+
+    On a gevent worker (:func:`agents_celery.greening.green`) the thread is an OS thread, not a greenlet: a
+    greenlet runs only when the hub gets to it, so a sync tool computing without yielding, or a thousand streams
+    on one core, would hold the beat back past the TTL and the sweeper would retry runs that are alive. The OS
+    thread gets the interpreter at the GIL's switch interval however busy the hub is. It talks to Redis over a
+    client of its own made by ``connect`` (redis-py's pool locks are gevent's there and the step greenlets' client
+    stays theirs); the held set's lock is an OS lock held only to copy the dict; it wakes a step through the
+    step's hub (:attr:`Holding.wake_stop`). On threads or prefork it is a plain thread on ``leases``' client.
     """
 
-    def __init__(self, leases: Leases, ttl_ms: int, renew: float, poll: float) -> None:
+    def __init__(self, leases: Leases, ttl_ms: int, renew: float, poll: float, connect: Connect | None = None) -> None:
         self._leases, self._ttl_ms, self._renew, self._poll = leases, ttl_ms, renew, min(poll, renew)
+        self._green = green()
+        if self._green and connect is None:
+            raise TypeError("a LeaseKeeper on greenlets needs connect= (its thread's own Redis client)")
+        self._connect = connect
         self._held: dict[int, Holding] = {}
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._closed = threading.Event()
+        self._lock = native_lock()
+        self._thread: Thread | None = None
+        self._closed = NativeFlag()
 
     def hold(self, run_id: str, token: str) -> Holding:
         holding = Holding(run_id, token)
+        holding.wake_stop, holding.wake_lost = setter_for(holding.stop), setter_for(holding.lost)
         with self._lock:
             self._held[id(holding)] = holding
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="agents-celery-leases", daemon=True)
+                self._thread = os_thread(self._run, "agents-celery-leases")
                 self._thread.start()
         return holding
 
@@ -99,32 +133,37 @@ class LeaseKeeper:
             self._thread.join(timeout=5)
 
     def _run(self) -> None:
+        leases: Leases | None = None if self._green else self._leases
         while not self._closed.wait(self._poll):
             with self._lock:
                 held = list(self._held.values())
-            if held:
-                try:
-                    self.beat(held)
-                except redis.RedisError as exc:  # a blip: the TTL covers a few missed beats
-                    log.warning("lease keeper: Redis error, will retry: %s", exc)
+            if not held:
+                continue
+            try:
+                if leases is None:
+                    assert self._connect is not None
+                    leases = Leases(self._connect(), self._leases.keys)
+                self._beat(leases, held)
+            except (redis.RedisError, RedisUnavailableError) as exc:  # a blip: the TTL covers a few missed beats
+                log.warning("lease keeper: Redis error, will retry: %s", exc)
 
-    def beat(self, held: list[Holding]) -> None:
-        """One round trip: stop checks for every holding, renewals for those due."""
+    def _beat(self, leases: Leases, held: list[Holding]) -> None:
+        """One round trip: stop checks for every holding, renewals for those due (a lost lease is not ours again)."""
         now = time.monotonic()
-        due = [h for h in held if now - h.renewed >= self._renew]
-        keys = self._leases.keys
-        script = self._leases.renew_script
+        due = [h for h in held if now - h.renewed >= self._renew and not h.lost.is_set()]
+        keys = leases.keys
+        script = leases.renew_script
         replies = pipelined(
-            self._leases.redis,
+            leases.redis,
             [(script, [keys.run(h.run_id).lease], [h.token, self._ttl_ms]) for h in due],
             [("EXISTS", keys.run(h.run_id).stop) for h in held],
         )
         for h, stopped in zip(held, replies[: len(held)], strict=True):
-            if stopped:
-                h.stop.set()
+            if stopped and not h.stop.is_set():
+                h.wake_stop()
         for h, renewed in zip(due, replies[len(held) :], strict=True):
             if renewed:
                 h.renewed = now
-            else:
+            elif not h.lost.is_set():
                 log.warning("run %r: lease lost; this attempt can no longer write", h.run_id)
-                h.lost.set()
+                h.wake_lost()
