@@ -155,6 +155,18 @@ def hang(key: str) -> str:
     return "unreachable"
 
 
+@tool
+def compute(key: str, seconds: float) -> str:
+    """Counts its start, then computes in pure Python for ``seconds`` without yielding (no I/O, no sleep): on a
+    gevent worker it holds the hub, every other greenlet of the process included; counts ``<key>:done`` at the end."""
+    _redis.incr(count_key(key))
+    deadline, spins = time.monotonic() + seconds, 0
+    while time.monotonic() < deadline:
+        spins += 1
+    _redis.incr(count_key(f"{key}:done"))
+    return f"computed {key}: {spins} spins"
+
+
 @tool(timeout=0.5)
 def slow_lookup(word: str) -> str:
     """Takes 3 s, with a 0.5 s timeout: the step walks away and the model gets an error result."""
@@ -171,7 +183,7 @@ def client_props(ctx: ToolContext | None = None) -> str:
 
 TOOLS = [
     get_time, add, delete_file, slow_count, idempotent_count, crash_worker, async_lookup, guarded, steal_lease, hang,
-    slow_lookup, client_props,
+    slow_lookup, client_props, compute,
 ]  # fmt: skip
 
 
