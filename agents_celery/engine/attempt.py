@@ -11,6 +11,7 @@ message pushed by the commit, its own message acked by it), whose fast-path subc
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -75,6 +76,8 @@ class Attempt:
     token: str
     claim: Claim
     delivery: Delivery = PLAIN
+    #: When the claim that took the lease was sent (``time.monotonic``): its renewals are due from then.
+    claimed: float = field(default_factory=time.monotonic)
     #: The hold on the lease while the step works (heartbeat, stop and lost signals); None before and after.
     lease: Holding | None = None
     #: The step's context, once the step started.

@@ -180,7 +180,7 @@ class Engine:
         """The attempt, with its token and claim. A claim whose reply a connection error lost may have taken the
         lease and counted an attempt: that lease is given back as a blip and the step sent again; when it never
         ran, the claim is made once more on a fresh connection."""
-        token = new_token()
+        token, sent = new_token(), time.monotonic()
         try:
             token, claim = delivery.claim(
                 run_id, step, lambda: (token, self.store.claim(run_id, step, token, first_started(step)))
@@ -188,7 +188,7 @@ class Engine:
         except BLIPS as exc:
             log.warning("run=%s step=%d: a claim failed on its connection (%s)", run_id, step, exc)
             claim = Claim("BUSY", lost=True)
-        attempt = Attempt(run_id, step, token, claim, delivery)
+        attempt = Attempt(run_id, step, token, claim, delivery, claimed=sent)
         if not claim.lost:
             return attempt
         attempt.claim = Claim("BUSY")
@@ -200,6 +200,7 @@ class Engine:
             self._send_again(run_id, step)
             return attempt
         try:  # it had not run (or another attempt holds the lease, and this one finds it BUSY)
+            attempt.claimed = time.monotonic()
             attempt.token, attempt.claim = self.fresh_claim(run_id, step)
         except BLIPS as exc:
             log.warning("run=%s step=%d: the claim failed again (%s); the sweeper retries", run_id, step, exc)
@@ -242,7 +243,7 @@ class Engine:
         fails, ``attempt.not_run`` gets the tool calls it never invoked."""
         state = attempt.state
         agent = self.agents.get(state.active_agent or state.agent_id)
-        attempt.lease = self.keeper.hold(attempt.run_id, attempt.token)
+        attempt.lease = self.keeper.hold(attempt.run_id, attempt.token, taken=attempt.claimed)
         try:
             with EventWriter(self.store.log, attempt.run_id, attempt.token) as writer:
                 ctx = attempt.ctx = self._context(attempt, agent, writer)

@@ -112,8 +112,11 @@ class LeaseKeeper:
         self._thread: Thread | None = None
         self._closed = NativeFlag()
 
-    def hold(self, run_id: str, token: str) -> Holding:
-        holding = Holding(run_id, token)
+    def hold(self, run_id: str, token: str, taken: float | None = None) -> Holding:
+        """Keep ``run_id``'s lease alive for ``token`` until :meth:`drop`. ``taken``: when the claim that took it
+        was sent (``time.monotonic``): the first renewal is then due a heartbeat after the claim, not after this
+        call, which on a busy gevent worker can come seconds later (the step's greenlet waits its turn)."""
+        holding = Holding(run_id, token, renewed=time.monotonic() if taken is None else taken)
         holding.wake_stop, holding.wake_lost = setter_for(holding.stop), setter_for(holding.lost)
         with self._lock:
             self._held[id(holding)] = holding
@@ -161,9 +164,13 @@ class LeaseKeeper:
         for h, stopped in zip(held, replies[: len(held)], strict=True):
             if stopped and not h.stop.is_set():
                 h.wake_stop()
+        with self._lock:  # a step that committed meanwhile gave its lease up and left: not a lost lease
+            failed = [h for h, renewed in zip(due, replies[len(held) :], strict=True) if not renewed]
+            failed = [h for h in failed if self._held.get(id(h)) is h]
         for h, renewed in zip(due, replies[len(held) :], strict=True):
             if renewed:
                 h.renewed = now
-            elif not h.lost.is_set():
+        for h in failed:
+            if not h.lost.is_set():
                 log.warning("run %r: lease lost; this attempt can no longer write", h.run_id)
                 h.wake_lost()
