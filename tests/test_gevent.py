@@ -112,7 +112,7 @@ STOPPED = 100
 STOP_SLACK = 8.0
 #: The share of the runs that must hold their lease at once on the one process (a floor for a shared 2-core
 #: machine: an idle one holds most of them; the test prints the peak).
-IN_FLIGHT = 0.15
+IN_FLIGHT = 0.10
 #: The fake model: 50 tokens, 0.1 s apart (5 s a turn).
 TOKENS, TOKEN_DELAY = 50, 0.1
 #: Timings for a thousand runs on one busy process: the default lease TTL and heartbeat (the keeper beats from an OS
@@ -155,19 +155,20 @@ def _probe(r: Any, keys: Any, ids: list[str]) -> tuple[int, int]:
     return sum(bool(x) for x in replies[0::2]), sum(x == b"ended" for x in replies[1::2])
 
 
-def _early(r: Any, keys: Any, ids: list[str]) -> list[str]:
-    """The runs holding their lease whose log has fewer than 40 events yet."""
+def _mid_stream(r: Any, keys: Any, ids: list[str]) -> list[str]:
+    """The runs mid-stream: holding their lease, with 10 to 39 of their ~55 events written (streaming, not
+    waiting for the process to get to their turn's request)."""
     with r.pipeline(transaction=False) as pipe:
         for run_id in ids:
             pipe.exists(keys.run(run_id).lease)
             pipe.hget(keys.run(run_id).run, "next")
         replies = pipe.execute()
     pairs = zip(ids, replies[0::2], replies[1::2], strict=True)
-    return [run_id for run_id, held, offset in pairs if held and int(offset or 0) < 40]
+    return [run_id for run_id, held, offset in pairs if held and 10 <= int(offset or 0) < 40]
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(300)
 def test_a_thousand_runs_stream_at_once_on_one_gevent_worker(deploy: Any, streaming_server: str, r: Any) -> None:
     """1,000 runs on one ``--pool gevent --concurrency 1000`` process: most of them in flight at once; 100 stopped
     mid-stream end cancelled within the bound; the worker killed -9 mid-way, a second one finishes every run; every
@@ -195,12 +196,12 @@ def test_a_thousand_runs_stream_at_once_on_one_gevent_worker(deploy: Any, stream
         raise AssertionError(f"never {IN_FLIGHT * RUNS:.0f} runs in flight at once: at most {peak}") from None
     in_flight_after = time.monotonic() - t0
 
-    # Stop 100 runs that are early in their stream (fewer than 40 of their ~55 events written).
-    def enough_early() -> list[str] | None:
-        early = _early(r, keys, ids)
-        return early[:STOPPED] if len(early) >= STOPPED else None
+    # Stop 100 runs mid-stream (10 to 39 of their ~55 events written).
+    def enough_mid_stream() -> list[str] | None:
+        mid = _mid_stream(r, keys, ids)
+        return mid[:STOPPED] if len(mid) >= STOPPED else None
 
-    stopped = wait_for(enough_early, timeout=30, interval=0.1, what=f"{STOPPED} runs early in their stream")
+    stopped = wait_for(enough_mid_stream, timeout=30, interval=0.1, what=f"{STOPPED} runs mid-stream")
     t_stop = time.monotonic()
     for run_id in stopped:
         rt.stop(run_id)
@@ -213,12 +214,22 @@ def test_a_thousand_runs_stream_at_once_on_one_gevent_worker(deploy: Any, stream
         ended = _probe(r, keys, stopped)[1]
         raise AssertionError(f"{STOPPED - ended} of {STOPPED} stopped runs still live after {bound:.2f}s") from None
     stop_took = time.monotonic() - t_stop
+
     # Kill -9 the worker while the others are mid-stream; a second one recovers all of them.
-    live, ended = _probe(r, keys, ids)
-    assert ended < RUNS - 100 and live >= 50, f"too late for the crash: {live} live, {ended} ended"
+    # ... once dozens are mid-stream again (the stops took most of those in flight; a process bound by CPU per
+    # token and per step start takes new ones in as it can), with most of the runs still to end.
+    def crash_ready() -> bool:
+        live, ended = _probe(r, keys, ids)
+        return live >= 50 and ended < RUNS - 100
+
+    try:
+        wait_for(crash_ready, timeout=30, interval=0.1)
+    except AssertionError:
+        live, ended = _probe(r, keys, ids)
+        raise AssertionError(f"too late for the crash: {live} live, {ended} ended") from None
     first.kill()
     own.worker(pool="gevent", concurrency=RUNS)
-    wait_for(lambda: _probe(r, keys, ids)[1] == RUNS, timeout=90, interval=0.5, what="every run to end")
+    wait_for(lambda: _probe(r, keys, ids)[1] == RUNS, timeout=150, interval=0.5, what="every run to end")
     took = time.monotonic() - t0
     views = {run_id: rt.get_stream(run_id).get() for run_id in ids}
     statuses = {run_id: v.status.value for run_id, v in views.items()}
