@@ -8,9 +8,6 @@ a hundred of them stopped mid-stream, then the worker killed -9 and every run re
 
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -19,9 +16,8 @@ import pytest
 
 from agents_celery import ScriptedToolCall
 from agents_celery.events import EventType
-from agents_celery.testing.openai_server import FakeReply, turn_index
+from agents_celery.testing.openai_server import FakeReply, server_process, turn_index
 
-from .cluster import ROOT
 from .conftest import all_events, wait_for
 from .invariants import assert_run_sound, counter_of
 
@@ -54,7 +50,10 @@ def tools_then_text(request: dict[str, Any]) -> FakeReply:
 
 @pytest.fixture
 def gevent_deployment(deploy: Any, fake_openai: Any) -> Any:
-    own = deploy("gevent", {"AGENTS_CELERY_STOP_GRACE_SECONDS": str(GRACE)})
+    # Twenty runs each walk away from a call past its timeout at once: more than the default cap on calls walked
+    # away from (16), which would refuse steps until those calls return (docs/scaling.md says to raise it here).
+    settings = {"AGENTS_CELERY_STOP_GRACE_SECONDS": str(GRACE), "AGENTS_CELERY_MAX_ABANDONED_THREADS": "64"}
+    own = deploy("gevent", settings)
     fake_openai.responder = tools_then_text
     own.worker(pool="gevent", concurrency=200)
     return own
@@ -132,17 +131,8 @@ BIG = {
 def streaming_server() -> Iterator[str]:
     """The fake OpenAI server in a process of its own (a thread per stream: a thousand at once), so its work
     does not share the test's interpreter; every request is answered with 50 tokens over 5 s."""
-    cmd = [sys.executable, "-m", "agents_celery.testing.openai_server", "--tokens", str(TOKENS)]
-    cmd += ["--token-delay", str(TOKEN_DELAY)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    try:
-        line = proc.stdout.readline() if proc.stdout else ""
-        match = re.search(r"(http://\S+)", line)
-        assert match, f"the fake OpenAI server did not start: {line!r}"
-        yield match.group(1)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with server_process(TOKENS, TOKEN_DELAY) as url:
+        yield url
 
 
 def _probe(r: Any, keys: Any, ids: list[str]) -> tuple[int, int]:

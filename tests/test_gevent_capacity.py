@@ -11,8 +11,6 @@ tool called beside an MCP tool (asyncio allows one running loop per OS thread, w
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,9 +20,8 @@ import pytest
 
 from agents_celery import ScriptedToolCall
 from agents_celery.models import turn_index
-from agents_celery.testing.openai_server import FakeReply
+from agents_celery.testing.openai_server import FakeReply, server_process
 
-from .cluster import ROOT
 from .conftest import all_events, wait_for
 from .invariants import assert_run_sound
 
@@ -51,19 +48,8 @@ TIMINGS = {
 @pytest.fixture(scope="module")
 def waiting_server() -> Iterator[str]:
     """The fake OpenAI server in a process of its own (a thread per stream), every answer slow to come."""
-    cmd = [sys.executable, "-m", "agents_celery.testing.openai_server", "--tokens", str(TOKENS)]
-    cmd += ["--token-delay", str(TOKEN_DELAY)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    try:
-        line = proc.stdout.readline() if proc.stdout else ""
-        match = re.search(r"(http://\S+)", line)
-        assert match, f"the fake OpenAI server did not start: {line!r}"
-        yield match.group(1)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        if proc.stdout:
-            proc.stdout.close()
+    with server_process(TOKENS, TOKEN_DELAY) as url:
+        yield url
 
 
 def held(r: Any, keys: Any, ids: list[str]) -> int:

@@ -397,6 +397,29 @@ def filler_text(tokens: int) -> str:
     return " ".join(words).rstrip(".") + "."
 
 
+@contextlib.contextmanager
+def server_process(tokens: int, token_delay: float) -> Iterator[str]:
+    """This server in a process of its own (:func:`main`: a thread per stream, its work off the caller's
+    interpreter), every completion ``tokens`` words ``token_delay`` seconds apart; yields its ``/v1`` URL and
+    stops the process on exit. What a test or a bench of a thousand streams at once uses."""
+    import re
+    import subprocess
+
+    cmd = [sys.executable, "-m", __name__, "--tokens", str(tokens), "--token-delay", str(token_delay)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        match = re.search(r"(http://\S+)", line)
+        if not match:
+            raise RuntimeError(f"the fake OpenAI server did not start: {line!r}")
+        yield match.group(1)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        if proc.stdout:
+            proc.stdout.close()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m agents_celery.testing.openai_server``: serve scripted answers until interrupted."""
     parser = argparse.ArgumentParser(
