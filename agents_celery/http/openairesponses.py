@@ -23,6 +23,7 @@ A response whose run's retention passed answers 404, as OpenAI's API does (our `
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -41,7 +42,7 @@ from ..errors import (
     StateError,
     UnsupportedError,
 )
-from ..events import Event
+from ..events import Event, EventType
 from ..runs import RunState
 from ..runtime import Runtime
 from .access import Access
@@ -50,8 +51,8 @@ from .messages import Reply, Request, Wait
 from .responses import (
     ResponseFold,
     Segment,
+    approval_request_id,
     client_call_id,
-    parse_client_call_id,
     parse_response_id,
     response_id,
     starts_segment,
@@ -65,6 +66,7 @@ from .responsesinput import (
     output_schema_of,
     parse_input,
 )
+from .responsesturn import Anchor, Turn, anchor_runs, classify
 from .sse import LogStream, frame
 
 #: How long a cancel waits for the response to end before it answers (it ends within the stop's bound).
@@ -124,38 +126,45 @@ class ResponsesEndpoint:
     # -- create ----------------------------------------------------------------------------------------------
 
     def create(self, req: Request) -> Reply:
+        """Decide once what the request is (:func:`.responsesturn.classify`), then start or continue a run."""
         body = parse(req.body(), CreateBody, limits=self.limits)
-        manifest = self.runtime.agent_manifest(body.model)
+        self.runtime.agent_manifest(body.model)
         self.access.allow(req, "start", agent_id=body.model)
-        output_schema = output_schema_of(body.text)
         if body.background and not body.store:
             raise BadRequestError("background responses are stored: store=false cannot be background")
         conversation = conversation_of(body.conversation)
         if conversation and body.previous_response_id:
             raise BadRequestError("give previous_response_id or conversation, not both")
         got = parse_input(body.input, body.instructions)
-        tools = function_tools(body.tools)
-        if body.previous_response_id:
-            run_id, base = self._segment(req, body.previous_response_id, "read")
-            if got.text is None:
-                return self._continue(req, body, run_id, base, got)
-            session_id: str | None = self._after(run_id, base, body.previous_response_id)
-        elif got.text is None:
-            named = _run_of_calls([o["call_id"] for o in got.outputs])
-            if named is None:
-                raise BadRequestError(
-                    "answers to a paused response need its previous_response_id (or function_call_output items "
-                    "with the call_id of its function_call items)"
-                )
-            run_id, _ = self._segment(req, response_id(named, 0), "read")  # 404 unless the caller may see it
-            return self._continue(req, body, run_id, self._latest(run_id), got)
+        tools = function_tools(body.tools, agent=body.model)
+        anchor, named = self._anchor(req, body, got)
+        turn = classify(got, anchor)
+        if turn.kind == "answer":
+            assert anchor is not None
+            return self._continue(req, body, anchor.run_id, named, turn)
+        session_id = conversation
+        if turn.kind == "next":
+            assert anchor is not None
+            session_id = self._after(anchor.run_id, named)
+            if conversation and conversation != session_id:
+                raise BadRequestError(f"the calls in the input are of another conversation than {conversation!r}")
+            got.items = [got.items[-1]]  # the new message: the session holds the history before it
         else:
-            session_id = conversation
+            got.context += got.earlier  # a history we do not hold: the model gets it as context
             if conversation:
                 self._conversation(req, conversation, "read")
+        return self._start(req, body, got, tools, session_id)
+
+    def _start(
+        self, req: Request, body: CreateBody, got: Input, tools: list[dict[str, Any]], session_id: str | None
+    ) -> Reply:
+        """A new run: in ``session_id`` (a conversation, or the session a next turn goes on), else a new one."""
+        manifest = self.runtime.agent_manifest(body.model)
         if body.model != manifest["name"]:
             raise NotFoundError(f"no model {body.model!r}")
         self.access.session(req, session_id, "start", body.model)
+        output_schema = output_schema_of(body.text)
+        conversation = conversation_of(body.conversation)
         record = {
             "instructions": body.instructions,
             "metadata": body.metadata or {},
@@ -178,7 +187,42 @@ class ResponsesEndpoint:
         )
         return self._answer(body, stream.run_id, 0)
 
-    def _after(self, run_id: str, base: int, named: str) -> str:
+    def _anchor(self, req: Request, body: CreateBody, got: Input) -> tuple[Anchor | None, str]:
+        """The run the request is about, and the response of it that is named (``previous_response_id``, else the
+        newest of the run the items' last call id names): None when it names none."""
+        if body.previous_response_id:
+            run_id, base = self._segment(req, body.previous_response_id, "read")
+        else:
+            runs = anchor_runs(got)
+            if not runs:
+                return None, ""
+            run_id, _ = self._segment(req, response_id(runs[-1], 0), "read")  # 404 unless the caller may see it
+            base = -1
+        state, _ = self.store.load(run_id)
+        answered: dict[str, str | None] = {
+            c.id: c.result for c in state.tool_calls if c.pause_reason == "client_tool" and c.decision != "pending"
+        }
+        latest = 0
+        for ev in self.store.log.read(run_id, -1):
+            if starts_segment(ev):
+                latest = ev.offset
+                for d in (ev.data.get("metadata") or {}).get("decisions") or []:
+                    answered.setdefault(str(d.get("tool_call_id", "")), None)
+            elif ev.type is EventType.TOOL_CALL_RESULT:
+                content = ev.data.get("content")
+                answered[str(ev.data.get("tool_call_id", ""))] = (
+                    content if isinstance(content, str) else json.dumps(content)
+                )
+        pending = frozenset(c.id for c in state.pending)
+        paused = state.status.value == "paused" and bool(pending)
+        if base >= 0 and paused and base != latest and (got.outputs or got.approvals):
+            raise RunNotPausedError(f"response {body.previous_response_id!r} is not waiting for answers")
+        for ident in pending:
+            answered.pop(ident, None)
+        anchor = Anchor(state.run_id, state.session_id, paused, pending, answered)
+        return anchor, response_id(run_id, latest if base < 0 else base)
+
+    def _after(self, run_id: str, named: str) -> str:
         """The session a new run after response ``named`` goes in (409 unless it is the newest of its run and the
         run ended, and its run the newest of its session)."""
         view = self.runtime.get(run_id)
@@ -192,15 +236,15 @@ class ResponsesEndpoint:
             raise StateError(f"response {named!r} is not the newest of its conversation; continue from the newest")
         return view.session_id
 
-    def _continue(self, req: Request, body: CreateBody, run_id: str, base: int, got: Input) -> Reply:
-        view, named = self.runtime.get(run_id), response_id(run_id, base)
+    def _continue(self, req: Request, body: CreateBody, run_id: str, named: str, turn: Turn) -> Reply:
+        view = self.runtime.get(run_id)
         self.access.allow(req, "continue", view, view.agent_id)
         if body.model != view.agent_id:
             raise BadRequestError(f"response {named!r} is of model {view.agent_id!r}")
-        if view.status.value != "paused" or self._latest(run_id) != base:
+        if view.status.value != "paused":
             raise RunNotPausedError(f"response {named!r} is not waiting for answers (its run is {view.status.value})")
-        decisions = [Decision(_model_call_id(run_id, o["call_id"]), result=o["output"]) for o in got.outputs]
-        decisions += [approval(a) for a in got.approvals]
+        decisions = [Decision(o["call_id"], result=o["output"]) for o in turn.outputs]
+        decisions += [approval(a) for a in turn.approvals]
         before = self.store.log.info(run_id).last_offset  # the continue's RUN_STARTED comes right after
         self.runtime.continue_run(run_id, decisions)
         return self._answer(body, run_id, before + 1)
@@ -364,18 +408,6 @@ def _segment_of(state: RunState, base: int, confirm: frozenset[str]) -> Segment:
     return Segment(state.run_id, base, state.agent_id, dict(record or {}), functions, confirm, dict(state.usage))
 
 
-def _run_of_calls(ids: list[str]) -> str | None:
-    """The run the ``call_id`` of our function calls name (:func:`.responses.client_call_id`), if one."""
-    runs = {parsed[0] for i in ids if (parsed := parse_client_call_id(i)) is not None}
-    return runs.pop() if len(runs) == 1 else None
-
-
-def _model_call_id(run_id: str, call_id: str) -> str:
-    """The model's id of a call of the client's tool, from the ``call_id`` the client answers with."""
-    parsed = parse_client_call_id(call_id)
-    return parsed[1] if parsed is not None and parsed[0] == run_id else call_id
-
-
 def _answers(fold: ResponseFold) -> list[dict[str, Any]]:
     """The input of a continued response: the decisions its continue carried."""
     items: list[dict[str, Any]] = []
@@ -386,6 +418,7 @@ def _answers(fold: ResponseFold) -> list[dict[str, Any]]:
             items.append({"type": "function_call_output", "call_id": call_id, "output": fold.function_outputs[ident]})
         else:
             approve = d.get("decision") == "approved"
+            ident = approval_request_id(fold.segment.run_id, ident)
             items.append({"type": "mcp_approval_response", "approval_request_id": ident, "approve": approve})
     return items
 

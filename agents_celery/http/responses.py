@@ -73,6 +73,21 @@ def parse_client_call_id(value: str) -> tuple[str, str] | None:
     return (found.group(1), found.group(2)) if found else None
 
 
+def approval_request_id(run_id: str, call_id: str) -> str:
+    """The id of the ``mcp_approval_request`` item for a call: the model's id prefixed with the run's, so that a
+    stateless client's ``mcp_approval_response`` (or the request item it echoes) finds its paused run."""
+    return f"mcpr_{run_id}_{call_id}"
+
+
+_APPROVAL = re.compile(r"mcpr_([0-9a-f]{32})_(.+)", re.ASCII | re.DOTALL)
+
+
+def parse_approval_id(value: str) -> tuple[str, str] | None:
+    """(run id, the model's call id) of an :func:`approval_request_id`; None for another id."""
+    found = _APPROVAL.fullmatch(value)
+    return (found.group(1), found.group(2)) if found else None
+
+
 def starts_segment(ev: Event) -> bool:
     """Whether ``ev`` opens a response: a RUN_STARTED that is not only there to end a paused run (a stop)."""
     return ev.type is EventType.RUN_STARTED and not (ev.data.get("metadata") or {}).get("stopping")
@@ -312,7 +327,7 @@ class ResponseFold:
             cid = interrupt.get("tool_call_id") or interrupt.get("id", "")
             args = meta.get("tool_args")
             item = {
-                "id": cid,
+                "id": approval_request_id(self.segment.run_id, cid),
                 "type": "mcp_approval_request",
                 "server_label": self.segment.agent_id,
                 "name": meta.get("tool_name") or self._names.get(cid, ""),

@@ -28,6 +28,11 @@ class Input:
     approvals: list[dict[str, Any]] = field(default_factory=list)
     outputs: list[dict[str, Any]] = field(default_factory=list)
     items: list[dict[str, Any]] = field(default_factory=list)
+    #: Earlier user and assistant messages of a client that sends its whole history, as context for the model
+    #: (left out when the request goes on a session of ours, which holds that history).
+    earlier: list[dict[str, str]] = field(default_factory=list)
+    #: The call ids the items carry (function calls, their outputs, approval requests and answers), in order.
+    call_ids: list[str] = field(default_factory=list)
 
 
 def _chat_part(part: Any) -> dict[str, Any]:
@@ -86,7 +91,8 @@ def _as_input_items(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def parse_input(value: str | list[dict[str, Any]], instructions: str | None) -> Input:
-    """The request's input, sorted (see :class:`Input`); BadRequestError / UnsupportedError naming the problem."""
+    """The request's input, sorted (see :class:`Input`); BadRequestError / UnsupportedError naming the problem.
+    What it is (a new turn, answers, a history replayed) is decided by :func:`.responsesturn.classify`."""
     got = Input()
     if instructions:
         got.context.append({"description": "instructions", "value": instructions})
@@ -105,16 +111,11 @@ def parse_input(value: str | list[dict[str, Any]], instructions: str | None) -> 
             got.items.append({"type": "message", "role": "user", "content": _as_input_items(parts)})
         else:
             _take(got, item, messages)
-    if got.approvals or got.outputs:  # answers to a paused run: the messages before them are its history
-        if last is not None:
-            raise UnsupportedError("a new user message cannot come with answers: send it in the next request")
-        got.items = [item for item in got.items if item["type"] != "message"]
-        return got
     for role, text in messages:
         if role in ("system", "developer"):
             got.context.append({"description": f"{role} message", "value": text})
     turns = [(role, text) for role, text in messages if role in ("user", "assistant")]
-    got.context += [{"description": f"earlier {role} message", "value": text} for role, text in turns]
+    got.earlier = [{"description": f"earlier {role} message", "value": text} for role, text in turns]
     return _checked(got)
 
 
@@ -140,15 +141,21 @@ def _take(got: Input, item: dict[str, Any], messages: list[tuple[str, str]]) -> 
         output = item["output"]
         text = output if isinstance(output, str) else _content_text(output)
         got.outputs.append({"call_id": item["call_id"], "output": text})
+        got.call_ids.append(item["call_id"])
         got.items.append({"type": "function_call_output", "call_id": item["call_id"], "output": text})
     elif kind == "mcp_approval_response":
         if not isinstance(item.get("approval_request_id"), str) or not isinstance(item.get("approve"), bool):
             raise BadRequestError("an mcp_approval_response item needs approval_request_id and approve (bool)")
         got.approvals.append(item)
+        got.call_ids.append(item["approval_request_id"])
         got.items.append({k: item[k] for k in ("type", "approval_request_id", "approve", "reason") if k in item})
-    elif kind not in ("function_call", "mcp_approval_request", "mcp_call", "reasoning"):
+    elif kind in ("function_call", "mcp_approval_request"):
+        # A stateless client sends the previous output back: we have it, but its ids name the run.
+        ident = item.get("call_id") if kind == "function_call" else item.get("id")
+        if isinstance(ident, str):
+            got.call_ids.append(ident)
+    elif kind not in ("mcp_call", "reasoning", "mcp_list_tools"):
         raise UnsupportedError(f"input items of type {kind!r} are not supported")
-    # function_call, mcp_approval_request ...: a stateless client sends the previous output back; we have it
 
 
 def _checked(got: Input) -> Input:
@@ -156,8 +163,6 @@ def _checked(got: Input) -> Input:
         raise BadRequestError("the user message must not be blank")
     if got.text is None and not (got.approvals or got.outputs):
         raise BadRequestError("input must end with a user message, or answer a paused response")
-    if got.text is not None and (got.approvals or got.outputs):
-        raise BadRequestError("send either a new user message or the answers to a paused response, not both")
     return got
 
 
@@ -167,12 +172,23 @@ def message_item(role: str, text: str) -> dict[str, Any]:
     return {"type": "message", "role": role, "content": [{"type": kind, "text": text}]}
 
 
-def function_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The client's function tools as our client tools (name, description, parameters); other types refused."""
+def function_tools(tools: list[dict[str, Any]], agent: str) -> list[dict[str, Any]]:
+    """The client's function tools as our client tools (name, description, parameters). An ``mcp`` tool whose
+    ``server_label`` is the agent stands for the agent's own tools (an Agents SDK ``HostedMCPTool`` that takes the
+    agent's approval requests): nothing to add. Other types are refused."""
     out = []
     for spec in tools:
+        if spec.get("type") == "mcp" and spec.get("server_label") == agent:
+            continue
+        if spec.get("type") == "mcp":
+            raise UnsupportedError(
+                f"an mcp tool must have server_label {agent!r} (the agent's own tools); other MCP servers are not "
+                "supported"
+            )
         if spec.get("type") != "function":
-            raise UnsupportedError(f"tools of type {spec.get('type')!r} are not supported (only 'function')")
+            raise UnsupportedError(
+                f"tools of type {spec.get('type')!r} are not supported (only 'function', and 'mcp' naming the agent)"
+            )
         if not isinstance(spec.get("name"), str) or not spec["name"]:
             raise BadRequestError("a function tool needs a name")
         entry = {"name": spec["name"], "description": spec.get("description") or ""}
