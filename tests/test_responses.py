@@ -157,7 +157,7 @@ def test_conversation_is_a_session(client: openai.OpenAI, script: Any, fake_open
     assert made.conversation is not None and made.conversation.id == conversation.id
     users = [m["content"] for m in fake_openai.requests[-1]["messages"] if m["role"] == "user"]
     assert users == ["hello", "again"]
-    items = client.conversations.items.list(conversation.id)
+    items = client.conversations.items.list(conversation.id, order="asc")
     texts = [(i.role, i.content[0].text) for i in items.data if i.type == "message"]
     assert texts[:2] == [("user", "hello"), ("assistant", made.output_text if False else texts[1][1])]
     assert [t for t in texts if t[0] == "user"] == [("user", "hello"), ("user", "again")]

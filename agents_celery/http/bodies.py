@@ -138,6 +138,12 @@ class ConversationBody(_Body):
     metadata: dict[str, str] | None = None
 
 
+class ConversationItemsBody(_Body):
+    """``POST /v1/conversations/{id}/items`` (at most 20 items, as OpenAI's)."""
+
+    items: list[dict[str, Any]] = Field(min_length=1, max_length=20)
+
+
 @dataclass(frozen=True)
 class Limits:
     """How big and how deep a request may be (``Settings.max_body_bytes`` and ``max_json_depth``)."""

@@ -26,7 +26,6 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 from ..decisions import Decision
@@ -46,7 +45,7 @@ from ..events import Event, EventType
 from ..runs import RunState
 from ..runtime import Runtime
 from .access import Access
-from .bodies import ConversationBody, CreateBody, Limits, parse
+from .bodies import ConversationBody, ConversationItemsBody, CreateBody, Limits, parse
 from .messages import Reply, Request, Wait
 from .responses import (
     ResponseFold,
@@ -62,10 +61,10 @@ from .responsesinput import (
     approval,
     conversation_of,
     function_tools,
-    message_item,
     output_schema_of,
     parse_input,
 )
+from .responsesitems import items_of, messages_of, page
 from .responsesturn import Anchor, Turn, anchor_runs, classify
 from .sse import LogStream, frame
 
@@ -285,8 +284,15 @@ class ResponsesEndpoint:
         return fold.response(usage=True)
 
     def _stream(self, run_id: str, base: int, starting_after: int) -> LogStream:
-        presenter = Presenter(self._fold(run_id, base), starting_after)
-        return LogStream(run_id, -1, "responses", True, self.keepalive, presenter=presenter)
+        """The response's SSE. The fold takes in the earlier segments here, and the stream tails from the
+        response's start: a pause for the client's function calls ends its segment with a RUN_FINISHED that a
+        tail from the log's start would take for the run's end (the stream of a continue was empty)."""
+        fold = self._fold(run_id, base)
+        if base > 0:
+            for ev in self.store.log.read(run_id, -1, limit=base):
+                fold.feed(ev)
+        presenter = Presenter(fold, starting_after)
+        return LogStream(run_id, base - 1, "responses", True, self.keepalive, presenter=presenter)
 
     def _segment(self, req: Request, named: str, action: str) -> tuple[str, int]:
         """(run id, base) of a response the caller may ``action`` (404 for one that does not exist, has expired
@@ -385,16 +391,31 @@ class ResponsesEndpoint:
         return Reply(200, {"id": conversation_id, "object": "conversation.deleted", "deleted": True})
 
     def conversation_items(self, req: Request, conversation_id: str) -> Reply:
+        """The session's history as items, newest first unless ``order=asc`` (``limit``, ``after``, ``before``)."""
         self._conversation(req, conversation_id, "read")
         history = self.store.sessions.history(conversation_id)
         items = [
             {"id": f"item_{i}_{n}", **item}
             for i, message in enumerate(history)
-            for n, item in enumerate(_items_of(message))
+            for n, item in enumerate(items_of(message))
         ]
-        if req.query.get("order", "asc") == "desc":
-            items.reverse()
-        return Reply(200, _listing(items))
+        return Reply(200, page(items, req.query, default_order="desc"))
+
+    def add_conversation_items(self, req: Request, conversation_id: str) -> Reply:
+        """Items a client adds to its conversation (the Agents SDK's ``OpenAIConversationsSession`` adds each
+        turn's): they join the session's history, so the next response in the conversation sees them."""
+        body = parse(req.body(), ConversationItemsBody, limits=self.limits)
+        self._conversation(req, conversation_id, "continue")
+        messages = messages_of(body.items)
+        start = len(self.store.sessions.history(conversation_id))
+        token = req.headers.get("Idempotency-Key") or uuid.uuid4().hex
+        self.store.sessions.append(conversation_id, f"items:{token}", messages)
+        items = [
+            {"id": f"item_{start + i}_{n}", **item}
+            for i, message in enumerate(messages)
+            for n, item in enumerate(items_of(message))
+        ]
+        return Reply(200, page(items, {"order": "asc", "limit": str(len(items) or 1)}, default_order="asc"))
 
 
 def _not_found(named: str) -> ResponseNotFoundError:
@@ -421,28 +442,6 @@ def _answers(fold: ResponseFold) -> list[dict[str, Any]]:
             ident = approval_request_id(fold.segment.run_id, ident)
             items.append({"type": "mcp_approval_response", "approval_request_id": ident, "approve": approve})
     return items
-
-
-def _items_of(message: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """A stored conversation message as Responses items."""
-    role, content = message.get("role"), message.get("content")
-    text = content if isinstance(content, str) else ""
-    if isinstance(content, list):
-        text = "".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
-    if role == "tool":
-        yield {"type": "function_call_output", "call_id": message.get("tool_call_id", ""), "output": text}
-        return
-    if text and role in ("user", "assistant", "system"):
-        yield {**message_item(role, text), "status": "completed"}
-    for call in message.get("tool_calls") or []:
-        fn = call.get("function") or {}
-        yield {
-            "type": "function_call",
-            "call_id": call.get("id", ""),
-            "name": fn.get("name", ""),
-            "arguments": fn.get("arguments", "{}"),
-            "status": "completed",
-        }
 
 
 def _model(manifest: dict[str, Any]) -> dict[str, Any]:

@@ -98,7 +98,12 @@ _INPUTS: dict[str, list[dict[str, Any]]] = {
         _query("starting_after", {"type": "integer", "minimum": 0, "description": "the last sequence number seen"}),
     ],
     "response_input_items": [_query("order", {"enum": ["asc", "desc"]})],
-    "conversation_items": [_query("order", {"enum": ["asc", "desc"]})],
+    "conversation_items": [
+        _query("order", {"enum": ["asc", "desc"]}),
+        _query("limit", {"type": "integer", "minimum": 1, "maximum": 100}),
+        _query("after", {"type": "string", "description": "an item id: the items after it"}),
+        _query("before", {"type": "string", "description": "an item id: the items before it"}),
+    ],
 }
 assert set(_INPUTS) <= {r.name for r in ROUTES}, "parameters of a route the table does not have"
 

@@ -365,6 +365,9 @@ class API:
     def conversation_items(self, req: Request, conversation_id: str) -> Reply:
         return self._v1().conversation_items(req, conversation_id)
 
+    def add_conversation_items(self, req: Request, conversation_id: str) -> Reply:
+        return self._v1().add_conversation_items(req, conversation_id)
+
     # -- the run inspector (static pages; the data comes through the API like any client's) ----------------
 
     def ui(self, name: str) -> Reply:

@@ -25,7 +25,16 @@ from typing import Literal
 from ag_ui.core import RunAgentInput
 from pydantic import BaseModel
 
-from .bodies import ContinueBody, ConversationBody, CreateBody, MessageBody, ResumeBody, RunBody, ScheduleBody
+from .bodies import (
+    ContinueBody,
+    ConversationBody,
+    ConversationItemsBody,
+    CreateBody,
+    MessageBody,
+    ResumeBody,
+    RunBody,
+    ScheduleBody,
+)
 
 #: What a route answers: ``json`` (an object; a 204 has no body), ``list`` (a JSON array), ``page`` (a page of a
 #: listing, ``{<items>, next_cursor}``, asked with ``limit`` and ``cursor``), ``sse`` (an event stream), ``wait``
@@ -351,9 +360,19 @@ ROUTES: tuple[Route, ...] = (
         f"{_CONVERSATION}/items",
         "conversation_items",
         "json",
-        "the conversation's items (its completed turns)",
+        "the conversation's items (its completed turns and the items added), newest first",
         returns="{data}",
-        errors=(404,),
+        errors=(400, 404),
+    ),
+    Route(
+        "POST",
+        f"{_CONVERSATION}/items",
+        "add_conversation_items",
+        "json",
+        "add items to the conversation (they join its history)",
+        returns="{data}",
+        errors=(400, 404, 422),
+        body=ConversationItemsBody,
     ),
 )
 

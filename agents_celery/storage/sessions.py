@@ -116,6 +116,14 @@ class Sessions:
         if self.fence:  # the next run of the session reads this history: on a replica too before we go on
             self.fence(state.session_id)
 
+    def append(self, session_id: str, token: str, messages: list[dict[str, Any]]) -> None:
+        """Append messages a client added (``POST /v1/conversations/{id}/items``), once per ``token``."""
+        sk = self.keys.session(session_id)
+        ttl = int(self.settings.session_ttl_seconds * 1000)
+        self._sync(keys=[sk.history, sk.synced, sk.owner], args=[token, ttl, *(json.dumps(m) for m in messages)])
+        if self.fence:
+            self.fence(session_id)
+
     def owner(self, session_id: str) -> tuple[bool, str | None]:
         """Whether the session has an owner recorded, and who (None: a run without a user started it)."""
         raw = self.redis.get(self.keys.session(session_id).owner)
