@@ -212,3 +212,45 @@ def test_the_official_agui_client_verifies_a_run_whose_worker_was_killed_mid_str
         http.stream("GET", f"/runs/{run_id}/events", params={"format": "agui"}) as r,
     ):
         assert_agui_stream([f.data for f in frames(r)])
+
+
+def test_a_pydantic_ai_agent_behind_v1_gets_the_client_s_instructions_messages_and_tools(
+    served: tuple[Deployment, ApiServer], fake_openai: Any
+) -> None:
+    """The openai SDK's ``instructions``, a ``developer`` message and a function tool of its own reach a
+    pydantic-ai guest: the model is told them, its call of the client's tool is a ``function_call`` item the next
+    request answers, and the conversation's items render from the pydantic-ai history."""
+    import openai
+
+    fake_openai.responder = ScriptResponder(
+        [ScriptedTurn(tool_calls=[ScriptedToolCall("ask_user", {"question": "Which city?"})]), "Sunny in Oslo."]
+    )
+    tool = {
+        "type": "function",
+        "name": "ask_user",
+        "description": "Ask the user something.",
+        "parameters": {"type": "object", "properties": {"question": {"type": "string"}}, "required": ["question"]},
+    }
+    with openai.OpenAI(base_url=served[1].url + "/v1", api_key="unused", max_retries=0) as client:
+        conversation = client.conversations.create()
+        first = client.responses.create(
+            model="pai_weather",
+            instructions="Answer like a pirate.",
+            input=[{"role": "developer", "content": "The user is in Norway."}, {"role": "user", "content": "Weather?"}],
+            tools=[tool],  # type: ignore[list-item]
+            conversation=conversation.id,
+        )
+        system = "\n".join(m["content"] for m in fake_openai.requests[-1]["messages"] if m["role"] == "system")
+        assert "Answer like a pirate." in system and "The user is in Norway." in system
+        assert "ask_user" in [t["function"]["name"] for t in fake_openai.requests[-1].get("tools") or []]
+        (call,) = [i for i in first.output if i.type == "function_call"]
+        assert call.name == "ask_user" and json.loads(call.arguments) == {"question": "Which city?"}
+        answer = {"type": "function_call_output", "call_id": call.call_id, "output": "Oslo"}
+        second = client.responses.create(model="pai_weather", input=[answer], conversation=conversation.id)  # type: ignore[list-item]
+        assert second.output_text == "Sunny in Oslo."
+        tool_messages = [m["content"] for m in fake_openai.requests[-1]["messages"] if m["role"] == "tool"]
+        assert tool_messages == ["Oslo"]
+        items = client.conversations.items.list(conversation.id, order="asc").data
+        kinds = [(i.type, getattr(i, "role", None)) for i in items]
+        assert ("message", "user") in kinds and ("function_call", None) in kinds
+        assert ("function_call_output", None) in kinds and kinds[-1] == ("message", "assistant")

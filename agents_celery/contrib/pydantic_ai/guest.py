@@ -26,6 +26,8 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.run import AgentRunResult
+from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.toolsets import ExternalToolset
 from pydantic_core import to_jsonable_python
 
 from ...agent import Agent
@@ -111,7 +113,7 @@ class GuestAgent(Agent):
         s = ctx.settings
         try:
             result = run_segment(
-                self._run(segment, prompt, history, results),
+                self._run(segment, prompt, history, results, client=_Client.of(state)),
                 ctx.stop,
                 ctx.lost,
                 s.stop_grace_seconds,
@@ -140,14 +142,20 @@ class GuestAgent(Agent):
         prompt: str | None,
         history: list[ModelMessage],
         results: DeferredToolResults | None,
+        client: _Client,
     ) -> AgentRunResult[Any]:
         token = segment.enter()
+        output_type = self._output_type
+        if client.toolsets and output_type is None and not _allows_deferred(self.agent.output_type):
+            output_type = [self.agent.output_type, DeferredToolRequests]  # the client's calls pause the run
         try:
             return await self.agent.run(
                 prompt,
                 message_history=history or None,
                 deferred_tool_results=results,
-                output_type=self._output_type,
+                output_type=output_type,
+                instructions=client.instructions,
+                toolsets=client.toolsets or None,
             )
         except BaseExceptionGroup as group:  # a task group's: the error inside is the one that matters
             raise _first(group) from None
@@ -175,6 +183,32 @@ class GuestAgent(Agent):
             return paused(self, state.model_copy(update=update), [])
         update["output"] = output_text(output)
         return completed(state.model_copy(update=update), [])
+
+
+class _Client:
+    """What the run's client brought for the agent: context for its instructions (Responses ``instructions`` and
+    system messages, AG-UI ``context``) and its own tools, as a pydantic-ai ``ExternalToolset`` (their calls pause
+    the run for the client's answers, as deferred calls)."""
+
+    def __init__(self, instructions: str | None, toolsets: list[Any]) -> None:
+        self.instructions = instructions
+        self.toolsets = toolsets
+
+    @classmethod
+    def of(cls, state: RunState) -> _Client:
+        context = state.client.get("context")
+        lines = [f"- {c.get('description', '')}: {c.get('value', '')}" for c in context or [] if isinstance(c, dict)]
+        instructions = "Context from the client:\n" + "\n".join(lines) if lines else None
+        defs = [
+            ToolDefinition(
+                name=t["name"],
+                description=t.get("description") or "",
+                parameters_json_schema=t.get("parameters") or {"type": "object", "properties": {}},
+            )
+            for t in state.client_tools
+            if t.get("name")
+        ]
+        return cls(instructions, [ExternalToolset(defs, id="client")] if defs else [])
 
 
 #: Marks a decided deferred call kept while the segment it resumed pauses again (for a call that may have run, maybe
