@@ -35,6 +35,10 @@ from .agentos import AgentOSRenderer
 HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 CONTENT_TYPE = "text/event-stream"
 KEEP_ALIVE = ": keep-alive\n\n"
+#: The keep-alive of a Responses stream: a comment line with no blank line after it. The openai SDK's SSE decoder
+#: keeps the last ``id:`` it saw (as the SSE spec says) and dispatches an event at every blank line once it has
+#: one, so ``: keep-alive`` and a blank line reached it as an event with empty data, which it failed to parse.
+KEEP_ALIVE_LINE = ": keep-alive\n"
 #: Longest XREAD BLOCK, in ms; the stream client's socket timeout must exceed it.
 MAX_BLOCK_MS = 1000
 
@@ -313,6 +317,10 @@ class LogStream:
     presenter: Presenter | None = None
 
     @property
+    def keep_alive(self) -> str:
+        return KEEP_ALIVE_LINE if self.dialect == "responses" else KEEP_ALIVE
+
+    @property
     def block_ms(self) -> int:
         return max(50, min(MAX_BLOCK_MS, int(self.keepalive_seconds * 1000)))
 
@@ -352,7 +360,7 @@ class LogStream:
                 watching=watching,
             )
             for page in pages:
-                text = KEEP_ALIVE if isinstance(page, Idle) else renderer.page(page)
+                text = self.keep_alive if isinstance(page, Idle) else renderer.page(page)
                 if text:
                     yield text
                 if renderer.finished:
@@ -385,7 +393,7 @@ class LogStream:
             )
             async for page in pages:
                 if isinstance(page, Idle):
-                    text = KEEP_ALIVE
+                    text = self.keep_alive
                 elif renderer.needs_thread(page):
                     text = await asyncio.to_thread(renderer.page, page)  # snapshots or child logs read Redis
                 else:

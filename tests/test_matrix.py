@@ -1,0 +1,180 @@
+"""Every agent kind we serve through every dialect, each with its official client, clean and with a kill -9 of the
+worker in the middle of the answer: the same final text, each tool once.
+
+Rows (agent kinds): ours (``fake``, tests/agents_fixture.py) and pydantic-ai (``pai_weather``,
+tests/agents_pydantic.py). Columns (dialects): AgentOS (its HTTP routes, as an AgentOS client reads them), AG-UI
+(``@ag-ui/client`` through tests/agui_client) and the OpenAI Responses API (the ``openai`` SDK). A later dialect or
+guest adds its column or row here.
+
+One private deployment for the module (its workers are the ones killed) and one API server in front of it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import redis
+
+from agents_celery.events import Event
+from agents_celery.http.responses import parse_response_id
+from agents_celery.models import ScriptedToolCall, ScriptedTurn
+from agents_celery.testing import ScriptResponder
+
+from .api_support import ApiServer, frames
+from .cluster import Deployment
+from .conftest import TEST_REDIS_URL, all_events, wait_for
+from .invariants import assert_run_sound, counter_of
+from .test_agui_client import CLIENT
+
+pytestmark = pytest.mark.timeout(120)
+
+#: The answer every cell ends with (long enough to be killed in the middle of).
+ANSWER = " ".join(f"w{i}" for i in range(40))
+
+
+@dataclass(frozen=True)
+class Kind:
+    """An agent kind: the agent, the tool its first turn calls (and its arguments), the counter of that tool."""
+
+    agent: str
+    tool: str
+    args: dict[str, Any]
+    counter: str
+
+
+KINDS = {
+    "ours": Kind("fake", "add", {"a": 2, "b": 3}, "add"),
+    "pydantic-ai": Kind("pai_weather", "get_lat_lng", {"location": "Oslo"}, "pai:get_lat_lng"),
+}
+
+
+@pytest.fixture(scope="module")
+def matrix(fake_openai: Any) -> Iterator[tuple[Deployment, ApiServer]]:
+    agents = "tests.agents_fixture,tests.agents_pydantic"
+    dep = Deployment("matrix", fake_openai.url, {"AGENTS_CELERY_AGENTS": agents})
+    try:
+        dep.start(1)
+        api = ApiServer({**dep.env, "AGENTS_CELERY_KEEPALIVE_SECONDS": "0.3"}).wait_ready()
+        yield dep, api
+        api.stop()
+    finally:
+        dep.close()
+
+
+def kill_and_replace(dep: Deployment) -> None:
+    """SIGKILL every live worker of the deployment (the one answering among them), then start a fresh one."""
+    for w in [w for w in dep.workers if w.proc.poll() is None]:
+        w.kill()
+    dep.start(1)
+
+
+def answering(text: str) -> bool:
+    """A piece of the answer (the second turn's text), not of the first turn's."""
+    return text.startswith("w")
+
+
+# -- the dialects: each runs one question with its client, calling ``killed`` at the first piece of the answer ----
+
+
+def agentos(api: ApiServer, dep: Deployment, agent: str, killed: Callable[[], None]) -> tuple[str, str]:
+    """POST /agents/<agent>/runs with ``stream``: the AgentOS events until RunCompleted (its ``content``)."""
+    with (
+        httpx.Client(base_url=api.url, timeout=60) as http,
+        http.stream("POST", f"/agents/{agent}/runs", data={"message": "Go.", "stream": "true"}) as resp,
+    ):
+        assert resp.status_code == 200
+        run_id, last = "", None
+        for f in frames(resp, timeout=90):
+            run_id = run_id or f.data.get("run_id", "")
+            if f.event == "RunContent" and answering(str(f.data.get("content", ""))):
+                killed()
+            last = f
+    assert last is not None and last.event == "RunCompleted", last
+    return run_id, str(last.data["content"])
+
+
+def agui(api: ApiServer, dep: Deployment, agent: str, killed: Callable[[], None]) -> tuple[str, str]:
+    """``@ag-ui/client``'s HttpAgent reads the run live (in node); the last message is the answer."""
+    if shutil.which("node") is None or not (CLIENT / "node_modules" / "@ag-ui" / "client").is_dir():
+        pytest.fail("the AG-UI client is not installed: run scripts/ensure-agui-client (make test does)")
+    thread, run = uuid.uuid4().hex, uuid.uuid4().hex
+    cmd = ["node", "scenarios.mjs", "live", f"{api.url}/agui/{agent}", thread, json.dumps({"runId": run})]
+    client = subprocess.Popen(cmd, cwd=CLIENT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        rt = dep.runtime
+        run_id = wait_for(lambda: rt.runs(session_id=thread).runs, timeout=30, what="the client's run")[0].run_id
+        for ev in rt.get_stream(run_id).events():
+            if ev.type.value == "TEXT_MESSAGE_CONTENT" and answering(str(ev.data.get("delta", ""))):
+                killed()
+                break
+            if ev.is_terminal:
+                break
+        out, err = client.communicate(timeout=90)
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait(timeout=10)
+    assert client.returncode == 0, f"the AG-UI client failed:\n{out}\n{err}"
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got["errors"] == [] and got["types"][-1] == "RUN_FINISHED", got["types"]
+    return run_id, str(got["messages"][-1]["content"])
+
+
+def responses(api: ApiServer, dep: Deployment, agent: str, killed: Callable[[], None]) -> tuple[str, str]:
+    """The openai SDK streams ``responses.create``; the answer is the last completed message of the Response."""
+    with openai.OpenAI(base_url=api.url + "/v1", api_key="unused", max_retries=0) as client:
+        response_id, kinds = "", []
+        for event in client.responses.create(model=agent, input="Go.", stream=True):
+            kinds.append(event.type)
+            if event.type == "response.created":
+                response_id = event.response.id
+            if event.type == "response.output_text.delta" and answering(event.delta):
+                killed()
+        assert kinds[-1] == "response.completed", kinds[-5:]
+        final = client.responses.retrieve(response_id)
+    messages = [i for i in final.output if i.type == "message" and i.status == "completed"]
+    parsed = parse_response_id(response_id)
+    assert parsed is not None
+    return parsed[0], messages[-1].content[0].text  # type: ignore[union-attr]
+
+
+DIALECTS = {"agentos": agentos, "agui": agui, "responses": responses}
+
+
+@pytest.mark.parametrize("crash", [False, True], ids=["clean", "kill-9"])
+@pytest.mark.parametrize("dialect", list(DIALECTS))
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_the_same_answer_and_each_tool_once(
+    matrix: tuple[Deployment, ApiServer], fake_openai: Any, kind: str, dialect: str, crash: bool
+) -> None:
+    dep, api = matrix
+    spec = KINDS[kind]
+    first = ScriptedTurn("Looking.", [ScriptedToolCall(spec.tool, spec.args)])
+    fake_openai.responder = ScriptResponder([first, ANSWER], token_delay=0.02 if crash else 0.0)
+    with redis.Redis.from_url(TEST_REDIS_URL) as r:
+        count = counter_of(r, dep.prefix)
+        before, calls = count(spec.counter), fake_openai.calls
+        kills: list[int] = []
+
+        def killed() -> None:
+            if crash and not kills:
+                kills.append(1)
+                kill_and_replace(dep)
+
+        run_id, answer = DIALECTS[dialect](api, dep, spec.agent, killed)
+        assert answer == ANSWER
+        assert count(spec.counter) - before == 1  # the tool ran once, killed or not
+    assert len(kills) == int(crash)
+    assert fake_openai.calls - calls == 2 + int(crash)  # the killed model turn once more
+    events: list[Event] = all_events(dep.runtime, run_id)
+    assert_run_sound(events)
+    abandoned = [e for e in events if e.type.value == "CUSTOM" and e.data.get("name") == "attempt_abandoned"]
+    assert len(abandoned) == int(crash)
