@@ -9,11 +9,13 @@ How the Responses words map onto ours:
   of the same run (its log, ledger and lease are one).
 - ``input``: a string, or items. The last user message is the run's message; ``system``/``developer`` messages
   and ``instructions`` are added to the agent's instructions (as client context), earlier user/assistant
-  messages of a stateless client are given to the model the same way. ``function_call_output`` and
-  ``mcp_approval_response`` items answer the paused run ``previous_response_id`` names; an approval may carry
-  edited ``arguments`` (JSON text, our extension).
+  messages of a history we do not hold are given to the model the same way. ``function_call_output`` and
+  ``mcp_approval_response`` items answer the paused run; an approval may carry edited ``arguments`` (JSON text,
+  our extension). What a create is (a new run, the next turn, answers; a resent history's old answers skipped)
+  is decided once, by :func:`.responsesturn.classify`.
 - ``previous_response_id`` continues its run (answers) or starts a new run in its session; ``conversation`` is a
-  session. ``tools`` of type ``function`` are the client's own tools.
+  session (``POST .../items`` adds to its history). ``tools`` of type ``function`` are the client's own tools; one
+  of type ``mcp`` naming the agent stands for the agent's own (the Agents SDK's ``HostedMCPTool``).
 - ``Idempotency-Key``: a retried create returns the same response.
 
 Every route asks the access check with the run or session it names: what a caller may not see answers 404.
