@@ -11,6 +11,7 @@ session's worker."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
@@ -218,6 +219,34 @@ def test_agents_sdk_openai_conversations_session(base_url: str, model: Any) -> N
     assert texts == ["first question", "second question"]
     outputs = [i for i in items if i.get("type") == "function_call_output"]
     assert len(outputs) == 2 * ROUNDS * CALLS
+
+
+@pytest.mark.parametrize("resend", [False, True], ids=["new-items-only", "whole-history"])
+def test_the_openai_sdk_in_a_conversation_with_tool_rounds(base_url: str, model: Any, resend: bool) -> None:
+    """The openai SDK's own loop with ``conversation``: each request sends only what is new (as a client of
+    OpenAI's conversations does), or the whole history again; two rounds a turn, two turns, one session."""
+    seen: Counter[str] = Counter()
+    tools = [{"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}]
+    with openai.OpenAI(base_url=base_url, api_key=KEY, max_retries=0) as client:
+        conversation = client.conversations.create()
+        history: list[Any] = []
+        for turn, question in enumerate(("first question", "second question"), start=1):
+            new: list[Any] = [{"role": "user", "content": question}]
+            while True:
+                sent = [*history, *new] if resend else new
+                made = client.responses.create(model="fake", input=sent, tools=tools, conversation=conversation.id)  # type: ignore[arg-type]
+                history += new
+                calls = [i for i in made.output if i.type == "function_call"]
+                if not calls:
+                    break
+                for c in calls:
+                    seen[json.loads(c.arguments)["city"]] += 1
+                history += [c.model_dump(exclude_none=True) for c in calls]
+                new = [{"type": "function_call_output", "call_id": c.call_id, "output": "fine"} for c in calls]
+            assert made.output_text.endswith(f"answer {turn}")
+            history.append({"role": "assistant", "content": made.output_text})
+    assert seen == Counter(expected_cities(1) + expected_cities(2))
+    assert users_seen(model) == ["first question", "second question"]
 
 
 def test_conversation_items_page_and_order(base_url: str) -> None:
