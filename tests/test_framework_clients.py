@@ -301,3 +301,22 @@ def test_agents_sdk_hosted_mcp_tool_takes_the_agent_s_approvals(
     assert result.final_output == "Deleted, as you approved." and asked == ["delete_file"]
     with redis.Redis.from_url(TEST_REDIS_URL) as r:
         assert counter_of(r, key_prefix)(f"delete_file:{path}") == 1
+
+
+def test_a_history_whose_run_is_gone_is_context_of_a_new_run(base_url: str, fake_openai: Any) -> None:
+    """A client resends a history whose run expired (or never was ours): a new message after it starts a new run
+    (the history is context for the model); the answers alone are 404, as for any response we do not have."""
+    fake_openai.responder = ScriptResponder(["fresh answer"])
+    gone = "call_" + "f" * 32 + "_c1"
+    history = [
+        {"role": "user", "content": "long ago"},
+        {"type": "function_call", "call_id": gone, "name": "lookup", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": gone, "output": "old"},
+    ]
+    with openai.OpenAI(base_url=base_url, api_key=KEY, max_retries=0) as client:
+        made = client.responses.create(model="fake", input=[*history, {"role": "user", "content": "now"}])  # type: ignore[arg-type]
+        assert made.output_text == "fresh answer"
+        with pytest.raises(openai.NotFoundError):
+            client.responses.create(model="fake", input=history)  # type: ignore[arg-type]
+    system = fake_openai.requests[-1]["messages"][0]["content"]
+    assert "long ago" in system  # the history we do not hold, as context

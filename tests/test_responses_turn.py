@@ -73,9 +73,11 @@ def test_answers_given_already_are_409_and_another_output_for_one_is_409_too() -
         classify(parse_input(call(RUN, "c1", "changed"), None), anchor(paused=True, answered={"c1": "out"}))
 
 
-def test_answers_without_an_anchor_are_400() -> None:
+def test_answers_without_an_anchor_are_400_unless_a_new_message_follows() -> None:
     with pytest.raises(BadRequestError, match="previous_response_id"):
         classify(parse_input([{"type": "function_call_output", "call_id": "x", "output": "o"}], None), None)
+    expired = parse_input([user("q1"), *call(RUN, "c1"), user("q2")], None)  # the history's run is gone
+    assert classify(expired, None).kind == "new"
 
 
 def test_approvals_name_their_run_and_old_ones_are_skipped() -> None:

@@ -197,7 +197,12 @@ class ResponsesEndpoint:
             runs = anchor_runs(got)
             if not runs:
                 return None, ""
-            run_id, _ = self._segment(req, response_id(runs[-1], 0), "read")  # 404 unless the caller may see it
+            try:
+                run_id, _ = self._segment(req, response_id(runs[-1], 0), "read")  # 404 unless the caller may see it
+            except ResponseNotFoundError:
+                if got.text is None:
+                    raise
+                return None, ""  # a history whose run expired (or is not the caller's): one we do not hold
             base = -1
         state, _ = self.store.load(run_id)
         answered: dict[str, str | None] = {
@@ -417,7 +422,7 @@ class ResponsesEndpoint:
             for i, message in enumerate(messages)
             for n, item in enumerate(items_of(message))
         ]
-        return Reply(200, page(items, {"order": "asc", "limit": str(len(items) or 1)}, default_order="asc"))
+        return Reply(200, _listing(items))
 
 
 def _not_found(named: str) -> ResponseNotFoundError:

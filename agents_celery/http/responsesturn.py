@@ -45,8 +45,8 @@ class Turn:
 
 def classify(got: Input, anchor: Anchor | None) -> Turn:
     """The :class:`Turn` ``got`` is, about ``anchor``; BadRequestError / StateError (409) say why it is none."""
-    if anchor is None:
-        if got.outputs or got.approvals:
+    if anchor is None:  # a new message after a history we do not hold (its run expired) is a new run, too
+        if (got.outputs or got.approvals) and got.text is None:
             raise BadRequestError(
                 "answers to a paused response need its previous_response_id (or function_call_output items "
                 "with the call_id of its function_call items)"
