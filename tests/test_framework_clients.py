@@ -198,6 +198,21 @@ def test_agents_sdk_run_streamed_ends_with_the_final_response(base_url: str, mod
     sdk.check(model, sdk.run(scenario))
 
 
+def test_agents_sdk_conversation_id(base_url: str, model: Any) -> None:
+    """``Runner.run(..., conversation_id=...)``: the SDK sends only what is new, with ``conversation``."""
+    from agents import Runner
+
+    sdk = Sdk(base_url)
+
+    async def scenario(agent: Any) -> list[Any]:
+        conversation = await sdk.client.conversations.create()
+        first = await Runner.run(agent, "first question", conversation_id=conversation.id)
+        second = await Runner.run(agent, "second question", conversation_id=conversation.id)
+        return [first, second]
+
+    sdk.check(model, sdk.run(scenario))
+
+
 def test_agents_sdk_openai_conversations_session(base_url: str, model: Any) -> None:
     """``OpenAIConversationsSession``: ``POST /v1/conversations``, the turn's items added with ``POST
     .../items``, read back (``GET .../items``, paged, ``order=asc``) and resent for the next turn."""
