@@ -100,8 +100,8 @@ def test_pydantic_ai_responses_model_with_its_defaults(base_url: str, model: Any
     from pydantic_ai.providers.openai import OpenAIProvider
 
     seen: Counter[str] = Counter()
-    provider = OpenAIProvider(base_url=base_url, api_key=KEY)
-    agent = Agent(OpenAIResponsesModel("fake", provider=provider))
+    client = openai.AsyncOpenAI(base_url=base_url, api_key=KEY, max_retries=0)
+    agent = Agent(OpenAIResponsesModel("fake", provider=OpenAIProvider(openai_client=client)))
 
     @agent.tool_plain
     def lookup(city: str) -> str:
@@ -109,10 +109,14 @@ def test_pydantic_ai_responses_model_with_its_defaults(base_url: str, model: Any
         seen[city] += 1
         return f"weather of {city}"
 
-    first = agent.run_sync("first question")
-    assert first.output == "answer 1"
-    second = agent.run_sync("second question", message_history=first.all_messages())
-    assert second.output == "answer 2"
+    async def both() -> list[Any]:
+        async with client:
+            first = await agent.run("first question")
+            second = await agent.run("second question", message_history=first.all_messages())
+            return [first, second]
+
+    first, second = asyncio.run(both())
+    assert (first.output, second.output) == ("answer 1", "answer 2")
     assert seen == Counter(expected_cities(1) + expected_cities(2))  # each call once
     assert users_seen(model) == ["first question", "second question"]  # the next run of the same session
     tools = [m["content"] for m in model.requests[-1]["messages"] if m["role"] == "tool"]
