@@ -94,7 +94,7 @@ def users_seen(fake_openai: Any) -> list[str]:
 
 def test_pydantic_ai_responses_model_with_its_defaults(base_url: str, model: Any) -> None:
     """``OpenAIResponsesModel`` as it is: stateless, the whole history in each request (the outputs of the first
-    round come back with the second round's), then a second ``run_sync`` with ``message_history``."""
+    round come back with the second round's), then a second run with ``message_history``."""
     from pydantic_ai import Agent
     from pydantic_ai.models.openai import OpenAIResponsesModel
     from pydantic_ai.providers.openai import OpenAIProvider
