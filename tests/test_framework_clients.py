@@ -62,7 +62,7 @@ def django_front(worker: Any, worker_env: dict[str, str]) -> Iterator[Any]:
     from .api_support import ApiServer
 
     env = {**worker_env, "AGENTS_CELERY_API_KEY": KEY, "AGENTS_CELERY_KEEPALIVE_SECONDS": "0.3"}
-    found = ApiServer(env, django=True).wait_ready()
+    found = ApiServer(env, django=True).wait_ready(timeout=60)  # migrate and uvicorn: slow on a loaded machine
     yield found
     found.stop()
 

@@ -149,7 +149,9 @@ def responses(api: ApiServer, dep: Deployment, agent: str, killed: Callable[[], 
 DIALECTS = {"agentos": agentos, "agui": agui, "responses": responses}
 
 
-@pytest.mark.parametrize("crash", [False, True], ids=["clean", "kill-9"])
+@pytest.mark.parametrize(
+    "crash", [pytest.param(False, id="clean"), pytest.param(True, id="kill-9", marks=pytest.mark.slow)]
+)
 @pytest.mark.parametrize("dialect", list(DIALECTS))
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_the_same_answer_and_each_tool_once(
