@@ -36,31 +36,40 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy
 
-# The whole suite, slow crash and browser tests included (CI runs exactly this). Starts a Redis if none
-# answers and RabbitMQ (the RabbitMQ-broker tests); installs what is missing of Debian's redis-server and
-# redis-cli (tests/test_rewind.py), chromium, rabbitmq-server, and the pinned AG-UI JS client (npm ci).
+# How many pytest-xdist processes run the fast tier and the slow (crash, browser) tier; each process has Redis
+# databases of its own (tests/conftest.py). The serial tests (deadlines that assume the machine to itself) run
+# last, alone. docs/testing.md says what each tier costs.
+TEST_JOBS ?= 3
+SLOW_JOBS ?= 2
+
+# The whole suite, slow crash and browser tests included (CI runs exactly this), in three tiers. Starts a Redis
+# if none answers and RabbitMQ (the RabbitMQ-broker tests); installs what is missing of Debian's redis-server
+# and redis-cli (tests/test_rewind.py), chromium, rabbitmq-server, and the pinned AG-UI JS client (npm ci).
 test: install
 	PY=$(PY) scripts/ensure-redis
 	scripts/ensure-redis-tools
 	PY=$(PY) scripts/ensure-rabbitmq
 	scripts/ensure-chromium
 	scripts/ensure-agui-client
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_JOBS) --dist worksteal -m "not slow and not browser and not serial"
+	$(PY) -m pytest -n $(SLOW_JOBS) --dist worksteal -m "(slow or browser) and not serial"
+	$(PY) -m pytest -m serial
 
 # Everything but the slow crash tests and the browser, for quick local loops.
 test-fast: install
 	PY=$(PY) scripts/ensure-redis
 	PY=$(PY) scripts/ensure-rabbitmq
 	scripts/ensure-agui-client
-	$(PY) -m pytest -m "not slow and not browser"
+	$(PY) -m pytest -n $(TEST_JOBS) --dist worksteal -m "not slow and not browser and not serial"
 
-# The fast suite on the oldest supported celery, kombu and redis-py (requirements/oldest.txt), and on the
-# newest the registry serves within pyproject's ranges; each in a venv of its own.
+# The tests that exercise celery, kombu and redis-py (marker `versions`, set from the fixtures a test uses) on
+# the oldest supported releases (requirements/oldest.txt), and on the newest the registry serves within
+# pyproject's ranges; each in a venv of its own.
 test-oldest:
-	scripts/versions-suite .venv-oldest -c requirements/oldest.txt
+	TEST_JOBS=$(TEST_JOBS) scripts/versions-suite .venv-oldest -c requirements/oldest.txt
 
 test-newest:
-	scripts/versions-suite .venv-newest --upgrade
+	TEST_JOBS=$(TEST_JOBS) scripts/versions-suite .venv-newest --upgrade
 
 # Every bench; writes docs/benchmarks.md and README's Performance section from the run; exits 1 on a missed target.
 bench: install

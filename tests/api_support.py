@@ -70,7 +70,7 @@ class ApiServer:
             cmd += ["--workers", "1", "--worker-connections", "2000", "--bind", f"127.0.0.1:{self.port}"]
         self.proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=self._out, stderr=subprocess.STDOUT)
 
-    def wait_ready(self, timeout: float = 20) -> ApiServer:
+    def wait_ready(self, timeout: float = 60) -> ApiServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

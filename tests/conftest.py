@@ -29,7 +29,15 @@ if TYPE_CHECKING:
     from agents_celery.events import Event
     from agents_celery.testing.openai_server import FakeReply
 
-TEST_REDIS_URL = os.environ.get("AGENTS_CELERY_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
+# `make test` runs the suite on several pytest-xdist processes (gw0, gw1, ...): each gets Redis databases of its
+# own for run state and for the separate broker, so one process's CLIENT KILL, key scans or broker queues never
+# touch another's. A single process (no xdist) keeps databases 9 and 10.
+_DATABASES = {"gw0": (9, 10), "gw1": (13, 14), "gw2": (7, 8), "gw3": (5, 6)}
+_XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+if _XDIST_WORKER not in _DATABASES:
+    raise RuntimeError(f"no Redis databases assigned to pytest-xdist worker {_XDIST_WORKER} (tests/conftest.py)")
+TEST_DB, _BROKER_DB = _DATABASES[_XDIST_WORKER]
+TEST_REDIS_URL = os.environ.get("AGENTS_CELERY_TEST_REDIS_URL", f"redis://127.0.0.1:6379/{TEST_DB}")
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02, what: str = "") -> Any:
@@ -102,7 +110,7 @@ def settings(key_prefix: str) -> Settings:
 
 
 @pytest.fixture
-def r(settings: Settings) -> Iterator[redis.Redis]:
+def r(settings: Settings, versions_seam: None) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(settings.redis_url)
     try:
         client.ping()
@@ -131,7 +139,7 @@ def new_id() -> str:
 # The default deployment: one Redis (and database) for run state and the Celery broker, so the commit script
 # pushes the next step's task itself. SEPARATE_BROKER_URL serves the tests of a broker elsewhere.
 TEST_BROKER_URL = os.environ.get("AGENTS_CELERY_TEST_BROKER_URL", TEST_REDIS_URL)
-SEPARATE_BROKER_URL = os.environ.get("AGENTS_CELERY_TEST_SEPARATE_BROKER_URL", "redis://127.0.0.1:6379/10")
+SEPARATE_BROKER_URL = os.environ.get("AGENTS_CELERY_TEST_SEPARATE_BROKER_URL", f"redis://127.0.0.1:6379/{_BROKER_DB}")
 
 
 @pytest.fixture(scope="session")
@@ -190,7 +198,7 @@ def worker(worker_env: dict[str, str]) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory, versions_seam: None) -> Iterator[Any]:
     """A real local Redis Cluster (3 masters, 3 replicas on private ports, tests/rediscluster.py), made on first
     use and torn down when the session ends. Tests that break it (a killed master) make their own instead."""
     import shutil
@@ -207,7 +215,7 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 @pytest.fixture
-def deploy(fake_openai: Any) -> Iterator[Callable[..., Any]]:
+def deploy(fake_openai: Any, versions_seam: None) -> Iterator[Callable[..., Any]]:
     """Makes deployments of the test's own, ``deploy(name, extra=None, **options)`` (tests/cluster.py:Deployment:
     key prefix, queue, settings, workers); each is closed when the test ends, its workers stopped."""
     from .cluster import Deployment
@@ -255,3 +263,31 @@ def script(fake_openai: Any) -> Any:
         fake_openai.responder = ScriptResponder(list(turns), token_delay=token_delay)
 
     return set_script
+
+
+# -- which tests the version suites run ----------------------------------------------------------------------
+# The oldest/newest suites (scripts/versions-suite) exist to catch a celery, kombu or redis-py API we call that
+# changed. A test exercises those APIs when it uses a real Redis client, a real worker or broker, or a Redis
+# Cluster: the fixtures that give it one request ``versions_seam`` (or ``crash_versions_seam`` for a crash test
+# whose subject is those APIs under failure), and the hook below marks what follows from that, so the choice
+# follows what a test touches instead of a hand-kept list.
+
+
+@pytest.fixture(scope="session")
+def versions_seam() -> None:
+    """Requested by every fixture that hands a test a real Redis client, Celery worker or broker connection."""
+
+
+@pytest.fixture(scope="session")
+def crash_versions_seam() -> None:
+    """Like ``versions_seam``, for the slow crash tests the version suites still run (recovery through Celery's
+    redelivery and redis-py's reconnects is what an upgrade breaks first)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    versions = pytest.mark.versions
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        fast = not any(item.get_closest_marker(tier) for tier in ("slow", "browser"))
+        if "crash_versions_seam" in names or ("versions_seam" in names and fast):
+            item.add_marker(versions)

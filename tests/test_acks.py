@@ -49,7 +49,7 @@ class Broker:
 
 
 @pytest.fixture
-def broker() -> Iterator[Broker]:
+def broker(versions_seam: None) -> Iterator[Broker]:
     queue = f"acks-test-{uuid.uuid4().hex[:8]}"
     app = create_celery_app(load_settings(redis_url=TEST_REDIS_URL, broker_url=TEST_BROKER_URL, queue=queue), agents={})
     client = redis.Redis.from_url(TEST_BROKER_URL)

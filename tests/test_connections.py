@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import pytest
 import redis
@@ -30,7 +31,7 @@ from agents_celery.storage.connections import (
 from agents_celery.testing.embedded import EmbeddedRedis, find_redis_server
 
 from .cluster import Worker, worker_env
-from .conftest import wait_for
+from .conftest import TEST_REDIS_URL, wait_for
 
 
 def test_sentinel_urls_parse_and_bad_ones_name_the_variable() -> None:
@@ -63,7 +64,7 @@ def _free_port() -> int:
 
 @pytest.fixture
 def sentinel() -> Iterator[str]:
-    """A real Sentinel watching the test Redis as ``mymaster``; yields its URL for db 9."""
+    """A real Sentinel watching the test Redis as ``mymaster``; yields its URL for the test database."""
     port = _free_port()
     directory = Path(tempfile.mkdtemp(prefix="sentinel-"))
     conf = directory / "sentinel.conf"
@@ -71,7 +72,7 @@ def sentinel() -> Iterator[str]:
     proc = subprocess.Popen(
         [find_redis_server(), str(conf), "--sentinel"], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
     )
-    url = f"redis+sentinel://127.0.0.1:{port}/mymaster/9"
+    url = f"redis+sentinel://127.0.0.1:{port}/mymaster{urlparse(TEST_REDIS_URL).path or '/0'}"
 
     try:
         wait_for(lambda: answers(url), timeout=15, what="the sentinel to find its master")

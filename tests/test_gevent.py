@@ -157,6 +157,7 @@ def _mid_stream(r: Any, keys: Any, ids: list[str]) -> list[str]:
     return [run_id for run_id, held, offset in pairs if held and 10 <= int(offset or 0) < 40]
 
 
+@pytest.mark.serial  # its deadlines assume the machine to itself: runs alone, after the parallel tiers
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_thousand_runs_stream_at_once_on_one_gevent_worker(deploy: Any, streaming_server: str, r: Any) -> None:

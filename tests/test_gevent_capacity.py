@@ -76,6 +76,7 @@ def rss_mib(pid: int) -> float:
     return int(found.group(1)) / 1024
 
 
+@pytest.mark.serial  # its deadlines assume the machine to itself: runs alone, after the parallel tiers
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_thousand_runs_held_at_once_on_one_gevent_worker(deploy: Any, waiting_server: str, r: Any) -> None:

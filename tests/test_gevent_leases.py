@@ -56,6 +56,7 @@ def _ended(rt: Any, run_id: str) -> Any:
     return view if view.status.value in ("completed", "failed", "cancelled") else None
 
 
+@pytest.mark.serial  # its deadlines assume the machine to itself: runs alone, after the parallel tiers
 def test_a_tool_computing_past_the_ttl_keeps_every_lease_on_a_gevent_worker(
     deploy: Any, fake_openai: Any, r: Any
 ) -> None:

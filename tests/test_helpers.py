@@ -62,7 +62,7 @@ def _pytest(tmp_path: Path, body: str, **env: str) -> subprocess.CompletedProces
     cmd += ["--rootdir", str(tmp_path), str(tmp_path / "test_case.py")]
     clean = {k: v for k, v in os.environ.items() if k != "AGENTS_CELERY_ALLOW_SKIPS"}
     full_env = {**clean, "PYTHONPATH": str(ROOT), **env}
-    return subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=60)
+    return subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=120)
 
 
 SKIPS = """

@@ -103,7 +103,7 @@ def test_settings_come_from_the_hosts_config_before_the_environment(monkeypatch:
 
 
 @pytest.fixture
-def host_worker(key_prefix: str, fake_openai: Any) -> Iterator[dict[str, str]]:
+def host_worker(key_prefix: str, fake_openai: Any, versions_seam: None) -> Iterator[dict[str, str]]:
     """``celery -A tests.host_app worker``: the host's own worker, serving its queue and the agents' queue."""
     host_queue, agents_queue = f"host-{uuid.uuid4().hex[:6]}", f"agents-{uuid.uuid4().hex[:6]}"
     env = worker_env(TEST_REDIS_URL, TEST_BROKER_URL, key_prefix, agents_queue, {"FAKE_OPENAI_URL": fake_openai.url})

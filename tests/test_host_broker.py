@@ -37,7 +37,7 @@ PROMPT = 3.0
 
 
 @pytest.fixture
-def deployment(fake_openai: Any, script: Any) -> Iterator[dict[str, str]]:
+def deployment(fake_openai: Any, script: Any, versions_seam: None) -> Iterator[dict[str, str]]:
     """A key prefix and queue of this test's own; no CELERY_BROKER_URL anywhere (the host's config names it)."""
     prefix, queue = f"achb-{uuid.uuid4().hex[:8]}", f"hostbroker-{uuid.uuid4().hex[:8]}"
     env = worker_env(TEST_REDIS_URL, "unused", prefix, queue, {"FAKE_OPENAI_URL": fake_openai.url})

@@ -99,7 +99,7 @@ def mcp_deploy(fake_openai: Any, deploy: Any) -> Iterator[tuple[Deployment, Serv
 
 
 @pytest.fixture(scope="module")
-def module_deploy(fake_openai: Any) -> Iterator[tuple[Deployment, Server]]:
+def module_deploy(fake_openai: Any, versions_seam: None) -> Iterator[tuple[Deployment, Server]]:
     """One deployment, MCP server and worker for the tests that kill neither (their keys and runs are their own)."""
     own = Deployment("mcpm", fake_openai.url, {"AGENTS_CELERY_AGENTS": "tests.agents_mcp"})
     server = None

@@ -67,7 +67,7 @@ class Deployment:
 
 
 @pytest.fixture
-def deployments(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Deployment, Deployment]]:
+def deployments(monkeypatch: pytest.MonkeyPatch, versions_seam: None) -> Iterator[tuple[Deployment, Deployment]]:
     monkeypatch.delenv("AGENTS_CELERY_QUEUE", raising=False)
     a, b = Deployment("a"), Deployment("b")
     try:

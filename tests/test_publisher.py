@@ -24,7 +24,7 @@ pytestmark = pytest.mark.timeout(30)
 
 
 @pytest.fixture
-def app_and_queue() -> Iterator[tuple[Celery, str, redis.Redis]]:
+def app_and_queue(versions_seam: None) -> Iterator[tuple[Celery, str, redis.Redis]]:
     queue = f"publisher-test-{uuid.uuid4().hex[:8]}"
     settings: Settings = load_settings(redis_url=TEST_REDIS_URL, broker_url=TEST_BROKER_URL, queue=queue)
     app = create_celery_app(settings, agents={})

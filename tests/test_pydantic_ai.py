@@ -112,7 +112,7 @@ def shared(fake_openai: Any, mcp_server: tuple[int, str]) -> Iterator[Deployment
 
 
 @pytest.fixture(scope="module")
-def crashable(fake_openai: Any, mcp_server: tuple[int, str]) -> Iterator[Deployment]:
+def crashable(fake_openai: Any, mcp_server: tuple[int, str], versions_seam: None) -> Iterator[Deployment]:
     """A deployment whose workers the crash tests kill (each test first tops it up to two live workers)."""
     extra = {"AGENTS_CELERY_AGENTS": AGENTS, "PAI_MCP_PORT": str(mcp_server[0])}
     dep = Deployment("paicrash", fake_openai.url, extra)

@@ -32,7 +32,7 @@ LONG_TEXT = " ".join(f"token{i}" for i in range(120))
 
 
 @pytest.fixture(params=["fast paths", "public APIs only"])
-def cluster(request: pytest.FixtureRequest, key_prefix: str, deploy: Any) -> Deployment:
+def cluster(request: pytest.FixtureRequest, key_prefix: str, deploy: Any, crash_versions_seam: None) -> Deployment:
     """Workers on a private queue (the session's worker never picks these runs up), with the fast paths on, then
     the same test again with them off (AGENTS_CELERY_FAST_PATHS=0)."""
     fast = "1" if request.param == "fast paths" else "0"
@@ -239,6 +239,7 @@ def test_step_that_always_crashes_fails_the_run(
         runtime.close()
 
 
+@pytest.mark.serial  # its deadlines assume the machine to itself: runs alone, after the parallel tiers
 @pytest.mark.timeout(300)
 def test_soak_runs_survive_a_worker_killed_every_few_seconds(
     fast_settings: Any, key_prefix: str, fake_openai: Any, r: redis.Redis, deploy: Any

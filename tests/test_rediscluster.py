@@ -314,6 +314,7 @@ def settle(rt: Any, run_id: str) -> bool:
         return False
 
 
+@pytest.mark.serial  # its deadlines assume the machine to itself: runs alone, after the parallel tiers
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("fenced", [False, True], ids=["fence-off", "fence-on"])

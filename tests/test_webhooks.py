@@ -86,7 +86,7 @@ class Receiver:
 
 
 @pytest.fixture(scope="module")
-def own(fake_openai: Any) -> Iterator[tuple[Runtime, Worker]]:
+def own(fake_openai: Any, versions_seam: None) -> Iterator[tuple[Runtime, Worker]]:
     """A worker (and a Runtime) whose operator allows the local receivers, as one allows one's own."""
     extra = {
         "AGENTS_CELERY_WEBHOOK_SECRET": SECRET,
@@ -101,7 +101,7 @@ def own(fake_openai: Any) -> Iterator[tuple[Runtime, Worker]]:
 
 
 @pytest.fixture(scope="module")
-def strict(fake_openai: Any) -> Iterator[tuple[Runtime, Worker]]:
+def strict(fake_openai: Any, versions_seam: None) -> Iterator[tuple[Runtime, Worker]]:
     """A worker with the default policy (no allow-list). Its Runtime lets literal internal addresses through, so
     that what the worker itself checks at delivery time is what is tested."""
     extra = {"AGENTS_CELERY_WEBHOOK_SECRET": SECRET, "AGENTS_CELERY_WEBHOOK_BACKOFF_SECONDS": "0.2"}
