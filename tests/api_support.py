@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import random
 import socket
 import subprocess
 import sys
@@ -31,11 +33,24 @@ def django_env(env: dict[str, str], db: str | None = None) -> dict[str, str]:
     }
 
 
+# Each pytest-xdist process picks its servers' ports from a range of its own: a port the OS hands out as free
+# in one process could be handed to another process's server before the first binds it, and a client would then
+# talk to the other test's server (an API key it never set: 401). Below Linux's ephemeral range's busy end and
+# above the Redis Clusters' ports and bus ports (tests/cluster.py: 20000-39999).
+_PORT_BASE = 40000 + 2000 * int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A port nothing listens on, from this test process's own range."""
+    for _ in range(200):
+        port = random.randrange(_PORT_BASE, _PORT_BASE + 2000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {_PORT_BASE}-{_PORT_BASE + 1999}")
 
 
 class ApiServer:

@@ -29,6 +29,7 @@ from agents_celery.events import EventType
 from agents_celery.models import turn_index
 from agents_celery.testing.openai_server import FakeReply
 
+from .api_support import free_port
 from .cluster import ROOT, Deployment
 from .conftest import TEST_REDIS_URL, all_events, wait_for
 from .invariants import assert_run_sound, counter_of
@@ -51,12 +52,6 @@ def scripted(request: dict[str, Any]) -> FakeReply:
     if len(rest) > 1:
         args["seconds"] = float(rest[1])
     return FakeReply(tool_calls=(ScriptedToolCall(name, args, f"call_{turn}"),))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Server:
