@@ -31,9 +31,9 @@ pytestmark = pytest.mark.timeout(120)
 
 AMQP = os.environ.get("AGENTS_CELERY_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
 #: The sweeper's rescue of a step sent where no worker listens comes this late: far beyond what a send takes.
-GRACE = "15"
-#: What a start (to its pause) and a continue (to the run's end) may take: well under the rescue.
-PROMPT = 3.0
+GRACE = "60"
+#: What a start (to its pause) and a continue (to the run's end) may take on a loaded machine: a third of the rescue.
+PROMPT = 20.0
 
 
 @pytest.fixture
