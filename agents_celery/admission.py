@@ -123,17 +123,24 @@ class Admission:
         return True
 
     def admit(
-        self, session_id: str, run_id: str, user_id: str | None, may_wait: bool, check: CheckHistory | None
+        self,
+        session_id: str,
+        run_id: str,
+        user_id: str | None,
+        may_wait: bool,
+        check: CheckHistory | None,
+        own_session: bool = False,
     ) -> list[dict[str, Any]] | None:
         """Admit ``run_id`` to its session (whose owner becomes ``user_id`` unless it has one): the history the
         run starts from, or None when another run holds the session and ``may_wait`` (the run waits in line).
-        ``check`` may refuse the history: the session is given back then.
+        ``check`` may refuse the history: the session is given back then. ``own_session``: the run was started
+        without a session id, its session lives as long as the run.
 
         Raises:
             SessionBusyError: another run holds the session (and not ``may_wait``).
         """
         try:
-            history, holder = self.store.sessions.admit(session_id, run_id, user_id)
+            history, holder = self.store.sessions.admit(session_id, run_id, user_id, own_session)
             if history is None:
                 history = self._take_from(session_id, run_id, holder)
         except SessionBusyError:

@@ -254,7 +254,9 @@ class Runtime(Scheduling):
             if idempotency_key and self.admission.existing(run_id, asked, idempotency_key):
                 return self.get_stream(run_id)
             # One round trip: the session's owner (the user of its first run), the session, its history.
-            history = self.admission.admit(session_id, run_id, user_id, multitask_strategy != "reject", check_history)
+            history = self.admission.admit(
+                session_id, run_id, user_id, multitask_strategy != "reject", check_history, own_session
+            )
             now = int(time.time() * 1000)
             content, parts = stored_form(checked, run_id)
             state = RunState(

@@ -66,12 +66,16 @@ class Sessions:
         key = self.keys.session(session_id).active
         return bool(self._take(keys=[key], args=[run_id, previous or ""]))
 
-    def admit(self, session_id: str, run_id: str, user_id: str | None) -> tuple[list[dict[str, Any]] | None, str]:
+    def admit(
+        self, session_id: str, run_id: str, user_id: str | None, own_session: bool = False
+    ) -> tuple[list[dict[str, Any]] | None, str]:
         """A new run's admission, in one round trip: record ``user_id`` as the session's owner unless it has one,
         take the session if it is free or ``run_id`` holds it already; ``(history, run_id)`` then, else
-        ``(None, the holder's run id)``."""
+        ``(None, the holder's run id)``. The session of a run started without a ``session_id`` (``own_session``)
+        lives as long as the run; the sync at its end extends the owner as far as its history."""
         sk = self.keys.session(session_id)
-        ttl = max(int(self.settings.session_ttl_seconds * 1000), self.settings.retention_ms)
+        session_ttl = max(int(self.settings.session_ttl_seconds * 1000), self.settings.retention_ms)
+        ttl = self.settings.retention_ms if own_session else session_ttl
         reply = self._admit(keys=[sk.owner, sk.active, sk.history], args=[owner_value(user_id), ttl, run_id])
         if int(reply[0]) == 1:
             return [json.loads(m) for m in reply[1:]], run_id
