@@ -465,6 +465,23 @@ def test_schedules_and_sessions_are_listed_across_the_shards(on_cluster: Deploym
     assert seen == list(reversed(sessions))
 
 
+def test_session_ids_with_braces_keep_their_keys_in_one_slot(on_cluster: Deployment, fake_openai: Any) -> None:
+    """A session id is any string (AG-UI's threadId, a schedule's session_id): one starting with ``}`` made an
+    empty hash tag (CROSSSLOT: 503 "Redis does not answer"); ``#`` and a digest tag such ids (#39)."""
+    on_cluster.start(1)
+    rt = on_cluster.runtime
+    fake_openai.responder = ScriptResponder(["first", "second"])
+    for sid in ["}odd", "{a}b}", "#" + uuid.uuid4().hex]:
+        sk = rt.store.keys.session(sid)
+        assert len({rt.redis.keyslot(k) for k in (sk.active, sk.history, sk.owner, sk.parts)}) == 1, sid
+        first = rt.run("fake", "one", session_id=sid, timeout=60)
+        second = rt.run("fake", "two", session_id=sid, timeout=60)
+        assert (first.status, second.status) == ("completed", "completed"), (sid, first, second)
+        messages = [m["content"] for m in rt.session(sid).messages]
+        assert messages[:2] == ["one", "first"], (sid, messages)
+        fake_openai.responder = ScriptResponder(["first", "second"])
+
+
 def test_an_async_tail_reads_a_watched_child_in_another_slot(redis_cluster: LocalCluster) -> None:
     """The asyncio tail of a parent's log with a child watched (Django's async AG-UI stream): the child's events,
     in another slot, come out as ChildPages while the parent's log is quiet, then the parent's end ends it."""

@@ -56,7 +56,10 @@ Per run (``<p>:run:{<run_id>}...``):
 - ``<p>:run:{<rid>}:gone`` *string* — tombstone written when the run ends, ``PX retention + tombstone``;
   tells an expired run (410) from one that never existed (404).
 
-Per session (``<p>:session:{<sid>}...``; :mod:`.sessions`):
+Per session (``<p>:session:{<sid>}...``; :mod:`.sessions`). ``<sid>`` is the session id itself, unless the id
+has a ``}`` or starts with ``#``: then it is ``#`` and the id's SHA-256 (:func:`session_tag`), so that every key
+of the session still hashes to one slot on Redis Cluster (a ``}`` would end the hash tag early, and an id
+starting with it would make an empty tag, whose keys spread over the slots) and no plain id can name it.
 
 - ``<p>:session:{<sid>}:active`` *string* — id of the session's queued/running/paused run.
 - ``<p>:session:{<sid>}:history`` *list* — the session's conversation (OpenAI message JSON), appended when
@@ -97,6 +100,7 @@ Global:
 from __future__ import annotations
 
 import functools
+import hashlib
 from dataclasses import dataclass
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
@@ -169,7 +173,7 @@ class Keys:
         )
 
     def session(self, session_id: str) -> SessionKeys:
-        base = f"{self.prefix}:session:{{{session_id}}}"
+        base = f"{self.prefix}:session:{{{session_tag(session_id)}}}"
         return SessionKeys(
             f"{base}:active",
             f"{base}:history",
@@ -220,6 +224,14 @@ class Keys:
 
 
 @functools.cache
+def session_tag(session_id: str) -> str:
+    """The hash tag of a session's keys: its id, or ``#`` and the id's SHA-256 when the id has a ``}`` (which
+    would end the tag early, or leave it empty) or starts with ``#`` (so no plain id names a digest's keys)."""
+    if "}" in session_id or session_id.startswith("#"):
+        return "#" + hashlib.sha256(session_id.encode()).hexdigest()
+    return session_id
+
+
 def bucket_tag(i: int, buckets: int) -> str:
     """A hash tag whose slot lies in the ``i``-th of ``buckets`` equal shares of the cluster's slots, so that
     buckets spread over the masters (``redis-cli --cluster create`` gives each master one contiguous range)."""
