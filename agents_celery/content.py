@@ -37,6 +37,8 @@ UserContent = str | list[dict[str, Any]]
 
 _DATA_URL = re.compile(r"^data:(?P<type>[\w.+-]+/[\w.+-]+)?(?P<params>(;[\w.+-]+=[^;,]*)*);base64,", re.ASCII)
 _DETAILS = ("auto", "low", "high")
+#: The image types OpenAI's vision models take (an SVG, a TIFF, a HEIC ... is refused by the model, late).
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 
 
 @dataclass(frozen=True)
@@ -73,8 +75,8 @@ def _image_size(part: dict[str, Any], where: str) -> int:
         raise ValidationError(f"{where}: image_url.detail must be one of {list(_DETAILS)}, got {detail!r}")
     if url.startswith("data:"):
         media_type, size = data_url_bytes(url, f"{where}: image_url.url")
-        if not media_type.startswith("image/"):
-            raise ValidationError(f"{where}: an image data URL must be of an image/* type, got {media_type!r}")
+        if media_type not in IMAGE_TYPES:
+            raise ValidationError(f"{where}: an image must be one of {list(IMAGE_TYPES)}, got {media_type!r}")
         return size
     if not url.startswith(("https://", "http://")):
         raise ValidationError(f"{where}: image_url.url must be an http(s) URL or a data URL")

@@ -23,6 +23,7 @@ import functools
 import inspect
 import json
 import re
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -137,6 +138,8 @@ def check_schema(schema: Any) -> dict[str, Any]:
     for ref in _refs(schema):
         if not ref.startswith("#"):
             raise OutputSchemaError(f"output_schema may only use local references ('#/...'), not {ref!r}")
+        if not _points_somewhere(schema, ref):
+            raise OutputSchemaError(f"output_schema: $ref {ref!r} points at nothing in the schema")
     return schema
 
 
@@ -243,6 +246,51 @@ def _refs(node: Any) -> Iterator[str]:
     elif isinstance(node, list):
         for value in node:
             yield from _refs(value)
+
+
+def _points_somewhere(root: dict[str, Any], ref: str) -> bool:
+    """Whether the local reference ``ref`` names a part of ``root`` (a JSON Pointer, ``#`` itself, or an
+    ``$anchor``). A schema with resources of its own (a nested ``$id``) resolves against them: not checked."""
+    if ref == "#" or any(key == "$id" for key in _keys_below(root)):
+        return True
+    if not ref.startswith("#/"):
+        return ref[1:] in _anchors(root)
+    node: Any = root
+    for raw in ref[2:].split("/"):
+        part = urllib.parse.unquote(raw).replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return False
+    return isinstance(node, (dict, bool))
+
+
+def _keys_below(root: dict[str, Any]) -> Iterator[str]:
+    """The keys of every object nested inside ``root`` (not its own)."""
+    stack: list[Any] = list(root.values())
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            yield from node
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+def _anchors(node: Any) -> set[str]:
+    found: set[str] = set()
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if isinstance(item.get("$anchor"), str):
+                found.add(item["$anchor"])
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return found
 
 
 def _resolve(root: dict[str, Any], ref: str) -> dict[str, Any]:

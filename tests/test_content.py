@@ -62,7 +62,8 @@ def test_parts_are_checked_and_measured() -> None:
         ([{"type": "audio"}], "'audio'"),
         ([{"type": "image_url", "image_url": {"url": "ftp://x"}}], r"http\(s\)"),
         ([{"type": "image_url", "image_url": {"url": "data:image/png;base64,@@@"}}], "invalid base64"),
-        ([{"type": "image_url", "image_url": {"url": PDF_URL}}], r"image/\*"),
+        ([{"type": "image_url", "image_url": {"url": PDF_URL}}], r"one of \['image/png'.*'application/pdf'"),
+        ([{"type": "image_url", "image_url": {"url": "data:image/svg+xml;base64,PHN2Zy8+"}}], "'image/svg"),
         ([{"type": "file", "file": {"filename": "a.pdf"}}], "file_data"),
         ([{"type": "text", "text": "  "}], "blank"),
         ([{"type": "text", "text": "hi", "ref": "another-run/0"}], "'ref'"),  # no reading another run's parts

@@ -70,6 +70,19 @@ def test_agentos_multipart_files_reach_the_model(app: Flask, script: Any, fake_o
     ]
 
 
+def test_an_image_type_the_model_cannot_take_is_refused_at_the_door(
+    app: Flask, r: redis.Redis, fast_settings: Settings
+) -> None:
+    """An SVG (or TIFF, HEIC ...) is an ``image/*`` the model refuses only after the run started: 422 first (#39)."""
+    svg = b'<svg xmlns="http://www.w3.org/2000/svg"/>'
+    before = prefix_keys(r, fast_settings.key_prefix)
+    for kind in ["image/svg+xml", "image/tiff"]:
+        answer = upload(app, [(svg, "logo.svg", kind)], message="What is this?", session_id=f"s-{uuid.uuid4().hex}")
+        assert answer.status_code == 422 and kind in answer.json["detail"], answer.text
+        assert "image/png" in answer.json["detail"]  # names what it takes
+    assert prefix_keys(r, fast_settings.key_prefix) == before
+
+
 def test_json_content_parts_reach_the_model(app: Flask, script: Any, fake_openai: Any) -> None:
     script("Seen.")
     seen = len(fake_openai.requests)

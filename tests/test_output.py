@@ -81,12 +81,22 @@ def test_a_schema_strict_mode_cannot_take_is_sent_as_given_not_strict() -> None:
         ({"type": "objekt"}, "at type"),
         ({"type": "object", "properties": {"a": {"$ref": "https://example.com/s.json"}}}, "local references"),
         ({"type": "object", "required": "a"}, "at required"),
+        ({"type": "object", "properties": {"a": {"$ref": "#/$defs/Missing"}}, "$defs": {}}, "points at nothing"),
+        ({"type": "array", "prefixItems": [{"type": "integer"}], "items": {"$ref": "#/prefixItems/1"}}, "nothing"),
+        ({"properties": {"a": {"$ref": "#here"}}}, "points at nothing"),
     ],
 )
 def test_an_invalid_output_schema_is_refused(schema: Any, words: str) -> None:
     with pytest.raises(OutputSchemaError, match=words) as caught:
         check_schema(schema)
     assert caught.value.status == 422 and caught.value.code == "invalid_output_schema"
+
+
+def test_local_references_that_name_something_are_taken() -> None:
+    defs = {"P~/q r": {"type": "integer"}, "A": {"$anchor": "here", "type": "string"}}
+    for ref in ["#", "#/$defs/P~0~1q%20r", "#/$defs/A", "#here", "#/prefixItems/0"]:
+        schema = {"prefixItems": [{"type": "integer"}], "properties": {"a": {"$ref": ref}}, "$defs": defs}
+        assert check_schema(schema) is schema
 
 
 def test_answers_are_checked_and_problems_named() -> None:
