@@ -82,6 +82,7 @@ class Inspection:
             active_agent=state.active_agent,
             parent_run_id=state.parent_run_id,
             children=[self._child(child_id) for child_id in state.children],
+            last_position=self.store.log.last_position(run_id),
         )
 
     def _child(self, run_id: str) -> dict[str, str]:

@@ -279,6 +279,9 @@ class RunView:
     #: started: ``{"run_id", "agent_id", "status"}`` each.
     parent_run_id: str | None = None
     children: list[dict[str, str]] = field(default_factory=list)
+    #: ``<offset>.<tag>`` of the log's newest event, the log's fingerprint (""; none yet, or a listing's
+    #: view): a reader holding another position for the same run's end holds a log Redis rewrote since.
+    last_position: str = ""
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunView:
@@ -301,6 +304,7 @@ class RunView:
             active_agent=data.get("active_agent"),
             parent_run_id=data.get("parent_run_id"),
             children=list(data.get("children") or []),
+            last_position=str(data.get("last_position") or ""),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -322,6 +326,7 @@ class RunView:
             "active_agent": self.active_agent,
             "parent_run_id": self.parent_run_id,
             "children": self.children,
+            "last_position": self.last_position,
         }
 
 

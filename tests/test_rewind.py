@@ -92,6 +92,7 @@ def test_a_reader_learns_that_its_offset_was_rewritten(private_redis: PrivateRed
     seen = runtime.store.log.read(run_id)
     at_140, at_80 = seen[140], seen[80]
     assert at_140.data["delta"] == "lost49"
+    assert runtime.get(run_id).last_position == at_140.position  # what a reader at the end holds
     runtime.close()
 
     private_redis.stop()  # the machine crashed; its last second of writes never reached the disk
@@ -125,5 +126,8 @@ def test_a_reader_learns_that_its_offset_was_rewritten(private_redis: PrivateRed
         assert_run_sound(rest, first=81)
         plain = web.get(f"/runs/{run_id}/events", headers={"Last-Event-ID": "140"})  # no tag: nothing to check
         assert plain.status_code == 200
+        # A reader that had read to the end and never resumes compares the log's fingerprint with what it holds.
+        fingerprint = web.get(f"/runs/{run_id}").json["last_position"]
+        assert fingerprint == runtime.store.log.read(run_id)[-1].position != at_140.position
     finally:
         close_app(app)

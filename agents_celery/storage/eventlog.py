@@ -19,7 +19,7 @@ import redis
 import redis.asyncio as aredis
 
 from ..errors import RedisUnavailableError, RunExpiredError, RunNotFoundError
-from ..events import Event, NewEvent
+from ..events import Event, NewEvent, tag_of
 from .connections import IdleCheck, ThreadClients, is_cluster, keeping_one, let_go, reconnect_if_closed
 from .follow import (
     CLUSTER_POLL_MS,
@@ -212,6 +212,16 @@ class EventLog:
         info = self.info(run_id)
         raw: Any = self._redis.xrange(self._keys.run(run_id).events, min=f"{after + 1}-0", count=limit)
         return [info.event(e) for e in entries(raw)]
+
+    def last_position(self, run_id: str) -> str:
+        """``<offset>.<tag>`` of the log's newest event ("": none yet): the log's fingerprint. A reader that
+        read to the end holds it; a different one means the log was rewritten (or went on) since."""
+        try:
+            raw: Any = self._redis.xrevrange(self._keys.run(run_id).events, count=1)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise RedisUnavailableError(f"Redis does not answer: {exc}") from exc
+        found = entries(raw)
+        return f"{found[0][0]}.{tag_of(found[0][1])}" if found else ""
 
     def verify(self, run_id: str, offset: int, tag: str) -> None:
         """LogRewoundError unless the event at ``offset`` is still the one whose tag a reader saw."""
