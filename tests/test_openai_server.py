@@ -3,10 +3,13 @@ as a subprocess by the real openai SDK."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import openai
 import pytest
@@ -17,13 +20,12 @@ from .conftest import wait_for
 MODULE = [sys.executable, "-m", "agents_celery.testing.openai_server"]
 
 
-@pytest.fixture
-def server() -> Iterator[tuple[str, list[str]]]:
-    """The server on a free port (``--port 0``) answering 7 words 1 ms apart: its URL and its output lines."""
+@contextlib.contextmanager
+def serving(*args: str) -> Iterator[tuple[str, list[str]]]:
+    """The server on a free port (``--port 0``) with ``args``: its URL and its output lines."""
     proc = subprocess.Popen(
-        [*MODULE, "--port", "0", "--tokens", "7", "--token-delay", "0.001"], cwd=ROOT, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        [*MODULE, "--port", "0", *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     lines: list[str] = []
     assert proc.stdout is not None
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
@@ -37,6 +39,13 @@ def server() -> Iterator[tuple[str, list[str]]]:
         assert proc.wait(timeout=15) == 0  # SIGTERM is a clean stop
         reader.join(timeout=10)
         proc.stdout.close()
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[str, list[str]]]:
+    """The server answering 7 words 1 ms apart."""
+    with serving("--tokens", "7", "--token-delay", "0.001") as found:
+        yield found
 
 
 def test_it_answers_the_openai_sdk_streamed_and_not(server: tuple[str, list[str]]) -> None:
@@ -62,3 +71,22 @@ def test_help_has_no_runtime_warning() -> None:
     out = subprocess.run([*MODULE, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "--tokens" in out.stdout and "--port" in out.stdout
     assert out.stderr == "", out.stderr  # runpy's "found in sys.modules" RuntimeWarning is gone
+
+
+def test_tool_calls_are_scripted_from_the_command_line() -> None:
+    calls = ["--tool-call", 'get_time={"tz": "UTC"}', "--tool-call", "ping={}"]
+    with serving("--text", "It is noon.", *calls) as (url, _):
+        client = openai.OpenAI(base_url=url, api_key="anything")
+        try:
+            messages: list[Any] = [{"role": "user", "content": "time?"}]
+            first = client.chat.completions.create(model="m", messages=messages).choices[0].message
+            got = [(c.function.name, json.loads(c.function.arguments)) for c in first.tool_calls or []]  # type: ignore[union-attr]
+            assert got == [("get_time", {"tz": "UTC"}), ("ping", {})] and not first.content
+            messages.append(first.model_dump(exclude_none=True))
+            messages += [{"role": "tool", "tool_call_id": c.id, "content": "ok"} for c in first.tool_calls or []]
+            after = client.chat.completions.create(model="m", messages=messages).choices[0].message
+            assert after.content == "It is noon." and not after.tool_calls
+        finally:
+            client.close()
+    bad = subprocess.run([*MODULE, "--tool-call", "get_time=[1]"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "JSON object of arguments" in bad.stderr

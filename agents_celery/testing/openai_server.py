@@ -42,7 +42,7 @@ from socket import SHUT_RDWR, socket
 from types import TracebackType
 from typing import Any, Self
 
-from ..models import split_tokens, word_count
+from ..models import ScriptedToolCall, ScriptedTurn, split_tokens, word_count
 from ..models import turn_index as turn_index  # tests import it from here
 from .responders import (
     FailingResponder,
@@ -433,11 +433,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     what.add_argument("--tokens", type=int, default=20, help="answer with this many words, one chunk each (default 20)")
     what.add_argument("--text", help="answer with this text instead")
     parser.add_argument("--token-delay", type=float, default=0.0, help="seconds before each streamed chunk (default 0)")
+    parser.add_argument(
+        "--tool-call",
+        action="append",
+        default=[],
+        metavar="NAME=JSON",
+        help="the first turn calls tool NAME with these arguments (a JSON object; repeat for more calls), and the "
+        "turn after the tool results answers the text",
+    )
     args = parser.parse_args(argv)
     if args.tokens < 1:
         parser.error("--tokens must be at least 1")
     text = args.text if args.text is not None else filler_text(args.tokens)
-    server = FakeOpenAIServer(ScriptResponder([text], token_delay=args.token_delay), host=args.host, port=args.port)
+    calls = []
+    for item in args.tool_call:
+        name, sep, raw = item.partition("=")
+        try:
+            arguments = json.loads(raw) if sep else None
+        except ValueError:
+            arguments = None
+        if not name or not isinstance(arguments, dict):
+            parser.error(f"--tool-call {item!r}: give NAME={{...}} with a JSON object of arguments")
+        calls.append(ScriptedToolCall(name, arguments))
+    turns: list[ScriptedTurn | str] = [ScriptedTurn("", calls), text] if calls else [text]
+    server = FakeOpenAIServer(ScriptResponder(turns, token_delay=args.token_delay), host=args.host, port=args.port)
     stopped = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopped.set())
