@@ -47,7 +47,8 @@
 
 Every class has a ``code`` and an HTTP ``status`` (inherited: a subclass answers as its parent unless it says
 otherwise; 500 for the ones a caller cannot cause). The HTTP front ends answer ``{"detail": ..., "code": ...}``
-with the error's status, and the HTTP client raises the class of the code it gets back, else the most general
+with the error's status (the ``/v1`` routes in OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``,
+and 400 for a 422), and the HTTP client raises the class of the code it gets back, else the most general
 class of the status (:func:`reply_class`); APIError when neither is known. The classes the caller's own side
 raises (:data:`LOCAL`) are never answered by the API.
 """
@@ -66,6 +67,8 @@ class AgentsCeleryError(Exception):
     #: status of the reply it stands for on the instance; :func:`~agents_celery.http.messages.status_of` reads
     #: the class's.
     status: int = 500
+    #: The request field the error is about (a body field's dotted path), when one is: OpenAI's ``param``.
+    param: str | None = None
 
 
 class ConfigurationError(AgentsCeleryError):

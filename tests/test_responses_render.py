@@ -120,9 +120,13 @@ def test_replays_from_any_point_are_the_same_events() -> None:
 
 
 def test_the_error_event_is_what_the_sdk_raises() -> None:
-    frame = Presenter(ResponseFold(Segment(RUN, 0, "agent"))).error(RuntimeError("Redis went away"))
+    presenter = Presenter(ResponseFold(Segment(RUN, 0, "agent")))
+    presenter.frames(log(START, STEP, *text("m1", "ab")))
+    frame = presenter.error(RuntimeError("Redis went away"))
     data = json.loads(next(line[6:] for line in frame.splitlines() if line.startswith("data: ")))
     assert data["type"] == "error" and data["error"]["message"] == "Redis went away"
+    assert data["sequence_number"] == presenter.fold.seq + 1 and "id:" not in frame  # next in order, not resumable
+    assert set(data["error"]) == {"message", "type", "param", "code"}
     assert isinstance(openai.APIError("x", None, body=data["error"]), openai.OpenAIError)  # type: ignore[arg-type]
 
 

@@ -268,7 +268,9 @@ def parse(
     try:
         return model.model_validate(fields)
     except pydantic.ValidationError as exc:
-        raise BodyValidationError(f"invalid request body: {_problems(exc)}") from None
+        error = BodyValidationError(f"invalid request body: {_problems(exc)}")
+        error.param = ".".join(str(p) for p in exc.errors()[0]["loc"]) or None
+        raise error from None
 
 
 def int_param(value: str | None, name: str) -> int | None:

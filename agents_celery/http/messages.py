@@ -107,8 +107,28 @@ class Reply:
     content_type: str | None = None
 
 
-def error_reply(exc: AgentsCeleryError) -> Reply:
-    """The JSON error answer for a library error: ``{"detail", "code"}`` with its status."""
+def error_reply(exc: AgentsCeleryError, *, openai: bool = False) -> Reply:
+    """The JSON error answer for a library error, with its status (see :func:`error_answer`)."""
     status = status_of(exc)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {}
-    return Reply(status, {"detail": str(exc), "code": exc.code}, headers=headers)
+    return error_answer(status, str(exc), exc.code, openai=openai, headers=headers, param=exc.param)
+
+
+def error_answer(
+    status: int,
+    detail: str,
+    code: str,
+    *,
+    openai: bool = False,
+    headers: dict[str, str] | None = None,
+    param: str | None = None,
+) -> Reply:
+    """A JSON error answer: ours, ``{"detail", "code"}``; or, on the OpenAI routes (``/v1``, ``openai``), OpenAI's
+    ``{"error": {"message", "type", "param", "code"}}``, so the openai SDK's ``e.message`` and ``e.code`` read it.
+    OpenAI answers 400 where we answer 422 (a body whose fields are invalid), so ``/v1`` does too."""
+    if not openai:
+        return Reply(status, {"detail": detail, "code": code}, headers=dict(headers or {}))
+    status = 400 if status == 422 else status
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    error = {"message": detail, "type": kind, "param": param, "code": code}
+    return Reply(status, {"error": error}, headers=dict(headers or {}))

@@ -106,11 +106,15 @@ class Presenter:
         return "".join(out)
 
     def error(self, exc: BaseException) -> str:
-        """The ``error`` event a broken stream ends with (the SDK raises it as ``APIError``); resume with
-        ``starting_after`` the last sequence number received."""
+        """The ``error`` event a broken stream ends with (the SDK raises it as ``APIError``, from its ``error``
+        object); resume with ``starting_after`` the last sequence number received before it. Its own number is the
+        next of the stream, and it has no ``id:`` line: it is not part of the response, a replay has another event
+        there."""
         code = str(getattr(exc, "code", "stream_error"))
-        error = {"type": "error", "code": code, "message": str(exc), "param": None}
-        return frame({**error, "error": {"code": code, "message": str(exc)}}, "error")
+        seq = max(self.fold.seq, self.starting_after) + 1
+        error = {"message": str(exc), "type": "server_error", "param": None, "code": code}
+        event = {"type": "error", "code": code, "message": str(exc), "param": None, "sequence_number": seq}
+        return frame({**event, "error": error}, "error")
 
 
 class ResponsesEndpoint:

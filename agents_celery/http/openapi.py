@@ -19,6 +19,23 @@ _ERROR = {
     "properties": {"detail": {"type": "string"}, "code": {"type": "string"}},
     "required": ["detail", "code"],
 }
+#: The errors of the ``/v1`` routes, in OpenAI's shape (docs/responses.md, "Errors").
+_OPENAI_ERROR = {
+    "type": "object",
+    "properties": {
+        "error": {
+            "type": "object",
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": "string"},
+            },
+            "required": ["message", "type", "param", "code"],
+        }
+    },
+    "required": ["error"],
+}
 _SSE = {"text/event-stream": {"schema": {"type": "string"}}}
 _JSON_OBJECT = {"application/json": {"schema": {"type": "object"}}}
 _JSON_ANY: dict[str, Any] = {"application/json": {"schema": {}}}
@@ -34,8 +51,9 @@ _REASONS = {
 }
 
 
-def _errors(*codes: int) -> dict[str, Any]:
-    ref = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+def _errors(*codes: int, openai: bool = False) -> dict[str, Any]:
+    name = "OpenAIError" if openai else "Error"
+    ref = {"application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}}}
     return {str(c): {"description": _REASONS[str(c)], "content": ref} for c in (*COMMON_ERRORS, *codes)}
 
 
@@ -125,7 +143,8 @@ def _answers(route: Route) -> dict[str, Any]:
 
 
 def _operation(route: Route) -> dict[str, Any]:
-    op: dict[str, Any] = {"summary": route.summary, "responses": {**_answers(route), **_errors(*route.errors)}}
+    errors = _errors(*route.errors, openai=route.openai)
+    op: dict[str, Any] = {"summary": route.summary, "responses": {**_answers(route), **errors}}
     if route.body is not None:
         op["requestBody"] = _body(route.body)
     inputs = _INPUTS.get(route.name, []) + (_PAGE if route.answer == "page" else [])
@@ -169,7 +188,7 @@ def _op(summary: str, ok: dict[str, Any], *errors: int) -> dict[str, Any]:
 
 def spec(prefix: str = "") -> dict[str, Any]:
     """The OpenAPI document; ``prefix`` is where the blueprint is mounted."""
-    schemas: dict[str, Any] = {"Error": _ERROR}
+    schemas: dict[str, Any] = {"Error": _ERROR, "OpenAIError": _OPENAI_ERROR}
     for model in _FORM_BODIES:
         schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
         for name, sub in schema.pop("$defs", {}).items():

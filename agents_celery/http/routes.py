@@ -66,6 +66,11 @@ class Route:
     call: str = ""
 
     @property
+    def openai(self) -> bool:
+        """One of the OpenAI Responses API's routes (``/v1``): its errors take OpenAI's shape."""
+        return self.path.startswith("/v1/")
+
+    @property
     def api_method(self) -> str:
         return self.call or self.name
 
@@ -294,7 +299,7 @@ ROUTES: tuple[Route, ...] = (
         "json",
         "start a response (a run, or the next segment of a paused one): the Response, or SSE with stream=true",
         returns="the Response object (or its SSE events)",
-        errors=(400, 404, 409, 422),
+        errors=(400, 404, 409),
         body=CreateBody,
     ),
     Route(
@@ -340,7 +345,7 @@ ROUTES: tuple[Route, ...] = (
         "json",
         "a conversation (a session of ours)",
         returns="the conversation",
-        errors=(400, 422),
+        errors=(400,),
         body=ConversationBody,
     ),
     Route(
@@ -371,7 +376,7 @@ ROUTES: tuple[Route, ...] = (
         "json",
         "add items to the conversation (they join its history)",
         returns="{data}",
-        errors=(400, 404, 422),
+        errors=(400, 404),
         body=ConversationItemsBody,
     ),
 )
@@ -389,6 +394,16 @@ SPECIAL: tuple[Special, ...] = (
     Special("GET", "/ui/runs/{run_id}", "ui_run", "the inspector's page of one run", open=True),
     Special("GET", "/ui/{name}", "ui_file", "the inspector's script and style", open=True),
 )
+
+
+#: The routes (API method names) of the OpenAI Responses API.
+OPENAI = frozenset(route.api_method for route in ROUTES if route.openai)
+
+
+def openai_path(path: str) -> bool:
+    """Whether a request's path (under any mount prefix) is under ``/v1``: for a request no route matched (an
+    unknown path, a method no route takes), whose error then takes OpenAI's shape too."""
+    return "/v1/" in f"{path}/"
 
 
 def paths() -> dict[str, list[Route]]:

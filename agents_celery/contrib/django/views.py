@@ -30,10 +30,10 @@ from django.views.decorators.csrf import csrf_exempt
 from ...errors import AgentsCeleryError, AuthenticationError, BadRequestError, PayloadTooLargeError
 from ...http import sse
 from ...http.bodies import Limits, check_size, fields_of, read_capped
-from ...http.messages import Upload
+from ...http.messages import Upload, error_answer
 from ...http.openapi import spec
 from ...http.protocol import API, Action, Headers, Reply, Request, Resource, error_reply
-from ...http.routes import Route
+from ...http.routes import OPENAI, Route, openai_path
 from ...storage.connections import UNAVAILABLE, unavailable
 from .apps import config
 
@@ -47,25 +47,28 @@ def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Http
     return response
 
 
-def route(*methods: str) -> Callable[[View], View]:
+def route(*methods: str, openai: bool | None = False) -> Callable[[View], View]:
     """An async API view for ``methods``: JSON 405 for others, JSON errors for the library's exceptions, and 503
-    when Redis (or the Redis Cluster) does not answer."""
+    when Redis (or the Redis Cluster) does not answer. ``openai``: the errors take OpenAI's shape (the ``/v1``
+    routes); None: when the request's path is under ``/v1`` (the view of paths no route matched)."""
 
     def decorate(view: View) -> View:
         @wraps(view)
         async def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            shaped = openai_path(request.path) if openai is None else openai
             if request.method not in methods:
                 detail = f"{request.method} is not allowed here; use {', '.join(methods)}"
-                return _json(405, {"detail": detail, "code": "method_not_allowed"}, {"Allow": ", ".join(methods)})
+                allow = {"Allow": ", ".join(methods)}
+                return respond(request, error_answer(405, detail, "method_not_allowed", openai=shaped, headers=allow))
             try:
                 return await view(request, *args, **kwargs)
             except AgentsCeleryError as exc:
-                return respond(request, error_reply(exc))
+                return respond(request, error_reply(exc, openai=shaped))
             except UNAVAILABLE as exc:  # Redis, or a node of the Redis Cluster, does not answer: 503
                 down = unavailable(exc)
                 if down is None:
                     raise
-                return respond(request, error_reply(down))
+                return respond(request, error_reply(down, openai=shaped))
 
         exempt: View = csrf_exempt(wrapper)  # the views check CSRF themselves, for session-authenticated requests
         return exempt
@@ -84,14 +87,15 @@ def _user(request: HttpRequest) -> tuple[str | None, bool, Any]:
     return str(user.pk), bool(user.is_staff), user
 
 
-def _csrf_refusal(request: HttpRequest) -> HttpResponse | None:
+def _csrf_refusal(request: HttpRequest, openai: bool) -> HttpResponse | None:
     """A JSON 403 when a session-authenticated POST fails Django's CSRF check, as any Django view would."""
     middleware = CsrfViewMiddleware(lambda r: HttpResponse())
     middleware.process_request(request)
     refused = middleware.process_view(request, _csrf_probe, (), {})
     if refused is None:
         return None
-    return _json(403, {"detail": "CSRF verification failed: send the X-CSRFToken header", "code": "csrf_failed"})
+    detail = "CSRF verification failed: send the X-CSRFToken header"
+    return respond(request, error_answer(403, detail, "csrf_failed", openai=openai))
 
 
 def _csrf_probe(request: HttpRequest) -> None:  # a view without csrf_exempt, for the middleware's check
@@ -154,7 +158,7 @@ async def protocol_request(request: HttpRequest, api: API, name: str = "") -> Re
         rule = _rule(ANONYMOUS, False, None)
         return Request(request.method or "GET", headers, request.GET, body, ANONYMOUS, run_url, rule, files)
     if request.method not in ("GET", "HEAD", "OPTIONS"):
-        refused = _csrf_refusal(request)
+        refused = _csrf_refusal(request, name in OPENAI)
         if refused is not None:
             return refused
     rule = _rule(user_id, staff, user)
@@ -265,19 +269,20 @@ def table_view(routes: Sequence[Route]) -> View:
     method asks the API (a JSON 405 with ``Allow`` for another method)."""
     by_method = {r.method: r.api_method for r in routes}
 
-    @route(*by_method)
+    @route(*by_method, openai=routes[0].openai)
     async def view(request: HttpRequest, **params: Any) -> HttpResponse:
         return await call(request, by_method[request.method or "GET"], **params)
 
     return view
 
 
-@route("GET", "POST", "PUT", "PATCH", "DELETE")
+@route("GET", "POST", "PUT", "PATCH", "DELETE", openai=None)
 async def not_found(request: HttpRequest, path: str = "") -> HttpResponse:
     req = await protocol_request(request, config().api)  # a stranger learns nothing of the routes
     if isinstance(req, HttpResponse):
         return req
-    return _json(404, {"detail": f"no route {request.path!r}", "code": "not_found"})
+    detail = f"no route {request.path!r}"
+    return respond(request, error_answer(404, detail, "not_found", openai=openai_path(request.path)))
 
 
 # -- the run inspector (static files, open to anyone: the data comes through the API) ------------------------

@@ -21,10 +21,10 @@ from werkzeug.formparser import parse_form_data
 from ...errors import AgentsCeleryError
 from ...http import sse
 from ...http.bodies import Limits, check_size, fields_of, read_capped
-from ...http.messages import Upload
+from ...http.messages import Upload, error_answer
 from ...http.openapi import spec
 from ...http.protocol import API, Headers, Reply, Request, error_reply, status_of
-from ...http.routes import ROUTES, SPECIAL, Route, template
+from ...http.routes import OPENAI, ROUTES, SPECIAL, Route, openai_path, template
 from ...storage.connections import UNAVAILABLE, unavailable
 from . import csrf
 
@@ -139,7 +139,7 @@ def authenticate_first() -> Response | None:
     try:
         api().authenticate(headers)
     except AgentsCeleryError as exc:
-        return respond(error_reply(exc))
+        return respond(error_reply(exc, openai=_openai()))
     return _cross_site(headers)
 
 
@@ -156,16 +156,21 @@ def _cross_site(headers: Headers) -> Response | None:
     )
     if why is None:
         return None
-    response = jsonify({"detail": why, "code": "csrf_failed"})
-    response.status_code = 403
-    return response
+    return respond(error_answer(403, why, "csrf_failed", openai=_openai()))
+
+
+def _openai() -> bool:
+    """Whether the request is to the OpenAI Responses API (``/v1``): its errors take OpenAI's shape."""
+    if request.endpoint is not None:
+        return request.endpoint.rpartition(".")[2] in OPENAI
+    return openai_path(request.path)  # no route matched it
 
 
 @blueprint.errorhandler(AgentsCeleryError)
 def _library_error(exc: AgentsCeleryError) -> Response:
     if status_of(exc) == 500:
         current_app.logger.exception("unexpected error", exc_info=exc)
-    return respond(error_reply(exc))
+    return respond(error_reply(exc, openai=_openai()))
 
 
 def _redis_down(exc: Exception) -> Response:
@@ -174,7 +179,7 @@ def _redis_down(exc: Exception) -> Response:
     down = unavailable(exc)
     if down is None:
         raise exc
-    return respond(error_reply(down))
+    return respond(error_reply(down, openai=_openai()))
 
 
 for _error in UNAVAILABLE:
@@ -184,13 +189,10 @@ for _error in UNAVAILABLE:
 def http_error(exc: HTTPException) -> Response:
     """Werkzeug's HTTP errors (404 unknown route, 405, 413, 400 unreadable body ...) as JSON."""
     code = (exc.name or "error").lower().replace(" ", "_")
-    response = jsonify({"detail": exc.description or exc.name, "code": code})
-    response.status_code = exc.code or 500
-    if exc.code == 405 and exc.response is None:
-        allowed = getattr(exc, "valid_methods", None)
-        if allowed:
-            response.headers["Allow"] = ", ".join(allowed)
-    return response
+    allowed = getattr(exc, "valid_methods", None) if exc.code == 405 and exc.response is None else None
+    headers = {"Allow": ", ".join(allowed)} if allowed else {}
+    detail = exc.description or exc.name
+    return respond(error_answer(exc.code or 500, detail, code, openai=_openai(), headers=headers))
 
 
 blueprint.register_error_handler(HTTPException, http_error)
