@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigurationError
+from .output import RETRY_PREFIX
 
 if TYPE_CHECKING:
     from .models import Model
@@ -147,14 +148,31 @@ def summarized_view(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def turn_start(messages: Sequence[dict[str, Any]], n: int) -> int:
-    """The position of the ``n``-th last user message of ``messages`` (0 when it has fewer)."""
+    """The position of the user message that starts the ``n``-th last turn of ``messages`` (0 when it has
+    fewer). A user message starts a turn when it comes first or after the model's answer (an assistant message
+    without tool calls) and is not the engine's output retry; a message steering a live run (after a tool result
+    or another user message) belongs to the turn it came into."""
     seen = 0
     for i in range(len(messages) - 1, -1, -1):
-        if messages[i].get("role") == "user":
+        if starts_turn(messages, i):
             seen += 1
             if seen == n:
                 return i
     return 0
+
+
+def starts_turn(messages: Sequence[dict[str, Any]], i: int) -> bool:
+    """Whether ``messages[i]`` is a user message that starts a turn (see :func:`turn_start`)."""
+    message = messages[i]
+    if message.get("role") != "user":
+        return False
+    content = message.get("content")
+    if isinstance(content, str) and content.startswith(RETRY_PREFIX):
+        return False
+    if i == 0:
+        return True
+    before = messages[i - 1]
+    return before.get("role") == "assistant" and not before.get("tool_calls")
 
 
 # -- counting ------------------------------------------------------------------------------------------

@@ -73,6 +73,22 @@ def test_last_turns_keeps_whole_turns() -> None:
     assert prompt_messages(LastTurns(10), messages) == messages  # fewer turns than n: all of them
 
 
+def test_an_output_retry_or_a_steering_message_is_not_a_turn() -> None:
+    """LastTurns(1) during an output retry sent the retry prompt without the question; a message steering a live
+    run after a tool result counted as a turn of its own (#39)."""
+    from agents_celery.output import retry_message
+
+    call = {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "function": {"name": "f"}}]}
+    result = {"role": "tool", "tool_call_id": "c1", "content": "r"}
+    retried = [*turns(2), user("give JSON"), assistant("not json"), retry_message("not an object")]
+    assert prompt_messages(LastTurns(1), retried) == retried[4:]  # the question, the bad answer, the retry
+    steered = [*turns(2), user("look it up"), call, result, user("and in French, please")]
+    assert prompt_messages(LastTurns(1), steered) == steered[4:]
+    assert prompt_messages(LastTurns(2), steered) == steered[2:]
+    twice = [*turns(1), user("look"), user("also this")]  # a steer taken before the first model call
+    assert prompt_messages(LastTurns(1), twice) == twice[2:]
+
+
 def test_summary_plan_marker_and_view() -> None:
     policy = Summarize(max_prompt_tokens=60, keep_last_turns=2)
     messages = turns(5)
