@@ -106,7 +106,7 @@ def _apply(call: ToolCall, d: Decision, schema: dict[str, Any] | None) -> ToolCa
         return call.model_copy(update={"decision": "approved", "result": d.result})
     update: dict[str, Any] = {"decision": "approved" if d.confirmed else "rejected", "note": d.note}
     if call.pause_reason == "may_have_run":
-        update["rerun"] = d.confirmed
+        update["rerun"] = call.rerun + 1 if d.confirmed else call.rerun
         if not d.confirmed:
             update["note"] = d.note or "The tool may or may not have completed in a crashed attempt; not re-run."
     if d.tool_args is not None and d.confirmed:

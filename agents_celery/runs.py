@@ -75,8 +75,9 @@ class ToolCall(BaseModel):
     note: str | None = None
     result: str | None = None
     error: str | None = None
-    #: Re-run even though the ledger says an earlier attempt started it (a human approved that).
-    rerun: bool = False
+    #: How many times a human approved running it again though the ledger says an attempt started it (0: never).
+    #: Each approval authorises one execution: when that one dies with its worker, the run pauses again.
+    rerun: int = 0
     #: The agent this call runs as a child run (a tool made with ``Agent.as_tool()``), and that run's id once
     #: started; the call is done when the child run ended.
     agent: str | None = None

@@ -148,6 +148,14 @@ def steal_lease(ms: int, ctx: ToolContext | None = None) -> str:
 
 
 @tool
+def die_twice(key: str) -> str:
+    """Counts an execution under ``key``, and kills the worker running it on the first two (SIGKILL)."""
+    if _counts.incr(count_key(key)) <= 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return f"survived {key}"
+
+
+@tool
 def hang(key: str) -> str:
     """Counts its start, then blocks forever (a tool that never returns: a stuck socket, a deadlock)."""
     _counts.incr(count_key(f"hang:{key}"))
@@ -183,7 +191,7 @@ def client_props(ctx: ToolContext | None = None) -> str:
 
 TOOLS = [
     get_time, add, delete_file, slow_count, idempotent_count, crash_worker, async_lookup, guarded, steal_lease, hang,
-    slow_lookup, client_props, compute,
+    slow_lookup, client_props, compute, die_twice,
 ]  # fmt: skip
 
 

@@ -28,7 +28,15 @@ def _paused() -> RunState:
 def test_no_decisions_approve_every_pending_call() -> None:
     calls = decide(_paused(), [], MANIFEST)
     assert [c.decision for c in calls] == ["approved", "approved", None]
-    assert calls[1].rerun is True  # approving a call that may have run re-runs it
+    assert calls[1].rerun == 1  # approving a call that may have run re-runs it, once
+
+
+def test_each_approval_of_a_call_that_may_have_run_authorises_one_more_execution() -> None:
+    state = _paused()
+    again = state.tool_calls[1].model_copy(update={"rerun": 1})  # its approved re-run died with its worker
+    state = state.model_copy(update={"tool_calls": [state.tool_calls[0], again, state.tool_calls[2]]})
+    calls = decide(state, [], MANIFEST)
+    assert calls[1].rerun == 2
 
 
 def test_reject_with_note_and_edit_arguments() -> None:

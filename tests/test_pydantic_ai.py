@@ -226,6 +226,32 @@ def test_a_tool_killed_before_its_journal_write_pauses_as_may_have_run(
         assert "did not run again" in next(e for e in results if e.data["tool_call_id"] == call_id).data["content"]
 
 
+@pytest.mark.slow
+def test_an_approved_rerun_that_dies_with_its_worker_asks_again(crashable: Deployment, fake_openai: Any) -> None:
+    """An approval authorises one execution: the tool's worker dies after its first two executions (before
+    their journal writes), so the run pauses as "may have run" twice, one execution per approval."""
+    rt = crashable.runtime
+    fake_openai.responder = ScriptResponder(WEATHER)
+    with redis.Redis.from_url(TEST_REDIS_URL) as r:
+        counts = Counts(r, crashable, *WEATHER_TOOLS)
+        alive(crashable)
+        r.set(_crash_key(crashable, "tool_body"), 1)
+        stream = rt.stream("pai_weather", "Weather in London?")
+        for approval in (1, 2):
+            wait_for(lambda: stream.get().status in ("paused", "completed"), timeout=60, what="a pause")
+            assert stream.get().status == "paused", f"approval {approval - 1} ran the call more than once"
+            (call,) = rt.store.load(stream.id)[0].pending
+            assert (call.name, call.pause_reason) == ("get_lat_lng", "may_have_run")
+            assert counts("pai:get_lat_lng") == approval
+            alive(crashable)
+            if approval == 1:
+                r.set(_crash_key(crashable, "tool_body"), 1)  # the approved re-run dies too
+            rt.continue_run(stream.id, [{"tool_call_id": call.id, "confirmed": True}])
+        wait_for(lambda: stream.get().status == "completed", timeout=60, what="the run's end")
+        events = all_events(rt, stream.id)
+        assert_run_sound(events, tool_counts={"pai:get_lat_lng": 3, "pai:get_weather": 1}, counter=counts)
+
+
 def _delete(path: str) -> list[Any]:
     return [ScriptedTurn(tool_calls=[ScriptedToolCall("delete_file", {"path": path})]), "Done."]
 

@@ -114,6 +114,39 @@ def test_kill_during_tool_asks_before_running_again(
     assert rt.get(stream.id).status == "completed"
 
 
+def live(cluster: Deployment, n: int = 2) -> None:
+    """Start workers until ``n`` are alive."""
+    dead = sum(w.proc.poll() is not None for w in cluster.workers)
+    if len(cluster.workers) - dead < n:
+        cluster.start(n - (len(cluster.workers) - dead))
+
+
+def test_an_approved_rerun_that_dies_with_its_worker_asks_again(
+    rt: Runtime, cluster: Deployment, fake_openai: Any, r: redis.Redis, key_prefix: str
+) -> None:
+    """An approval authorises one execution: the tool kills its worker on its first two executions, so the
+    run pauses as "may have run" twice, and runs the call once per approval, never more."""
+    key = f"die2-{uuid.uuid4().hex[:6]}"
+    fake_openai.responder = ScriptResponder(
+        [ScriptedTurn("", [ScriptedToolCall("die_twice", {"key": key})]), "All done."]
+    )
+    live(cluster)
+    stream = rt.stream("fake", "die twice")
+    for approval in (1, 2):
+        wait_for(lambda: rt.get(stream.id).status in ("paused", "completed"), timeout=60, what="a pause")
+        assert rt.get(stream.id).status == "paused", f"approval {approval - 1} ran the call more than once"
+        (call,) = rt.store.load(stream.id)[0].pending
+        assert call.pause_reason == "may_have_run"
+        assert counter(r, key_prefix, key) == approval  # one execution per approval (and the first)
+        live(cluster)
+        rt.continue_run(stream.id, [{"tool_call_id": call.id, "confirmed": True}])
+    wait_for(lambda: rt.get(stream.id).status == "completed", timeout=60, what="the run's end")
+    assert counter(r, key_prefix, key) == 3
+    events = all_events(rt, stream.id)
+    results = [e for e in events if e.type is EventType.TOOL_CALL_RESULT]
+    assert [e.data["content"] for e in results] == [f"survived {key}"]
+
+
 def test_kill_during_idempotent_tool_reruns_it(
     rt: Runtime, cluster: Deployment, fake_openai: Any, r: redis.Redis, key_prefix: str
 ) -> None:

@@ -123,9 +123,9 @@ def _run_call(ctx: StepContext, call: ToolCall, ahead: bool = False) -> ToolCall
     if done is not None:
         return done
     tool = ctx.agent.tools[call.name]
-    if call.rerun:
-        ctx.store.ledger.reset(ctx.state.run_id, call.id, ctx.token)
-    if not call.rerun and call.id in ctx.effects:  # the claim started it (one round trip fewer)
+    if call.rerun:  # approved again after a crash: one execution per approval
+        entry = ctx.store.ledger.rerun(ctx.state.run_id, call.id, ctx.token, call.rerun)
+    elif call.id in ctx.effects:  # the claim started it (one round trip fewer)
         entry = ctx.effects[call.id]
     else:
         entry = ctx.store.ledger.begin(ctx.state.run_id, call.id, ctx.token)

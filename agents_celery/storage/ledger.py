@@ -2,7 +2,7 @@
 
 Keys (see :mod:`agents_celery.storage.keys`): the run's ``effects`` hash (``tool_call_id`` -> JSON ``{status,
 token, result, error}``), fenced by the run's ``lease``. Scripts: ``lua/effect_begin.lua``, ``effect_done.lua``,
-``effect_reset.lua``; a tool step's claim (``lua/claim.lua``) starts all of its calls at once, and a give-back
+``effect_rerun.lua``; a tool step's claim (``lua/claim.lua``) starts all of its calls at once, and a give-back
 (``lua/give_back.lua``) forgets those its attempt never invoked.
 """
 
@@ -54,7 +54,7 @@ class Ledger:
         self._send_ahead = send_ahead
         self._begin = register(client, "effect_begin")
         self._done = register(client, "effect_done")
-        self._reset = register(client, "effect_reset")
+        self._rerun = register(client, "effect_rerun")
         #: Called with the run id after a call's ``started`` record (the failover fence, :mod:`.fence`).
         self.fence: Callable[[str], Any] | None = None
 
@@ -83,7 +83,18 @@ class Ledger:
         k = self.keys.run(run_id)
         return self._send_ahead(self.redis, self._done, [k.effects], [tool_call_id, token, entry], True)
 
-    def reset(self, run_id: str, tool_call_id: str, token: str) -> None:
-        """Forget a started-but-unfinished entry, after a human approved running the call again."""
+    def rerun(self, run_id: str, tool_call_id: str, token: str, approval: int) -> Effect | None:
+        """Record that a human-approved re-run of a call that may have run starts (``approval``: how many times a
+        human approved running it again). Each approval starts one execution: the entry that execution started,
+        or a finished one, is returned instead (a retry after it died pauses the run again)."""
         k = self.keys.run(run_id)
-        self._reset(keys=[k.effects, k.lease], args=[tool_call_id, token], client=self._own())
+        try:
+            raw = _text(
+                self._rerun(keys=[k.effects, k.lease], args=[tool_call_id, token, approval], client=self._own())
+            )
+        except redis.ResponseError as exc:
+            mapped = refusal(exc, run_id)
+            raise (mapped or exc) from None
+        if self.fence:
+            self.fence(run_id)
+        return parse_effect(raw)

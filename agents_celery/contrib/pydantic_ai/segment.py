@@ -169,14 +169,16 @@ class Segment:
         decided = self.decided.get(call_id)
         if decided is not None and decided.decision == "rejected":
             return _rejected(decided)
-        if decided is not None and decided.rerun:
-            self.ledger.reset(self.run_id, call_id, self.token)
-        entry = self.ledger.begin(self.run_id, call_id, self.token)
+        approval = decided.rerun if decided is not None else 0
+        if approval:  # approved again after a crash: one execution per approval
+            entry = self.ledger.rerun(self.run_id, call_id, self.token, approval)
+        else:
+            entry = self.ledger.begin(self.run_id, call_id, self.token)
         if entry is not None and entry.status == "done":
             done: object = json.loads(entry.result or "null")
             return done
         if entry is not None and not config.get("idempotent"):
-            raise MayHaveRun(_call_of(call_id, cache_key))
+            raise MayHaveRun(_call_of(call_id, cache_key, approval))
         return None
 
 
@@ -188,7 +190,8 @@ def _tool_call_id(operation_id: Any, cache_key: tuple[object, ...]) -> str | Non
     return ctx.tool_call_id if ctx is not None else None
 
 
-def _call_of(call_id: str, cache_key: tuple[object, ...]) -> ToolCall:
+def _call_of(call_id: str, cache_key: tuple[object, ...], approvals: int) -> ToolCall:
+    """The pending call of a "may have run" pause (``approvals``: how many times it was approved again already)."""
     name = cache_key[0] if cache_key and isinstance(cache_key[0], str) else "tool"
     args = cache_key[1] if len(cache_key) > 1 else {}
     return ToolCall(
@@ -197,6 +200,7 @@ def _call_of(call_id: str, cache_key: tuple[object, ...]) -> ToolCall:
         arguments=json.dumps(to_jsonable_python(args, fallback=str)),
         decision="pending",
         pause_reason="may_have_run",
+        rerun=approvals,
     )
 
 
