@@ -70,7 +70,8 @@ def test_runs_are_listed_newest_first_by_every_filter(runner: InlineRunner) -> N
     assert ids(rt.runs(user_id="nobody")) == []
     listed = rt.runs(status="paused").runs[0]
     assert listed.pending[0].name == "send_mail" and listed.user_id == "ann" and listed.last_offset > 0
-    assert listed.to_dict() == {**rt.get(c.run_id).to_dict()}  # the same run as GET /runs/<id> shows it
+    # the same run as GET /runs/<id> shows it, but for the log's fingerprint (one more read per run: GET's own)
+    assert listed.to_dict() == {**rt.get(c.run_id).to_dict(), "last_position": ""}
     # The status indexes follow the run: continue, then stop.
     runner.continue_run(c.run_id)
     assert rt.runs(status="paused").runs == [] and c.run_id in ids(rt.runs(status="completed"))
