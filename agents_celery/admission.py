@@ -36,9 +36,21 @@ DELETING = "(deleting)"
 CheckHistory = Callable[[list[dict[str, Any]]], None]
 
 
-def fingerprint(agent: str, message: str | list[dict[str, Any]], session_id: str | None, user_id: str | None) -> str:
-    """What an idempotent call asked for: two calls with one key must agree on it."""
-    return hashlib.sha256(json.dumps([agent, message, session_id, user_id]).encode()).hexdigest()[:32]
+def fingerprint(
+    agent: str,
+    message: str | list[dict[str, Any]],
+    session_id: str | None,
+    user_id: str | None,
+    shaping: list[Any] | None = None,
+) -> str:
+    """What an idempotent call asked for: two calls with one key must agree on it. ``shaping``: what else shapes
+    the run (client tools, the client's context with a Responses request's instructions, tools, text and metadata,
+    an output schema); left out of the hash when all of it is empty, so the fingerprint of a plain run stays what it
+    was."""
+    asked: list[Any] = [agent, message, session_id, user_id]
+    if shaping and any(shaping):
+        asked.append(json.dumps(shaping, sort_keys=True, default=str))
+    return hashlib.sha256(json.dumps(asked).encode()).hexdigest()[:32]
 
 
 def idempotent_run_id(key: str, user_id: str | None) -> str:
@@ -117,8 +129,8 @@ class Admission:
             return False
         if sent != fingerprint:
             raise IdempotencyKeyReusedError(
-                f"Idempotency-Key {key!r} was used for run {run_id!r} with another agent, message, session or "
-                "user; use a new key for a new request"
+                f"Idempotency-Key {key!r} was used for run {run_id!r} with another agent, message, session, "
+                "user, tools, instructions or output format; use a new key for a new request"
             )
         return True
 

@@ -48,7 +48,8 @@
 Every class has a ``code`` and an HTTP ``status`` (inherited: a subclass answers as its parent unless it says
 otherwise; 500 for the ones a caller cannot cause). The HTTP front ends answer ``{"detail": ..., "code": ...}``
 with the error's status (the ``/v1`` routes in OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``,
-and 400 for a 422), and the HTTP client raises the class of the code it gets back, else the most general
+and 400 for a 422); a 4xx that a retry cannot fix (all but the ``transient`` ones) says
+``x-should-retry: false``. The HTTP client raises the class of the code it gets back, else the most general
 class of the status (:func:`reply_class`); APIError when neither is known. The classes the caller's own side
 raises (:data:`LOCAL`) are never answered by the API.
 """
@@ -69,6 +70,9 @@ class AgentsCeleryError(Exception):
     status: int = 500
     #: The request field the error is about (a body field's dotted path), when one is: OpenAI's ``param``.
     param: str | None = None
+    #: A retry of the same request may succeed (another caller holds the run or the session right now): the HTTP
+    #: answer of a 4xx that is not transient says ``x-should-retry: false``, so the openai SDK does not retry it.
+    transient: bool = False
 
 
 class ConfigurationError(AgentsCeleryError):
@@ -240,6 +244,7 @@ class SessionBusyError(StateError):
     """Another run of the same session is still queued, running or paused."""
 
     code = "session_busy"
+    transient = True
 
 
 class RunLiveError(StateError):
@@ -258,6 +263,7 @@ class RunBusyError(StateError):
     """Another caller or worker holds the run's lease right now."""
 
     code = "run_busy"
+    transient = True
 
 
 class LogRewoundError(StateError):

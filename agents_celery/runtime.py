@@ -243,7 +243,7 @@ class Runtime(Scheduling):
         start = start_ms(start_after, start_at)
         check_webhook(webhook_url, self.settings)
         check_strategy(multitask_strategy)
-        asked = fingerprint(manifest["name"], message, session_id, user_id)
+        asked = fingerprint(manifest["name"], message, session_id, user_id, [list(client_tools), client, output_schema])
         own_session = session_id is None
         if idempotency_key:
             run_id = _idempotent_run_id(idempotency_key, user_id)

@@ -87,3 +87,16 @@ def test_approvals_name_their_run_and_old_ones_are_skipped() -> None:
     assert anchor_runs(got) == [RUN, RUN]
     turn = classify(got, anchor(paused=True, pending=("d2",), answered={"d1": None}))
     assert turn.kind == "answer" and [a["approval_request_id"] for a in turn.approvals] == ["d2"]
+
+
+def test_deeply_nested_approval_arguments_are_a_400() -> None:
+    import pytest
+
+    from agents_celery.errors import BadRequestError
+    from agents_celery.http.responsesinput import approval
+
+    deep = "[" * 5000 + "]" * 5000
+    with pytest.raises(BadRequestError, match="nests deeper"):  # was a RecursionError: a 500 the SDK retries
+        approval({"approval_request_id": "mcpr_x", "approve": True, "arguments": deep})
+    with pytest.raises(BadRequestError, match="not valid JSON"):
+        approval({"approval_request_id": "mcpr_x", "approve": True, "arguments": "{nope"})

@@ -132,3 +132,30 @@ def test_only_health_and_the_inspectors_files_are_open() -> None:
     opened = {special.name for special in SPECIAL if special.open}
     assert opened == {"health", "ui_root", "ui_index", "ui_run", "ui_file"}  # no route of the table
     assert {f"agents_celery.{name}" for name in opened} == OPEN  # Flask lets anyone ask exactly these
+
+
+def test_the_openapi_document_has_no_dangling_ref() -> None:
+    """Every ``$ref`` of the document names a schema it has (a small walker: openapi-spec-validator is not in the
+    lock)."""
+    from typing import Any
+
+    from agents_celery.http.openapi import spec
+
+    document = spec()
+    schemas = document["components"]["schemas"]
+    refs: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("$ref"), str):
+                refs.append(node["$ref"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(document)
+    assert refs and all(ref.startswith("#/components/schemas/") for ref in refs), refs
+    dangling = sorted({ref for ref in refs if ref.removeprefix("#/components/schemas/") not in schemas})
+    assert dangling == [], dangling

@@ -92,6 +92,10 @@ class Wait:
     seconds: float
     #: What to answer then (None: the run's AgentOS run output, ``API.run_output``).
     answer: Callable[[], Reply] | None = None
+    #: Send the status and headers at once, then a space every this many seconds until the JSON (JSON allows
+    #: leading whitespace), so a client's read timeout or a proxy's idle timeout never fires while the run works.
+    #: None: nothing is sent before the answer.
+    keepalive: float | None = None
 
 
 @dataclass
@@ -111,7 +115,9 @@ def error_reply(exc: AgentsCeleryError, *, openai: bool = False) -> Reply:
     """The JSON error answer for a library error, with its status (see :func:`error_answer`)."""
     status = status_of(exc)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {}
-    return error_answer(status, str(exc), exc.code, openai=openai, headers=headers, param=exc.param)
+    return error_answer(
+        status, str(exc), exc.code, openai=openai, headers=headers, param=exc.param, transient=exc.transient
+    )
 
 
 def error_answer(
@@ -122,13 +128,20 @@ def error_answer(
     openai: bool = False,
     headers: dict[str, str] | None = None,
     param: str | None = None,
+    transient: bool = False,
 ) -> Reply:
     """A JSON error answer: ours, ``{"detail", "code"}``; or, on the OpenAI routes (``/v1``, ``openai``), OpenAI's
     ``{"error": {"message", "type", "param", "code"}}``, so the openai SDK's ``e.message`` and ``e.code`` read it.
-    OpenAI answers 400 where we answer 422 (a body whose fields are invalid), so ``/v1`` does too."""
+    OpenAI answers 400 where we answer 422 (a body whose fields are invalid), so ``/v1`` does too.
+
+    A 4xx that is not ``transient`` says ``x-should-retry: false``: the openai SDK retries 408, 409 and 429 by
+    default (with backoff, twice), and the same request meets the same refusal."""
+    sent = dict(headers or {})
+    if 400 <= status < 500 and not transient:
+        sent["x-should-retry"] = "false"
     if not openai:
-        return Reply(status, {"detail": detail, "code": code}, headers=dict(headers or {}))
+        return Reply(status, {"detail": detail, "code": code}, headers=sent)
     status = 400 if status == 422 else status
     kind = "server_error" if status >= 500 else "invalid_request_error"
     error = {"message": detail, "type": kind, "param": param, "code": code}
-    return Reply(status, {"error": error}, headers=dict(headers or {}))
+    return Reply(status, {"error": error}, headers=sent)

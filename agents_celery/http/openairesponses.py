@@ -16,7 +16,9 @@ How the Responses words map onto ours:
 - ``previous_response_id`` continues its run (answers) or starts a new run in its session; ``conversation`` is a
   session (``POST .../items`` adds to its history). ``tools`` of type ``function`` are the client's own tools; one
   of type ``mcp`` naming the agent stands for the agent's own (the Agents SDK's ``HostedMCPTool``).
-- ``Idempotency-Key``: a retried create returns the same response.
+- ``Idempotency-Key``: a retried create returns the same response; so does an identical retry without one, within
+  the retry window (:mod:`.responsesretry`). A foreground create keeps its connection alive with spaces
+  (:mod:`.waiting`).
 
 Every route asks the access check with the run or session it names: what a caller may not see answers 404.
 A response whose run's retention passed answers 404, as OpenAI's API does (our ``/runs`` routes answer 410).
@@ -67,6 +69,7 @@ from .responsesinput import (
     parse_input,
 )
 from .responsesitems import items_of, messages_of, page
+from .responsesretry import Retries, fingerprint
 from .responsesturn import Anchor, Turn, anchor_runs, classify
 from .sse import LogStream, frame
 
@@ -127,12 +130,30 @@ class ResponsesEndpoint:
         self.limits = limits
         self.keepalive = keepalive
         self.block = block
+        self.retries = Retries(runtime.redis, self.store.keys)
 
     # -- create ----------------------------------------------------------------------------------------------
 
     def create(self, req: Request) -> Reply:
-        """Decide once what the request is (:func:`.responsesturn.classify`), then start or continue a run."""
-        body = parse(req.body(), CreateBody, limits=self.limits)
+        """Decide once what the request is (:func:`.responsesturn.classify`), then start or continue a run. An
+        identical retry (same caller, same body, within the retry window) joins the response the first request
+        made (:mod:`.responsesretry`)."""
+        fields = req.body()
+        body = parse(fields, CreateBody, limits=self.limits)
+        known = fingerprint(req.user_id, fields)
+        joined = self.retries.join(known, first=req.headers.get("x-stainless-retry-count") == "0")
+        if joined is not None and (parsed := parse_response_id(joined)) is not None:
+            return self._answer(body, *parsed)
+        try:
+            run_id, base = self._create(req, body)
+        except BaseException:
+            self.retries.forget(known)
+            raise
+        self.retries.made(known, response_id(run_id, base))
+        return self._answer(body, run_id, base)
+
+    def _create(self, req: Request, body: CreateBody) -> tuple[str, int]:
+        """(run id, base) of the response the request makes."""
         self.runtime.agent_manifest(body.model)
         self.access.allow(req, "start", agent_id=body.model)
         if body.background and not body.store:
@@ -162,7 +183,7 @@ class ResponsesEndpoint:
 
     def _start(
         self, req: Request, body: CreateBody, got: Input, tools: list[dict[str, Any]], session_id: str | None
-    ) -> Reply:
+    ) -> tuple[str, int]:
         """A new run: in ``session_id`` (a conversation, or the session a next turn goes on), else a new one."""
         manifest = self.runtime.agent_manifest(body.model)
         if body.model != manifest["name"]:
@@ -190,7 +211,7 @@ class ResponsesEndpoint:
             client={"context": got.context, "responses": record},
             output_schema=output_schema,
         )
-        return self._answer(body, stream.run_id, 0)
+        return stream.run_id, 0
 
     def _anchor(self, req: Request, body: CreateBody, got: Input) -> tuple[Anchor | None, str]:
         """The run the request is about, and the response of it that is named (``previous_response_id``, else the
@@ -246,7 +267,7 @@ class ResponsesEndpoint:
             raise StateError(f"response {named!r} is not the newest of its conversation; continue from the newest")
         return view.session_id
 
-    def _continue(self, req: Request, body: CreateBody, run_id: str, named: str, turn: Turn) -> Reply:
+    def _continue(self, req: Request, body: CreateBody, run_id: str, named: str, turn: Turn) -> tuple[str, int]:
         view = self.runtime.get(run_id)
         self.access.allow(req, "continue", view, view.agent_id)
         if body.model != view.agent_id:
@@ -257,7 +278,7 @@ class ResponsesEndpoint:
         decisions += [approval(a) for a in turn.approvals]
         before = self.store.log.info(run_id).last_offset  # the continue's RUN_STARTED comes right after
         self.runtime.continue_run(run_id, decisions)
-        return self._answer(body, run_id, before + 1)
+        return run_id, before + 1
 
     def _latest(self, run_id: str) -> int:
         """The base of the run's newest response."""
@@ -274,9 +295,8 @@ class ResponsesEndpoint:
             return Reply(200, stream=self._stream(run_id, base, -1))
         if body.background:
             return Reply(200, self._object(run_id, base))
-        return Reply(
-            200, wait=Wait(run_id, base - 1, self.block, answer=lambda: Reply(200, self._object(run_id, base)))
-        )
+        answer = lambda: Reply(200, self._object(run_id, base))  # noqa: E731
+        return Reply(200, wait=Wait(run_id, base - 1, self.block, answer=answer, keepalive=self.keepalive))
 
     def _fold(self, run_id: str, base: int) -> ResponseFold:
         state, _ = self.store.load(run_id)

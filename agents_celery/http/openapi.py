@@ -198,6 +198,10 @@ def spec(prefix: str = "") -> dict[str, Any]:
     agui_input = agui.RunAgentInput.model_json_schema(by_alias=True, ref_template="#/components/schemas/{model}")
     schemas.update(agui_input.pop("$defs", {}))
     schemas["RunAgentInput"] = agui_input
+    for body in {route.body for route in ROUTES if route.body is not None} - {*_FORM_BODIES, agui.RunAgentInput}:
+        schema = body.model_json_schema(ref_template="#/components/schemas/{model}")  # the JSON-only bodies (/v1)
+        schemas.update(schema.pop("$defs", {}))
+        schemas[body.__name__] = schema
     return {
         "openapi": "3.1.0",
         "info": {"title": "agents-celery", "version": __version__, "description": "Durable AI-agent runs."},

@@ -95,6 +95,9 @@ Global:
   whose lease is free. Members leave when the run pauses or ends.
 - ``<p>:sweeper`` *string* — lock so one sweeper runs per interval across workers. ``PX interval``.
 - ``<p>:idem:<key>`` *string* — run id created for an ``Idempotency-Key``. ``PX retention``.
+- ``<p>:v1retry:<fingerprint>`` *string* — the response a ``POST /v1/responses`` made, by a fingerprint of its
+  caller and body (``-`` while it is being made), so an identical retry joins it (:mod:`..http.responsesretry`).
+  ``PX`` the retry window (10 min).
 """
 
 from __future__ import annotations
@@ -221,6 +224,9 @@ class Keys:
 
     def idempotency(self, key: str) -> str:
         return f"{self.prefix}:idem:{key}"
+
+    def responses_retry(self, fingerprint: str) -> str:
+        return f"{self.prefix}:v1retry:{fingerprint}"
 
 
 @functools.cache

@@ -28,11 +28,11 @@ from django.utils.module_loading import import_string
 from django.views.decorators.csrf import csrf_exempt
 
 from ...errors import AgentsCeleryError, AuthenticationError, BadRequestError, PayloadTooLargeError
-from ...http import sse
+from ...http import sse, waiting
 from ...http.bodies import Limits, check_size, fields_of, read_capped
 from ...http.messages import Upload, error_answer
 from ...http.openapi import spec
-from ...http.protocol import API, Action, Headers, Reply, Request, Resource, error_reply
+from ...http.protocol import API, Action, Headers, Reply, Request, Resource, Wait, error_reply
 from ...http.routes import OPENAI, Route, openai_path
 from ...storage.connections import UNAVAILABLE, unavailable
 from .apps import config
@@ -203,9 +203,20 @@ async def call(request: HttpRequest, name: str, **params: Any) -> HttpResponse:
     if isinstance(req, HttpResponse):
         return req
     reply = await sync_to_async(getattr(api, name), thread_sensitive=False)(req, **params)
+    if reply.wait is not None and reply.wait.keepalive is not None:
+        return _spaced(request, api, reply.wait)
     if reply.wait is not None:
         reply = await _wait(request, api, reply)
     return respond(request, reply)
+
+
+def _spaced(request: HttpRequest, api: API, wait: Wait) -> HttpResponse:
+    """A wait that keeps its connection alive (:mod:`agents_celery.http.waiting`): 200 and the headers at once."""
+    if isinstance(request, ASGIRequest):
+        body: Any = waiting.aspaced(wait, config().async_log())
+    else:
+        body = waiting.spaced(wait, api.streams.log)
+    return StreamingHttpResponse(body, status=200, content_type="application/json")
 
 
 async def _wait(request: HttpRequest, api: API, reply: Reply) -> Reply:

@@ -19,7 +19,7 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.formparser import parse_form_data
 
 from ...errors import AgentsCeleryError
-from ...http import sse
+from ...http import sse, waiting
 from ...http.bodies import Limits, check_size, fields_of, read_capped
 from ...http.messages import Upload, error_answer
 from ...http.openapi import spec
@@ -97,6 +97,9 @@ def respond(reply: Reply) -> Response:
     if reply.stream is not None:
         frames = reply.stream.frames(api().streams.log)
         return Response(frames, status=reply.status, mimetype=sse.CONTENT_TYPE, headers={**sse.HEADERS})
+    if reply.wait is not None and reply.wait.keepalive is not None:
+        body = waiting.spaced(reply.wait, api().streams.log)
+        return Response(body, status=reply.status, mimetype="application/json", headers=reply.headers)
     if reply.wait is not None:
         return respond(_wait(reply))
     if reply.status == 204:
