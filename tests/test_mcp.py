@@ -304,6 +304,51 @@ def test_a_call_takes_the_step_s_timeout_not_300_s() -> None:
         server.kill()
 
 
+def _names(listing: dict[str, Any]) -> set[str]:
+    return {t["name"] for t in listing["tools"]}
+
+
+def test_an_http_server_restarted_behind_the_same_url_is_used_again_at_once(r: redis.Redis) -> None:
+    """The restarted server answers the old session with 404 ("Session not found"): the next listing and the
+    next call (not idempotent: the server never acted on the refused request) go out again on a new session."""
+    from agents_celery.mcptools import MCPTools
+    from agents_celery.tools import ToolContext
+
+    prefix = f"mcpr-{os.urandom(4).hex()}"
+    server = Server(prefix)
+    toolset = MCPTools(url=server.url, name="restarted")
+    try:
+        assert "count" in _names(toolset.list_tools())
+        server.kill()
+        server = Server(prefix, server.port)
+        listing = toolset.list_tools()  # the next run's tools
+        assert "count" in _names(listing)
+        server.kill()
+        server = Server(prefix, server.port)
+        (count,) = [t for t in toolset.tools(listing) if t.remote_name == "count"]
+        assert count.invoke({"key": "restarted"}, ToolContext("r", "c1")) == "count restarted: 1"
+        assert counter_of(r, prefix)("restarted") == 1
+    finally:
+        server.kill()
+
+
+def test_a_stdio_server_that_died_lists_its_tools_at_the_next_run() -> None:
+    import sys
+
+    import psutil
+
+    from agents_celery.mcptools import MCPTools
+
+    env = {"MCP_TEST_REDIS": TEST_REDIS_URL, "MCP_TEST_PREFIX": f"mcps-{os.urandom(4).hex()}", "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "agents_celery.testing.mcp_server", "stdio"]
+    toolset = MCPTools(command=command, env=env, name="dies")
+    assert "count" in _names(toolset.list_tools())
+    (child,) = [p for p in psutil.Process().children(recursive=True) if p.cmdline()[-2:] == command[-2:]]
+    child.kill()
+    child.wait(timeout=10)
+    assert "count" in _names(toolset.list_tools())  # not "Connection closed": a new server, its tools
+
+
 def test_stdio_server(shared: tuple[Deployment, Server], r: redis.Redis) -> None:
     own, _ = shared
     rt, count = own.runtime, counter_of(r, own.prefix)
