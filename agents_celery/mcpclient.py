@@ -10,7 +10,9 @@ asyncio allows one running loop per OS thread, and every greenlet shares the thr
 
 A connection lives in a task of its own that holds the transport and the session open. When the transport dies
 (the server was killed, a reset, a stdio server exited), that task ends; calls waiting on the session are told
-at once (:class:`ConnectionLost`) rather than hang, and the next call opens a new session. A connection that
+at once (:class:`ConnectionLost`) rather than hang, and the next call opens a new session. A server restarted
+behind the same URL answers the old session with 404: the request is sent again, once, on a new session (the
+server never acted on it); a listing is also sent again when the connection died under it. A connection that
 cannot be opened raises :class:`ServerUnreachable`: nothing reached the server.
 
 Imported only by :mod:`agents_celery.mcptools` when a toolset is used: agents modules without MCP tools load no
@@ -55,6 +57,16 @@ class ServerUnreachable(Exception):
 
 class ConnectionLost(Exception):
     """The connection died while a request was under way: the server may have acted on it."""
+
+
+class _SessionGone(Exception):
+    """The server answered that it does not know the session (it restarted): it did not act on the request."""
+
+
+#: What the mcp client reports when the server answers 404 for a session it does not know (a server restarted
+#: behind the same URL): the server's own message, or the client's stand-in for a 404 without one. Not "Session
+#: terminated before the request completed": that request was under way.
+SESSION_GONE = frozenset({"Session not found", "Session terminated"})
 
 
 @dataclass(frozen=True)
@@ -143,14 +155,33 @@ class Connection:
             for listener in list(self.listeners):
                 listener()
 
-    async def request(self, make: Callable[[ClientSession], Coroutine[Any, Any, T]], timeout: float) -> T:
-        """``make(session)`` on the open session, bounded by ``timeout``.
+    async def request(
+        self, make: Callable[[ClientSession], Coroutine[Any, Any, T]], timeout: float, resend: bool = False
+    ) -> T:
+        """``make(session)`` on the open session, bounded by ``timeout``. A server that no longer knows the session
+        (restarted behind the same URL: 404, "Session not found") did not act on the request: the session is
+        dropped and the request sent once more on a new one. With ``resend`` (a request safe to repeat), so is a
+        request whose connection died (a stdio server that exited since the last request).
 
         Raises:
             ServerUnreachable: no session could be opened.
-            ConnectionLost: the connection died before the answer came.
+            ConnectionLost: the connection died before the answer came (or the new session was unknown too).
             TimeoutError: no answer within ``timeout`` (the request is cancelled).
         """
+        try:
+            return await self._once(make, timeout)
+        except _SessionGone as exc:
+            log.info("MCP server %s no longer knows its session (%s): opening a new one", self.target.label(), exc)
+        except ConnectionLost as exc:
+            if not resend:
+                raise
+            log.info("MCP connection with %s lost (%s): sending again on a new session", self.target.label(), exc)
+        try:
+            return await self._once(make, timeout)
+        except _SessionGone as exc:
+            raise ConnectionLost(f"{self.target.label()} refused a new session too ({exc})") from None
+
+    async def _once(self, make: Callable[[ClientSession], Coroutine[Any, Any, T]], timeout: float) -> T:
         session, holder = await self.ready()
         task = asyncio.ensure_future(make(session))
         done, _ = await asyncio.wait({task, holder}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
@@ -158,6 +189,9 @@ class Connection:
             try:
                 return task.result()
             except MCPError as exc:
+                if exc.error.message in SESSION_GONE:
+                    self.drop()
+                    raise _SessionGone(exc.error.message) from None
                 if exc.code == mcp_types.CONNECTION_CLOSED:
                     self.drop()
                     raise ConnectionLost(exc.error.message) from None
@@ -250,7 +284,7 @@ def list_tools(target: Target, on_list_changed: Callable[[], None], timeout: flo
         tools: list[dict[str, Any]] = []
         cursor: str | None = None
         while True:
-            page = await conn.request(_lister(cursor), timeout)
+            page = await conn.request(_lister(cursor), timeout, resend=True)
             for t in page.tools:
                 schema = dict(t.input_schema or {"type": "object", "properties": {}})
                 tools.append({"name": t.name, "description": t.description or "", "input_schema": schema})
@@ -258,7 +292,7 @@ def list_tools(target: Target, on_list_changed: Callable[[], None], timeout: flo
             if not cursor:
                 return tools
 
-    return submit(listing, timeout + OPEN_TIMEOUT + 1)
+    return submit(listing, 2 * (timeout + OPEN_TIMEOUT) + 1)
 
 
 def _lister(cursor: str | None) -> Callable[[ClientSession], Coroutine[Any, Any, mcp_types.ListToolsResult]]:
@@ -280,7 +314,7 @@ def call_tool(
             timeout,
         )
 
-    result = submit(call, timeout + OPEN_TIMEOUT + 1)
+    result = submit(call, 2 * (timeout + OPEN_TIMEOUT) + 1)
     return result_text(result), bool(result.is_error)
 
 

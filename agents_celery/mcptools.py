@@ -239,8 +239,9 @@ class MCPTool(Tool):
 
         toolset = self.toolset
         meta = {"idempotency_key": context.idempotency_key, "run_id": context.run_id, "attempt": context.attempt}
-        # A little past the step's own deadline (the tool's timeout), so the step's walk-away speaks first.
-        limit = (self.timeout if self.timeout is not None else _DEFAULT_TIMEOUT) + 2
+        # A little past the step's own deadline (the tool's timeout, else the settings'), so its walk-away speaks first.
+        bound = context.timeout if context.timeout is not None else self.timeout
+        limit = (bound if bound is not None else _DEFAULT_TIMEOUT) + 2
         tries = 2 if self.idempotent else 1
         for attempt in range(tries):
             try:
@@ -268,8 +269,8 @@ class MCPTool(Tool):
         raise AssertionError("unreachable")  # pragma: no cover
 
 
-#: A call's bound when neither the toolset nor the tool sets one: the settings' default tool timeout. The step
-#: walks away at the configured timeout; this only frees the connection's request afterwards.
+#: A call's bound outside a step (no ``ToolContext.timeout``) when the toolset sets none: the settings' default.
+#: In a step the call takes the step's own bound (``AGENTS_CELERY_TOOL_TIMEOUT_SECONDS`` or the toolset's).
 _DEFAULT_TIMEOUT = 300.0
 
 

@@ -57,12 +57,15 @@ class ToolContext:
         attempt: 1 on the first execution, higher when the call is executed again after a crash.
         client: What the client that started the run passed along (AG-UI ``state``, ``context``,
             ``forwarded_props``); empty for runs started otherwise.
+        timeout: Seconds the step waits for this call (the tool's ``timeout``, else
+            ``AGENTS_CELERY_TOOL_TIMEOUT_SECONDS``); None outside a step.
     """
 
     run_id: str
     tool_call_id: str
     attempt: int = 1
     client: Mapping[str, Any] = field(default_factory=dict)
+    timeout: float | None = None
 
     @property
     def idempotency_key(self) -> str:

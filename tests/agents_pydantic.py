@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+from datetime import UTC, datetime
 
 from pydantic import BaseModel
 from pydantic_ai import Agent, ModelRetry, RunContext
@@ -77,6 +78,22 @@ def get_weather(lat: float, lng: float) -> str:
     """Tell the weather at a latitude and longitude."""
     _count("get_weather")
     return f"sunny at {lat},{lng}"
+
+
+# -- clock: the weather agent, with the time of the request in its instructions ----------------------------
+
+clock = Agent(
+    _model(),
+    name="pai_clock",
+    description="Tells the weather, its instructions dated (pydantic-ai).",
+    tools=[get_lat_lng, get_weather],
+    capabilities=[CeleryDurability()],
+)
+
+
+@clock.instructions
+def dated() -> str:
+    return f"Use the tools to answer. It is now {datetime.now(UTC).isoformat()}."
 
 
 # -- bank support: structured output, a tool that asks the model to retry -----------------------------

@@ -57,8 +57,8 @@ def scripted(request: dict[str, Any]) -> FakeReply:
 class Server:
     """``agents_celery.testing.mcp_server`` over streamable HTTP, in a subprocess of its own."""
 
-    def __init__(self, prefix: str) -> None:
-        self.port = free_port()
+    def __init__(self, prefix: str, port: int | None = None) -> None:
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         env = {**os.environ, "MCP_TEST_REDIS": TEST_REDIS_URL, "MCP_TEST_PREFIX": prefix, "PYTHONPATH": str(ROOT)}
         cmd = [sys.executable, "-m", "agents_celery.testing.mcp_server", "http", str(self.port)]
@@ -270,6 +270,83 @@ def test_a_call_past_its_timeout_is_an_error_result(shared: tuple[Deployment, Se
     assert result == "Error: tool 't_hang' did not finish within 1s; it was abandoned"
     assert count("late") == 1
     assert_run_sound(events, tool_counts={"late": 1}, counter=count)
+
+
+def test_a_call_takes_the_step_s_timeout_not_300_s() -> None:
+    """An MCPTools without a timeout of its own: the call is bounded by what the step waits
+    (AGENTS_CELERY_TOOL_TIMEOUT_SECONDS reaches it as ToolContext.timeout), not by a fixed 300 s."""
+    import threading
+
+    from agents_celery.mcptools import MCPTools, MCPUnavailable
+    from agents_celery.tools import ToolContext
+
+    server = Server(f"mcpt-{os.urandom(4).hex()}")
+    try:
+        toolset = MCPTools(url=server.url, name="bounded")
+        (hang,) = [t for t in toolset.tools(toolset.list_tools()) if t.remote_name == "hang"]
+        outcome: list[BaseException] = []
+
+        def call() -> None:
+            try:
+                hang.invoke({"key": "bounded"}, ToolContext("r", "c1", timeout=1.0))
+            except BaseException as exc:
+                outcome.append(exc)
+
+        started = time.monotonic()
+        caller = threading.Thread(target=call, daemon=True)
+        caller.start()
+        caller.join(timeout=20)
+        assert not caller.is_alive(), "the call was still waiting after 20 s"
+        assert time.monotonic() - started < 10
+        (error,) = outcome
+        assert isinstance(error, MCPUnavailable) and "did not answer" in str(error)
+    finally:
+        server.kill()
+
+
+def _names(listing: dict[str, Any]) -> set[str]:
+    return {t["name"] for t in listing["tools"]}
+
+
+def test_an_http_server_restarted_behind_the_same_url_is_used_again_at_once(r: redis.Redis) -> None:
+    """The restarted server answers the old session with 404 ("Session not found"): the next listing and the
+    next call (not idempotent: the server never acted on the refused request) go out again on a new session."""
+    from agents_celery.mcptools import MCPTools
+    from agents_celery.tools import ToolContext
+
+    prefix = f"mcpr-{os.urandom(4).hex()}"
+    server = Server(prefix)
+    toolset = MCPTools(url=server.url, name="restarted")
+    try:
+        assert "count" in _names(toolset.list_tools())
+        server.kill()
+        server = Server(prefix, server.port)
+        listing = toolset.list_tools()  # the next run's tools
+        assert "count" in _names(listing)
+        server.kill()
+        server = Server(prefix, server.port)
+        (count,) = [t for t in toolset.tools(listing) if t.remote_name == "count"]
+        assert count.invoke({"key": "restarted"}, ToolContext("r", "c1")) == "count restarted: 1"
+        assert counter_of(r, prefix)("restarted") == 1
+    finally:
+        server.kill()
+
+
+def test_a_stdio_server_that_died_lists_its_tools_at_the_next_run() -> None:
+    import sys
+
+    import psutil
+
+    from agents_celery.mcptools import MCPTools
+
+    env = {"MCP_TEST_REDIS": TEST_REDIS_URL, "MCP_TEST_PREFIX": f"mcps-{os.urandom(4).hex()}", "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "agents_celery.testing.mcp_server", "stdio"]
+    toolset = MCPTools(command=command, env=env, name="dies")
+    assert "count" in _names(toolset.list_tools())
+    (child,) = [p for p in psutil.Process().children(recursive=True) if p.cmdline()[-2:] == command[-2:]]
+    child.kill()
+    child.wait(timeout=10)
+    assert "count" in _names(toolset.list_tools())  # not "Connection closed": a new server, its tools
 
 
 def test_stdio_server(shared: tuple[Deployment, Server], r: redis.Redis) -> None:

@@ -23,6 +23,8 @@ AGENTS = "tests.agents_pydantic"
 #: Message fields that differ between two runs of the same conversation.
 VOLATILE = {"timestamp", "run_id", "conversation_id", "provider_response_id", "provider_details", "metadata"}
 
+LONG_TEXT = " ".join(f"token{i}" for i in range(120))
+
 WEATHER = [
     ScriptedTurn(tool_calls=[ScriptedToolCall("get_lat_lng", {"location": "London"})]),
     ScriptedTurn(tool_calls=[ScriptedToolCall("get_weather", {"lat": 51.5, "lng": -0.1})]),
@@ -398,6 +400,31 @@ def kill_live(dep: Deployment) -> None:
     for w in [w for w in dep.workers if w.proc.poll() is None]:
         w.kill()
     alive(dep)
+
+
+@pytest.mark.slow
+def test_a_time_in_the_instructions_does_not_stop_a_killed_run_from_replaying(
+    crashable: Deployment, fake_openai: Any
+) -> None:
+    """The instructions say the time, so every request's messages differ between attempts: killed during the
+    second model request, the run replays the first and completes (the unit is the same one)."""
+    alive(crashable)
+    rt = crashable.runtime
+    turns = [ScriptedTurn(tool_calls=[ScriptedToolCall("get_lat_lng", {"location": "London"})]), LONG_TEXT]
+    fake_openai.responder = ScriptResponder(turns, token_delay=0.02)
+    with redis.Redis.from_url(TEST_REDIS_URL) as r:
+        counts = Counts(r, crashable, *WEATHER_TOOLS)
+        stream = rt.stream("pai_clock", "Weather in London?")
+        for ev in stream.events():
+            if ev.type.value == "TEXT_MESSAGE_CONTENT":
+                break
+        kill_live(crashable)
+        wait_for(lambda: stream.get().status in ("completed", "failed"), timeout=60, what="the run's end")
+        events = all_events(rt, stream.id)
+        assert stream.get().status == "completed", events[-1].data
+        assert_run_sound(events, tool_counts={"pai:get_lat_lng": 1}, counter=counts)
+    assert any(e.type.value == "CUSTOM" and e.data.get("name") == "attempt_abandoned" for e in events)
+    assert stream.get().output == LONG_TEXT
 
 
 def _mcp_count(mcp_server: tuple[int, str], name: str) -> int:

@@ -137,9 +137,9 @@ def _invoke(ctx: StepContext, call: ToolCall, tool: Tool, ahead: bool) -> ToolCa
     ctx.invoked.add(call.id)
     args = call.args
     call_hooks(ctx.hooks, "before_tool_call", ctx.info, call.name, args)
-    context = ToolContext(ctx.state.run_id, call.id, ctx.attempt, ctx.state.client)
     error: str | None = None
     limit = tool.timeout if tool.timeout is not None else ctx.settings.tool_timeout_seconds
+    context = ToolContext(ctx.state.run_id, call.id, ctx.attempt, ctx.state.client, limit)
     what = f"run {ctx.state.run_id} tool {call.name} ({call.id})"
     try:
         deadline = time.monotonic() + limit

@@ -6,7 +6,8 @@ crash) replays it instead of running it again. Keys (see :mod:`agents_celery.sto
 ``j:<segment>:<seq>`` of the run's ``effects`` hash (so the journal expires and is deleted with the effect
 ledger), each a JSON ``{name, ordinal, digest, result}``: ``seq`` counts the segment's units in the order the run
 meets them, ``name`` is the unit's persisted name (pydantic-ai's ``JournalOperationNamer``), ``ordinal`` how many
-units of that name came before it in the segment, ``digest`` a hash of the unit's input. Script:
+units of that name came before it in the segment, ``digest`` a hash of the unit's identity
+(:func:`agents_celery.contrib.pydantic_ai.segment.identity`). Script:
 ``lua/journal_write.lua``, fenced by the lease token, appending the unit's events in the same step.
 """
 

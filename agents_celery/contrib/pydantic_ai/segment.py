@@ -3,8 +3,10 @@
 A segment is one ``agent.run(...)`` in one step (a Celery task). Every unit the run meets is numbered in order
 (``seq``; tools run one after another inside a segment, so the order is the same on every attempt). A unit the
 journal holds returns its recorded result without running, after checking that it is the same unit: the same
-name and the same input digest, else the run fails (:class:`~agents_celery.errors.JournalMismatchError`) rather
-than hand a recorded result to another unit. A unit not recorded runs, and its result is written with the events
+name, ordinal and identity (:func:`identity`), else the run fails (:class:`~agents_celery.errors.JournalMismatchError`)
+rather than hand a recorded result to another unit. The identity is not the unit's input: a request's messages
+change between attempts (a date in the instructions) while the unit is the same one, and its recorded result
+stands, as Temporal's and DBOS's replays do. A unit not recorded runs, and its result is written with the events
 it produced in one fenced Lua call (:meth:`agents_celery.storage.journal.Journal.write`). A model unit's text
 and tool-call deltas go to the log live, as they stream. A tool call goes through the effect ledger first: a call
 that started in a crashed attempt and was never recorded pauses the run as "may have run" (unless the tool is
@@ -20,8 +22,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic_ai import RunContext, ToolsetTool
+from pydantic_ai import RunContext
 from pydantic_ai.durable_exec import ModelRequestId, ToolsetCallToolId
+from pydantic_ai.models import ModelRequestParameters
 from pydantic_core import to_jsonable_python
 
 from ...errors import JournalMismatchError
@@ -32,8 +35,6 @@ from ...storage.ledger import Ledger
 from .events import ModelStream, tool_result
 
 _CURRENT: contextvars.ContextVar[Segment | None] = contextvars.ContextVar("agents_celery_segment", default=None)
-#: Fields left out of a unit's input digest: they differ between attempts without changing what the unit does.
-_VOLATILE = frozenset({"timestamp", "run_id", "conversation_id", "provider_response_id", "provider_details"})
 
 
 def current_segment() -> Segment | None:
@@ -49,28 +50,31 @@ class MayHaveRun(Exception):
         self.call = call
 
 
-def _plain(value: Any) -> Any:
-    """``value`` reduced to what identifies a unit's input: no run context, no timestamps."""
-    if isinstance(value, RunContext):
-        return None
-    if isinstance(value, ToolsetTool):
-        return value.tool_def.name
-    data = to_jsonable_python(value, fallback=lambda v: type(v).__name__, serialize_unknown=True)
-    return _strip(data)
-
-
-def _strip(data: Any) -> Any:
-    if isinstance(data, dict):
-        return {k: _strip(v) for k, v in data.items() if k not in _VOLATILE}
-    if isinstance(data, list):
-        return [_strip(v) for v in data]
-    return data
-
-
-def digest(cache_key: tuple[object, ...]) -> str:
-    """A digest of a unit's input (pydantic-ai's cache identity of it, timestamps and run context left out)."""
-    text = json.dumps([_plain(v) for v in cache_key], sort_keys=True, separators=(",", ":"), default=str)
+def identity(operation_id: Any, cache_key: tuple[object, ...]) -> str:
+    """A digest of what makes a unit the one the journal recorded, beyond its name and ordinal: its kind; for a
+    model request, the model and the names of the tools it offers (another model or tool set is another agent);
+    for a tool call, the tool and the call id the recorded model response gave. Not the request's messages."""
+    parts: list[Any] = [type(operation_id).__name__]
+    if isinstance(operation_id, ModelRequestId):
+        ctx = _run_context(cache_key)
+        model = ctx.model if ctx is not None else None
+        parts += [getattr(model, "system", None), getattr(model, "model_name", None), _tool_names(cache_key)]
+    elif isinstance(operation_id, ToolsetCallToolId):
+        parts += [cache_key[0] if cache_key else None, _tool_call_id(operation_id, cache_key)]
+    text = json.dumps(parts, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _run_context(cache_key: tuple[object, ...]) -> RunContext[Any] | None:
+    return next((v for v in cache_key if isinstance(v, RunContext)), None)
+
+
+def _tool_names(cache_key: tuple[object, ...]) -> list[str]:
+    """The names of the tools a model request offers (its function and output tools), sorted."""
+    params = next((v for v in cache_key if isinstance(v, ModelRequestParameters)), None)
+    if params is None:
+        return []
+    return sorted(t.name for t in [*params.function_tools, *params.output_tools])
 
 
 @dataclass
@@ -132,7 +136,7 @@ class Segment:
         self.check()
         seq, ordinal = self.seq, self.ordinals.get(name, 0)
         self.seq, self.ordinals[name] = seq + 1, ordinal + 1
-        entry = Entry(name, ordinal, digest(cache_key), None)
+        entry = Entry(name, ordinal, identity(operation_id, cache_key), None)
         recorded = self.recorded.get(seq)
         if recorded is not None:
             if (recorded.name, recorded.ordinal, recorded.digest) != (entry.name, entry.ordinal, entry.digest):
@@ -186,7 +190,7 @@ def _tool_call_id(operation_id: Any, cache_key: tuple[object, ...]) -> str | Non
     """The tool call id of a call_tool unit (from its run context), None for other units."""
     if not isinstance(operation_id, ToolsetCallToolId):
         return None
-    ctx = next((v for v in cache_key if isinstance(v, RunContext)), None)
+    ctx = _run_context(cache_key)
     return ctx.tool_call_id if ctx is not None else None
 
 
@@ -213,7 +217,7 @@ def _rejected(call: ToolCall) -> object:
 def _mismatch(segment: Segment, seq: int, recorded: Entry, met: Entry) -> str:
     return (
         f"run {segment.run_id!r} segment {segment.number}: unit #{seq} was recorded as {recorded.name!r} "
-        f"(#{recorded.ordinal} of that name, input {recorded.digest[:12]}) but the replay met {met.name!r} "
-        f"(#{met.ordinal}, input {met.digest[:12]}); the agent, its model, tools or toolsets changed while the run "
+        f"(#{recorded.ordinal} of that name, identity {recorded.digest[:12]}) but the replay met {met.name!r} "
+        f"(#{met.ordinal}, identity {met.digest[:12]}); the agent, its model, tools or toolsets changed while the run "
         "was in flight, so its journal no longer fits: start a new run"
     )
