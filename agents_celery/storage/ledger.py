@@ -60,15 +60,7 @@ class Ledger:
 
     def begin(self, run_id: str, tool_call_id: str, token: str) -> Effect | None:
         """Record that a tool call starts; return the existing entry instead when there is one."""
-        k = self.keys.run(run_id)
-        try:
-            raw = _text(self._begin(keys=[k.effects, k.lease], args=[tool_call_id, token], client=self._own()))
-        except redis.ResponseError as exc:
-            mapped = refusal(exc, run_id)
-            raise (mapped or exc) from None
-        if self.fence:
-            self.fence(run_id)
-        return parse_effect(raw)
+        return self._start(self._begin, run_id, [tool_call_id, token])
 
     def done(self, run_id: str, tool_call_id: str, token: str, result: str, error: str | None) -> bool:
         """Record a finished tool call's result (only the attempt that started it may)."""
@@ -87,11 +79,14 @@ class Ledger:
         """Record that a human-approved re-run of a call that may have run starts (``approval``: how many times a
         human approved running it again). Each approval starts one execution: the entry that execution started,
         or a finished one, is returned instead (a retry after it died pauses the run again)."""
+        return self._start(self._rerun, run_id, [tool_call_id, token, approval])
+
+    def _start(self, script: Any, run_id: str, args: list[Any]) -> Effect | None:
+        """Run a script that starts a call's entry under the run's lease (a lost lease: its refusal), then the
+        failover fence; the entry found instead, if any."""
         k = self.keys.run(run_id)
         try:
-            raw = _text(
-                self._rerun(keys=[k.effects, k.lease], args=[tool_call_id, token, approval], client=self._own())
-            )
+            raw = _text(script(keys=[k.effects, k.lease], args=args, client=self._own()))
         except redis.ResponseError as exc:
             mapped = refusal(exc, run_id)
             raise (mapped or exc) from None
