@@ -170,3 +170,31 @@ def recv_until(conn: socket.socket, marker: bytes, timeout: float = 30) -> bytes
         assert data, f"the connection closed before {marker!r}: {got[-300:]!r}"
         got += data
     return got
+
+
+class SharedApis:
+    """The API processes one test session shares (``apis`` fixture in conftest.py): one per front end and
+    extra environment, started on first use and stopped when the session ends. Tests keep apart by their own
+    session ids, run ids and users; a test that restarts, kills or reconfigures its API starts its own."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self._servers: dict[tuple[str, tuple[tuple[str, str], ...]], ApiServer] = {}
+
+    def get(self, front: str = "flask", **extra: str) -> ApiServer:
+        """The shared ``front`` ("flask" or "django") API with ``extra`` environment (names without the
+        ``AGENTS_CELERY_`` prefix: ``api_key="k"``); the keepalive is 0.3 s so tests see keepalives soon."""
+        key = (front, tuple(sorted(extra.items())))
+        if key not in self._servers:
+            env = {**self.env, "AGENTS_CELERY_KEEPALIVE_SECONDS": "0.3"}
+            env.update({f"AGENTS_CELERY_{name.upper()}": value for name, value in extra.items()})
+            self._servers[key] = ApiServer(env, django=front == "django").wait_ready(timeout=60)
+        server = self._servers[key]
+        if server.proc.poll() is not None:
+            raise AssertionError(f"the shared {front} API exited:\n{server.output()}")
+        return server
+
+    def stop(self) -> None:
+        for server in self._servers.values():
+            server.stop()
+        self._servers.clear()

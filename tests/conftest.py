@@ -198,6 +198,16 @@ def worker(worker_env: dict[str, str]) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
+def apis(worker: Any, worker_env: dict[str, str]) -> Iterator[Any]:
+    """The API processes this session shares (tests/api_support.py:SharedApis): ``apis.get("django")``."""
+    from .api_support import SharedApis
+
+    shared = SharedApis(worker_env)
+    yield shared
+    shared.stop()
+
+
+@pytest.fixture(scope="session")
 def redis_cluster(tmp_path_factory: pytest.TempPathFactory, versions_seam: None) -> Iterator[Any]:
     """A real local Redis Cluster (3 masters, 3 replicas on private ports, tests/rediscluster.py), made on first
     use and torn down when the session ends. Tests that break it (a killed master) make their own instead."""

@@ -18,7 +18,7 @@ import redis
 
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 
-from .api_support import ApiServer, frames
+from .api_support import ApiServer, SharedApis, frames
 from .conftest import TEST_REDIS_URL
 from .invariants import counter_of
 
@@ -28,12 +28,10 @@ CLIENT = Path(__file__).parent / "agui_client"
 
 
 @pytest.fixture(scope="module", params=["flask", "django"])
-def api(request: pytest.FixtureRequest, worker: Any, worker_env: dict[str, str]) -> Iterator[ApiServer]:
+def api(request: pytest.FixtureRequest, apis: SharedApis) -> ApiServer:
     if shutil.which("node") is None or not (CLIENT / "node_modules" / "@ag-ui" / "client").is_dir():
         pytest.fail("the AG-UI client is not installed: run scripts/ensure-agui-client (make test does)")
-    server = ApiServer(worker_env, django=request.param == "django").wait_ready()
-    yield server
-    server.stop()
+    return apis.get(request.param)
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import redis
 
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 
-from .api_support import ApiServer, frames
+from .api_support import ApiServer, SharedApis, frames
 from .conftest import TEST_REDIS_URL
 from .invariants import assert_agui_stream, counter_of
 
@@ -21,11 +21,8 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module", params=["flask", "django"])
-def api(request: pytest.FixtureRequest, worker: Any, worker_env: dict[str, str]) -> Iterator[ApiServer]:
-    env = {**worker_env, "AGENTS_CELERY_KEEPALIVE_SECONDS": "0.3"}
-    server = ApiServer(env, django=request.param == "django").wait_ready()
-    yield server
-    server.stop()
+def api(request: pytest.FixtureRequest, apis: SharedApis) -> ApiServer:
+    return apis.get(request.param)
 
 
 @pytest.fixture

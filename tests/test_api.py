@@ -18,7 +18,7 @@ import redis
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.storage.keys import Keys
 
-from .api_support import ApiServer, Frame, frames, free_port, read_until, recv_until
+from .api_support import ApiServer, Frame, SharedApis, frames, free_port, read_until, recv_until
 from .conftest import TEST_REDIS_URL, kill_connections, wait_for
 from .invariants import assert_agui_stream
 
@@ -37,13 +37,10 @@ AGUI_EVENT: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(agui.Event)
 
 
 @pytest.fixture(scope="module", params=["flask", "django"])
-def api(request: pytest.FixtureRequest, worker: Any, worker_env: dict[str, str]) -> Iterator[ApiServer]:
+def api(request: pytest.FixtureRequest, apis: SharedApis) -> ApiServer:
     """The API, served by the Flask app and by the Django app (under uvicorn, ASGI): every test using it is the
     shared HTTP contract, run against both front ends."""
-    env = {**worker_env, "AGENTS_CELERY_KEEPALIVE_SECONDS": "0.3"}
-    server = ApiServer(env, django=request.param == "django").wait_ready()
-    yield server
-    server.stop()
+    return apis.get(request.param)
 
 
 @pytest.fixture

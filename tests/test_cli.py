@@ -245,28 +245,23 @@ def test_bad_requests_exit_2_with_the_reason(worker: Any, worker_env: dict[str, 
     assert "RunNotFoundError" in missing.stderr
 
 
-def test_run_tail_show_and_stop_over_the_http_api(worker: Any, worker_env: dict[str, str], fake_openai: Any) -> None:
+def test_run_tail_show_and_stop_over_the_http_api(apis: Any, worker_env: dict[str, str], fake_openai: Any) -> None:
     """``--url``: the same commands driven through an API process instead of Redis."""
-    from .api_support import ApiServer
-
-    api = ApiServer(worker_env).wait_ready()
+    api = apis.get("flask")
     remote = {**worker_env, "AGENTS_CELERY_REDIS_URL": "redis://127.0.0.1:9/0"}  # no Redis: HTTP only
-    try:
-        fake_openai.responder = ScriptResponder(
-            [ScriptedTurn("Deleting. ", [ScriptedToolCall("delete_file", {"path": "/tmp/url.txt"})]), "Done."]
-        )
-        result = cli(remote, "run", "fake", "Delete /tmp/url.txt", "--url", api.url, stdin="y\n")
-        assert result.returncode == 0, result.stdout + result.stderr
-        assert "needs your approval" in result.stdout and "deleted /tmp/url.txt" in result.stdout
-        run_id = run_id_of(result.stdout)
-        tail = cli(remote, "tail", run_id, "--after", "3", "--url", api.url)
-        assert tail.returncode == 0 and "Done." in tail.stdout, tail.stdout + tail.stderr
-        shown = cli({**remote, "AGENTS_CELERY_API_URL": api.url}, "show", run_id, "--json")
-        assert json.loads(shown.stdout)["status"] == "completed"
-        stopped = cli(remote, "stop", run_id, "--url", api.url)
-        assert stopped.returncode == 2 and "RunFinishedError" in stopped.stderr  # 409 mapped back to the error
-    finally:
-        api.stop()
+    fake_openai.responder = ScriptResponder(
+        [ScriptedTurn("Deleting. ", [ScriptedToolCall("delete_file", {"path": "/tmp/url.txt"})]), "Done."]
+    )
+    result = cli(remote, "run", "fake", "Delete /tmp/url.txt", "--url", api.url, stdin="y\n")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "needs your approval" in result.stdout and "deleted /tmp/url.txt" in result.stdout
+    run_id = run_id_of(result.stdout)
+    tail = cli(remote, "tail", run_id, "--after", "3", "--url", api.url)
+    assert tail.returncode == 0 and "Done." in tail.stdout, tail.stdout + tail.stderr
+    shown = cli({**remote, "AGENTS_CELERY_API_URL": api.url}, "show", run_id, "--json")
+    assert json.loads(shown.stdout)["status"] == "completed"
+    stopped = cli(remote, "stop", run_id, "--url", api.url)
+    assert stopped.returncode == 2 and "RunFinishedError" in stopped.stderr  # 409 mapped back to the error
 
 
 # -- for scripts and operators ----------------------------------------------------------------------------
@@ -331,10 +326,8 @@ def test_worker_log_lines_carry_their_run_prefix_once(worker: Any, runtime: Runt
 
 
 def test_runs_and_sessions_list_through_redis_and_over_http(
-    worker: Any, worker_env: dict[str, str], runtime: Runtime, script: Any
+    apis: Any, worker_env: dict[str, str], runtime: Runtime, script: Any
 ) -> None:
-    from .api_support import ApiServer
-
     session = f"cli-{uuid.uuid4().hex[:8]}"
     script(ScriptedTurn("", [ScriptedToolCall("delete_file", {"path": "/tmp/cli-list"})]), "ok")
     paused = runtime.run("fake", "delete it", session_id=session, user_id="cli-user", timeout=30)
@@ -348,7 +341,7 @@ def test_runs_and_sessions_list_through_redis_and_over_http(
     assert session in sessions.stdout and f"active run {paused.run_id}" in sessions.stdout
     bad = cli(worker_env, "runs", "--status", "finished")
     assert bad.returncode == 2 and "status must be one of" in bad.stderr
-    api = ApiServer(worker_env).wait_ready()
+    api = apis.get("flask")
     try:
         remote = {**worker_env, "AGENTS_CELERY_REDIS_URL": "redis://127.0.0.1:9/0"}  # no Redis: HTTP only
         over_http = cli(remote, "runs", "--session", session, "--json", "--url", api.url)
@@ -356,7 +349,6 @@ def test_runs_and_sessions_list_through_redis_and_over_http(
         bad = cli(remote, "runs", "--limit", "0", "--url", api.url)
         assert bad.returncode == 2 and "limit" in bad.stderr
     finally:
-        api.stop()
         runtime.stop(paused.run_id)
 
 

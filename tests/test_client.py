@@ -31,7 +31,7 @@ from agents_celery.errors import AuthenticationError, ConnectionLostError, Strea
 from agents_celery.events import EventType
 from agents_celery.testing.openai_server import ScriptResponder
 
-from .api_support import ApiServer, free_port
+from .api_support import ApiServer, SharedApis, free_port
 from .invariants import assert_run_sound
 
 FAST = Backoff(attempts=8, initial=0.02, maximum=0.2)
@@ -95,10 +95,8 @@ class CuttingProxy:
 
 
 @pytest.fixture(scope="module")
-def api(worker: Any, worker_env: dict[str, str]) -> Iterator[ApiServer]:
-    server = ApiServer({**worker_env, "AGENTS_CELERY_KEEPALIVE_SECONDS": "0.3"}).wait_ready()
-    yield server
-    server.stop()
+def api(apis: SharedApis) -> ApiServer:
+    return apis.get("flask")
 
 
 @pytest.fixture

@@ -58,13 +58,8 @@ def expected_cities(turn: int) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def django_front(worker: Any, worker_env: dict[str, str]) -> Iterator[Any]:
-    from .api_support import ApiServer
-
-    env = {**worker_env, "AGENTS_CELERY_API_KEY": KEY, "AGENTS_CELERY_KEEPALIVE_SECONDS": "0.3"}
-    found = ApiServer(env, django=True).wait_ready(timeout=60)  # migrate and uvicorn: slow on a loaded machine
-    yield found
-    found.stop()
+def django_front(apis: Any) -> Any:
+    return apis.get("django", api_key=KEY)
 
 
 @pytest.fixture(params=["flask", "django"])

@@ -18,7 +18,7 @@ import redis
 from agents_celery import ScriptedToolCall, ScriptedTurn
 from agents_celery.testing.openai_server import ScriptResponder
 
-from .api_support import ApiServer
+from .api_support import ApiServer, SharedApis
 from .conftest import TEST_REDIS_URL, wait_for
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.browser]
@@ -69,10 +69,8 @@ def front(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="module")
-def api(worker: Any, worker_env: dict[str, str], front: str) -> Iterator[ApiServer]:
-    server = ApiServer({**worker_env, "AGENTS_CELERY_KEEPALIVE_SECONDS": "0.3"}, django=front == "django")
-    yield server.wait_ready()
-    server.stop()
+def api(apis: SharedApis, front: str) -> ApiServer:
+    return apis.get(front)
 
 
 def start(api: ApiServer, message: str = "hi") -> str:

@@ -18,17 +18,15 @@ from agents_celery import ConfigurationError, PayloadTooLargeError, Runtime, Scr
 from agents_celery.contrib.flask import close_app, create_app
 from agents_celery.settings import Settings, load_settings
 
-from .api_support import ApiServer
+from .api_support import ApiServer, SharedApis
 from .conftest import wait_for
 
 pytestmark = pytest.mark.timeout(90)
 
 
 @pytest.fixture(scope="module")
-def api(worker: Any, worker_env: dict[str, str]) -> Iterator[ApiServer]:
-    server = ApiServer(worker_env).wait_ready()
-    yield server
-    server.stop()
+def api(apis: SharedApis) -> ApiServer:
+    return apis.get("flask")
 
 
 @pytest.fixture

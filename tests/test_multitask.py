@@ -12,7 +12,7 @@ import pytest
 from agents_celery import RunStatus, Runtime, SessionBusyError, ValidationError
 from agents_celery.events import EventType
 
-from .api_support import ApiServer
+from .api_support import SharedApis
 from .conftest import wait_event, wait_for
 
 pytestmark = pytest.mark.timeout(90)
@@ -71,25 +71,22 @@ def test_a_bad_strategy_is_refused(runtime: Runtime) -> None:
 
 
 @pytest.mark.parametrize("django", [False, True], ids=["flask", "django"])
-def test_strategies_over_http(worker: Any, worker_env: dict[str, str], script: Any, django: bool) -> None:
-    server = ApiServer(worker_env, django=django).wait_ready()
-    try:
-        with httpx.Client(base_url=server.url, timeout=30) as client:
-            script(WORDS, token_delay=0.03)
-            session = uuid.uuid4().hex
-            body = {"message": "one", "stream": False, "background": True, "session_id": session}
-            live = client.post("/agents/fake/runs", json=body).json()["run_id"]
-            assert client.post("/agents/fake/runs", json=body).status_code == 409
-            queued = client.post("/agents/fake/runs", json={**body, "multitask_strategy": "enqueue"})
-            assert queued.status_code == 202 and queued.json()["status"] == "queued"
-            bad = client.post("/agents/fake/runs", json={**body, "multitask_strategy": "rollback"})
-            assert bad.status_code == 422
-            waiting = queued.json()["run_id"]
-            done = {live, waiting}
-            wait_for(
-                lambda: {r for r in done if client.get(f"/runs/{r}").json()["status"] == "completed"} == done,
-                timeout=45,
-                what="both runs to complete",
-            )
-    finally:
-        server.stop()
+def test_strategies_over_http(apis: SharedApis, script: Any, django: bool) -> None:
+    server = apis.get("django" if django else "flask")
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        script(WORDS, token_delay=0.03)
+        session = uuid.uuid4().hex
+        body = {"message": "one", "stream": False, "background": True, "session_id": session}
+        live = client.post("/agents/fake/runs", json=body).json()["run_id"]
+        assert client.post("/agents/fake/runs", json=body).status_code == 409
+        queued = client.post("/agents/fake/runs", json={**body, "multitask_strategy": "enqueue"})
+        assert queued.status_code == 202 and queued.json()["status"] == "queued"
+        bad = client.post("/agents/fake/runs", json={**body, "multitask_strategy": "rollback"})
+        assert bad.status_code == 422
+        waiting = queued.json()["run_id"]
+        done = {live, waiting}
+        wait_for(
+            lambda: {r for r in done if client.get(f"/runs/{r}").json()["status"] == "completed"} == done,
+            timeout=45,
+            what="both runs to complete",
+        )

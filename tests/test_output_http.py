@@ -16,7 +16,7 @@ import redis
 from agents_celery.client import Client
 from agents_celery.testing.openai_server import SchemaResponder
 
-from .api_support import ApiServer, frames
+from .api_support import ApiServer, SharedApis, frames
 from .conftest import TEST_REDIS_URL
 from .invariants import assert_agui_stream
 
@@ -31,10 +31,8 @@ POINT = {
 
 
 @pytest.fixture(scope="module", params=["flask", "django"])
-def api(request: pytest.FixtureRequest, worker: Any, worker_env: dict[str, str]) -> Iterator[ApiServer]:
-    server = ApiServer(worker_env, django=request.param == "django").wait_ready()
-    yield server
-    server.stop()
+def api(request: pytest.FixtureRequest, apis: SharedApis) -> ApiServer:
+    return apis.get(request.param)
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import pytest
 from agents_celery import RunStatus, Runtime, ScheduleNotFoundError, ValidationError
 from agents_celery.cli.processes import stop_process
 
-from .api_support import ApiServer
+from .api_support import SharedApis
 from .cluster import ROOT, Deployment
 from .conftest import wait_for
 
@@ -132,30 +132,27 @@ def test_two_beats_and_a_kill_start_every_tick_once(own: tuple[Deployment, Runti
         worker.stop()
 
 
-def test_schedules_over_http(worker: Any, worker_env: dict[str, str]) -> None:
-    for django in (False, True):
-        server = ApiServer(worker_env, django=django).wait_ready()
-        try:
-            with httpx.Client(base_url=server.url, timeout=10) as client:
-                resp = client.post("/schedules", json={"agent_id": "offline", "message": "hi", "cron": "0 9 * * *"})
-                assert resp.status_code == 201, resp.text
-                made = resp.json()
-                assert made["cron"] == "0 9 * * *" and made["next_at"] % 86_400_000 == 9 * 3_600_000
-                sid = made["schedule_id"]
-                assert sid in [s["schedule_id"] for s in client.get("/schedules").json()["schedules"]]
-                assert client.post(f"/schedules/{sid}/pause").json()["paused"] is True
-                assert client.get(f"/schedules/{sid}").json()["paused"] is True
-                assert client.post(f"/schedules/{sid}/resume").json()["paused"] is False
-                assert client.delete(f"/schedules/{sid}").status_code == 204
-                assert client.get(f"/schedules/{sid}").json()["code"] == "schedule_not_found"
-                both = {"agent_id": "offline", "message": "hi", "cron": "* * * * *", "every_seconds": 5}
-                assert client.post("/schedules", json=both).status_code == 422
-                bad = client.post("/schedules", json={"agent_id": "offline", "message": "hi", "cron": "99 * * * *"})
-                assert bad.status_code == 422 and "not in 0-59" in bad.json()["detail"]
-                nobody = client.post("/schedules", json={"agent_id": "nobody", "message": "hi", "every_seconds": 5})
-                assert nobody.status_code == 404
-        finally:
-            server.stop()
+def test_schedules_over_http(apis: SharedApis) -> None:
+    for front in ("flask", "django"):
+        server = apis.get(front)
+        with httpx.Client(base_url=server.url, timeout=10) as client:
+            resp = client.post("/schedules", json={"agent_id": "offline", "message": "hi", "cron": "0 9 * * *"})
+            assert resp.status_code == 201, resp.text
+            made = resp.json()
+            assert made["cron"] == "0 9 * * *" and made["next_at"] % 86_400_000 == 9 * 3_600_000
+            sid = made["schedule_id"]
+            assert sid in [s["schedule_id"] for s in client.get("/schedules").json()["schedules"]]
+            assert client.post(f"/schedules/{sid}/pause").json()["paused"] is True
+            assert client.get(f"/schedules/{sid}").json()["paused"] is True
+            assert client.post(f"/schedules/{sid}/resume").json()["paused"] is False
+            assert client.delete(f"/schedules/{sid}").status_code == 204
+            assert client.get(f"/schedules/{sid}").json()["code"] == "schedule_not_found"
+            both = {"agent_id": "offline", "message": "hi", "cron": "* * * * *", "every_seconds": 5}
+            assert client.post("/schedules", json=both).status_code == 422
+            bad = client.post("/schedules", json={"agent_id": "offline", "message": "hi", "cron": "99 * * * *"})
+            assert bad.status_code == 422 and "not in 0-59" in bad.json()["detail"]
+            nobody = client.post("/schedules", json={"agent_id": "nobody", "message": "hi", "every_seconds": 5})
+            assert nobody.status_code == 404
 
 
 def test_schedules_from_the_cli(worker: Any, worker_env: dict[str, str]) -> None:

@@ -12,7 +12,7 @@ import pytest
 from agents_celery import RunFinishedError, RunStatus, Runtime
 from agents_celery.events import EventType
 
-from .api_support import ApiServer
+from .api_support import SharedApis
 from .conftest import wait_event, wait_for
 from .invariants import assert_run_sound
 
@@ -55,21 +55,18 @@ def test_a_message_to_an_ended_run_is_refused(runtime: Runtime, script: Any) -> 
 
 
 @pytest.mark.parametrize("django", [False, True], ids=["flask", "django"])
-def test_steering_over_http(worker: Any, worker_env: dict[str, str], script: Any, django: bool) -> None:
-    server = ApiServer(worker_env, django=django).wait_ready()
-    try:
-        with httpx.Client(base_url=server.url, timeout=30) as client:
-            script(WORDS, token_delay=0.05)
-            run = client.post("/agents/fake/runs", data={"message": "go", "stream": "false", "background": "true"})
-            run_id = run.json()["run_id"]
-            assert client.post(f"/runs/{run_id}/messages", json={"message": "   "}).status_code == 422
-            sent = client.post(f"/runs/{run_id}/messages", json={"message": "shorter please"})
-            assert sent.status_code == 202 and sent.json() == {"run_id": run_id, "messages_sent": 1}
-            done = f"/runs/{run_id}"
-            wait_for(lambda: client.get(done).json()["status"] == "completed", timeout=30, what="the end")
-            late = client.post(f"/runs/{run_id}/messages", json={"message": "more"})
-            assert late.status_code == 409 and late.json()["code"] == "run_finished"
-            missing = client.post(f"/runs/{uuid.uuid4().hex}/messages", json={"message": "x"})
-            assert missing.status_code == 404
-    finally:
-        server.stop()
+def test_steering_over_http(apis: SharedApis, script: Any, django: bool) -> None:
+    server = apis.get("django" if django else "flask")
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        script(WORDS, token_delay=0.05)
+        run = client.post("/agents/fake/runs", data={"message": "go", "stream": "false", "background": "true"})
+        run_id = run.json()["run_id"]
+        assert client.post(f"/runs/{run_id}/messages", json={"message": "   "}).status_code == 422
+        sent = client.post(f"/runs/{run_id}/messages", json={"message": "shorter please"})
+        assert sent.status_code == 202 and sent.json() == {"run_id": run_id, "messages_sent": 1}
+        done = f"/runs/{run_id}"
+        wait_for(lambda: client.get(done).json()["status"] == "completed", timeout=30, what="the end")
+        late = client.post(f"/runs/{run_id}/messages", json={"message": "more"})
+        assert late.status_code == 409 and late.json()["code"] == "run_finished"
+        missing = client.post(f"/runs/{uuid.uuid4().hex}/messages", json={"message": "x"})
+        assert missing.status_code == 404
