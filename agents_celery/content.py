@@ -70,6 +70,7 @@ def _image_size(part: dict[str, Any], where: str) -> int:
     url = image.get("url") if isinstance(image, dict) else None
     if not isinstance(url, str) or not url:
         raise ValidationError(f"{where}: an image_url part needs image_url.url (an https URL or a data URL)")
+    _check_name(part.get("filename"), f"{where}: filename")
     detail = image.get("detail") if isinstance(image, dict) else None
     if detail is not None and detail not in _DETAILS:
         raise ValidationError(f"{where}: image_url.detail must be one of {list(_DETAILS)}, got {detail!r}")
@@ -87,14 +88,18 @@ def _file_size(part: dict[str, Any], where: str) -> int:
     file = part.get("file")
     if not isinstance(file, dict):
         raise ValidationError(f"{where}: a file part needs a file object (filename and file_data, or file_id)")
-    name, data, file_id = file.get("filename"), file.get("file_data"), file.get("file_id")
-    if name is not None and (not isinstance(name, str) or len(name) > 255):
-        raise ValidationError(f"{where}: file.filename must be a string of at most 255 characters")
+    data, file_id = file.get("file_data"), file.get("file_id")
+    _check_name(file.get("filename"), f"{where}: file.filename")
     if isinstance(data, str) and data:
         return data_url_bytes(data, f"{where}: file.file_data")[1]
     if isinstance(file_id, str) and file_id:
         return len(file_id.encode())
     raise ValidationError(f"{where}: a file part needs file.file_data (a base64 data URL) or file.file_id")
+
+
+def _check_name(name: Any, what: str) -> None:
+    if name is not None and (not isinstance(name, str) or len(name) > 255):
+        raise ValidationError(f"{what} must be a string of at most 255 characters")
 
 
 def _part_size(part: Any, where: str) -> tuple[int, int]:
@@ -169,7 +174,7 @@ def _inline_data(part: dict[str, Any]) -> tuple[str, str | None] | None:
     """(media type, file name) of a checked part that holds its data inline (None: a text or URL part)."""
     if part.get("type") == "image_url":
         url = part["image_url"]["url"]
-        return (_media_type(url), None) if url.startswith("data:") else None
+        return (_media_type(url), part.get("filename")) if url.startswith("data:") else None
     if part.get("type") == "file":
         data = part["file"].get("file_data")
         if isinstance(data, str) and data:
@@ -192,6 +197,8 @@ def stored_form(checked: CheckedInput, run_id: str, first: int = 0) -> tuple[Use
     n = first
     for part, size in zip(checked.parts, checked.sizes, strict=True):
         inline = _inline_data(part)
+        if part.get("type") == "image_url":  # an image's file name is ours (the marker's), not the model's
+            part = {k: v for k, v in part.items() if k != "filename"}
         if inline is None:
             content.append(part)
             continue

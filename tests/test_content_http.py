@@ -70,6 +70,19 @@ def test_agentos_multipart_files_reach_the_model(app: Flask, script: Any, fake_o
     ]
 
 
+def test_an_uploaded_image_downloads_under_its_file_name(app: Flask, script: Any, fake_openai: Any) -> None:
+    script("A cat.")
+    answer = upload(app, [(PNG, "cat.png", "image/png")], message="What is this?")
+    assert answer.status_code == 200, answer.text
+    assert user_parts(fake_openai.requests[-1])[0][1] == {"type": "image_url", "image_url": {"url": PNG_URL}}
+    client = app.test_client()
+    (message,) = client.get(f"/runs/{answer.json['run_id']}/input").json["messages"]
+    image = message["content"][1]
+    assert (image["filename"], image["media_type"]) == ("cat.png", "image/png")
+    got = client.get(image["url"])
+    assert got.data == PNG and 'filename="cat.png"' in got.headers["Content-Disposition"]
+
+
 def test_an_image_type_the_model_cannot_take_is_refused_at_the_door(
     app: Flask, r: redis.Redis, fast_settings: Settings
 ) -> None:

@@ -262,6 +262,9 @@ class API:
         if part is None:
             raise NotFoundError(f"run {run_id!r} has no part {n}")
         media_type, data, filename = part_bytes(part)
+        if filename is None:  # an image keeps its file name on the run's reference to it
+            state, _ = self.runtime.store.load(run_id)
+            filename = _name_of(state.new_messages, f"{run_id}/{n}")
         headers = {
             "X-Content-Type-Options": "nosniff",
             # an SVG or HTML file shown from this origin could run script: never (a download, in a sandbox)
@@ -521,6 +524,16 @@ def _with_part_urls(message: dict[str, Any], req: Request, run_id: str) -> dict[
             part = {**part, "url": f"{base}/parts/{ref.rpartition('/')[2]}"}
         out.append(part)
     return {**message, "content": out}
+
+
+def _name_of(messages: list[dict[str, Any]], ref: str) -> str | None:
+    """The file name the reference part ``ref`` carries in ``messages`` (None: it has none)."""
+    for message in messages:
+        content = message.get("content")
+        for part in content if isinstance(content, list) else ():
+            if isinstance(part, dict) and part.get("ref") == ref and isinstance(part.get("filename"), str):
+                return str(part["filename"])
+    return None
 
 
 def _safe_name(name: str) -> str:

@@ -26,8 +26,9 @@ def part_of(upload: Upload) -> dict[str, Any]:
     """The content part of one uploaded file."""
     kind = media_type(upload)
     url = f"data:{kind};base64,{base64.b64encode(upload.data).decode()}"
-    if kind.startswith("image/"):
-        return {"type": "image_url", "image_url": {"url": url}}
+    if kind.startswith("image/"):  # its file name stays with the run's record of the part, not the model's
+        named = {"filename": upload.filename} if upload.filename else {}
+        return {"type": "image_url", "image_url": {"url": url}, **named}
     return {"type": "file", "file": {"filename": upload.filename or "file", "file_data": url}}
 
 
