@@ -7,13 +7,16 @@ A session's history grows without bound; the policy shortens only what is **sent
   are never split).
 - :class:`Summarize` sends everything while the prompt is under ``max_prompt_tokens``; past it, a **summary
   step** (a model turn of its own, committed like any step) replaces the older part with a summary and the
-  prompt keeps the last ``keep_last_turns`` turns verbatim.
+  prompt keeps the last ``keep_last_turns`` turns verbatim. When those turns are all there is (one question
+  followed by many tool rounds), the summary replaces the turn's older tool rounds instead: the prompt keeps the
+  question, then the summary, then the last tool round.
 
 A summary is stored as a *marker* message appended to the conversation (``role: system`` with a
 ``history_summary`` field): it travels with the session's history, so the next run of the session starts from
 it, and the prompt builder (:func:`prompt_messages`) turns it into one system message in front of the turns it
 kept. Its ``kept`` field counts the messages just before it that stay verbatim; everything before those is what it
-replaced (an earlier summary included).
+replaced (an earlier summary included). A summary made inside a turn also has ``question``: how far before the
+marker the turn's question is (it stays verbatim, in front of the summary).
 
 Tokens are counted without a tokenizer download (tiktoken fetches its encodings from the internet): the server's
 reported ``prompt_tokens`` of the last turn (recorded on its assistant message as ``usage``, the openai SDK's
@@ -141,10 +144,24 @@ def prompt_messages(policy: HistoryPolicy | None, messages: Sequence[dict[str, A
 
 
 def summarized_view(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The latest summary (as a system message), then the messages it kept and every one since."""
+    """The latest summary (as a system message), then the messages it kept and every one since; a summary made
+    inside a turn comes after the turn's question."""
     start, at = view_start(messages)
-    head = [{"role": "system", "content": SUMMARY_PREFIX + str(messages[at].get("content") or "")}] if at >= 0 else []
+    if at < 0:
+        return [clean(m) for m in messages if not is_marker(m)]
+    head = [{"role": "system", "content": SUMMARY_PREFIX + str(messages[at].get("content") or "")}]
+    question = kept_question(messages, at)
+    if question >= 0:
+        head.insert(0, clean(messages[question]))
     return head + [clean(m) for m in messages[start:] if not is_marker(m)]
+
+
+def kept_question(messages: Sequence[dict[str, Any]], at: int) -> int:
+    """The position of the question a summary made inside a turn keeps verbatim (-1: none, or no marker)."""
+    if at < 0:
+        return -1
+    back = messages[at][MARKER].get("question")
+    return at - int(back) if isinstance(back, int) and 0 < back <= at else -1
 
 
 def turn_start(messages: Sequence[dict[str, Any]], n: int) -> int:
@@ -231,18 +248,23 @@ def with_usage(message: dict[str, Any], prompt: int, completion: int) -> dict[st
 @dataclass(frozen=True)
 class SummaryPlan:
     """What a summary step replaces: ``messages[start:cut]`` (and the summary in effect, at ``previous``; -1:
-    none); ``tokens``: the prompt's tokens as they stand (:func:`prompt_tokens`)."""
+    none); ``tokens``: the prompt's tokens as they stand (:func:`prompt_tokens`); ``question``: the question of
+    the turn a summary made inside it keeps verbatim (-1: a summary of whole turns)."""
 
     start: int
     cut: int
     previous: int
     tokens: int
+    question: int = -1
 
     def request(self, policy: Summarize, messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """The summary model's messages: its instructions, then the earlier summary and the replaced turns."""
         lines = [REQUEST_HEADER]
         if self.previous >= 0:
             lines.append(f"[earlier summary] {messages[self.previous].get('content') or ''}")
+            asked = kept_question(messages, self.previous)  # the earlier summary's question: not in it
+            if 0 <= asked < self.start:
+                lines.append(_transcript_line(messages[asked]))
         for m in messages[self.start : self.cut]:
             if not is_marker(m):
                 lines.append(_transcript_line(m))
@@ -259,12 +281,15 @@ class SummaryPlan:
             "previous": messages[self.previous][MARKER].get("id") if self.previous >= 0 else None,
             "model": model,
         }
+        if self.question >= 0:
+            info["question"] = len(messages) - self.question
         return {"role": "system", "content": text, MARKER: info}
 
     def replaced(self, messages: Sequence[dict[str, Any]]) -> int:
         """How many conversation messages the new summary stands for (the earlier summary's included)."""
         before = int(messages[self.previous][MARKER].get("replaced", 0)) if self.previous >= 0 else 0
-        return before + sum(1 for m in messages[self.start : self.cut] if not is_marker(m))
+        kept = 1 if self.start <= self.question < self.cut else 0  # the question stays: not replaced
+        return before + sum(1 for m in messages[self.start : self.cut] if not is_marker(m)) - kept
 
 
 def plan_summary(policy: HistoryPolicy | None, messages: Sequence[dict[str, Any]], fixed: int) -> SummaryPlan | None:
@@ -277,9 +302,26 @@ def plan_summary(policy: HistoryPolicy | None, messages: Sequence[dict[str, Any]
         return None
     start, at = view_start(messages)
     cut = start + turn_start(messages[start:], policy.keep_last_turns)
-    if not any(not is_marker(m) for m in messages[start:cut]):
-        return None  # the kept turns are all there is: nothing to summarise
-    return SummaryPlan(start, cut, at, tokens)
+    if any(not is_marker(m) for m in messages[start:cut]):
+        return SummaryPlan(start, cut, at, tokens)
+    return _plan_inside_turn(messages, start, at, tokens)
+
+
+def _plan_inside_turn(messages: Sequence[dict[str, Any]], start: int, at: int, tokens: int) -> SummaryPlan | None:
+    """The kept turns are all there is: summarise what comes before the last turn's last tool round (its question
+    kept verbatim). None when nothing comes before that round but the question (one round is all there is)."""
+    question = kept_question(messages, at)
+    if question < 0 or any(starts_turn(messages, i) for i in range(start, len(messages))):
+        question = start + turn_start(messages[start:], 1)
+        if messages[question].get("role") != "user":
+            return None
+    rounds = [i for i in range(max(start, question + 1), len(messages)) if messages[i].get("tool_calls")]
+    if not rounds:
+        return None
+    cut = rounds[-1]
+    if not any(not is_marker(m) for i, m in enumerate(messages[start:cut], start) if i != question):
+        return None
+    return SummaryPlan(start, cut, at, tokens, question)
 
 
 def _transcript_line(message: dict[str, Any]) -> str:

@@ -21,6 +21,8 @@ from agents_celery.events import EventType
 from agents_celery.history import (
     MARKER,
     SUMMARY_PREFIX,
+    estimate,
+    fixed_tokens,
     is_marker,
     is_summary_request,
     plan_summary,
@@ -117,6 +119,58 @@ def test_summary_plan_marker_and_view() -> None:
     assert view2[1:] == [m for m in later[plan2.cut :]]
 
 
+def rounds(n: int, first: int = 0) -> list[dict[str, Any]]:
+    """``n`` tool rounds of one turn: an assistant message calling a tool, and the tool's long result."""
+    out: list[dict[str, Any]] = []
+    for i in range(first, first + n):
+        call = {"id": f"c{i}", "type": "function", "function": {"name": "look", "arguments": f'{{"page": {i}}}'}}
+        out += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{i}", "content": f"page {i}: " + "text " * 40},
+        ]
+    return out
+
+
+def test_one_long_turn_is_summarised_inside_keeping_its_question() -> None:
+    """Summarize could not shrink one question followed by many tool rounds: the kept turn was all there was, so
+    the prompt grew past max_prompt_tokens (#39)."""
+    policy = Summarize(max_prompt_tokens=120, keep_last_turns=1)
+    question = user("Read every page and tell me what they say.")
+    messages = [question, *rounds(6)]
+    plan = plan_summary(policy, messages, 0)
+    assert plan is not None and (plan.start, plan.cut, plan.question) == (0, 11, 0)
+    request = plan.request(policy, messages)[1]["content"]
+    assert "page 0:" in request and "page 4:" in request and "page 5:" not in request  # the last round stays
+    marker = plan.marker("S1", messages, "sum_1", "m")
+    assert marker[MARKER]["question"] == 13 and marker[MARKER]["replaced"] == 10
+    after = [*messages, marker]
+    view = prompt_messages(policy, after)
+    assert view == [question, {"role": "system", "content": SUMMARY_PREFIX + "S1"}, *messages[11:]]
+    assert prompt_tokens(after, 0) <= policy.max_prompt_tokens < prompt_tokens(messages, 0)
+
+    # More rounds of the same turn: the next summary replaces the first and the rounds since, the question stays.
+    later = [*after, *rounds(4, first=6)]
+    plan2 = plan_summary(policy, later, 0)
+    assert plan2 is not None and (plan2.start, plan2.previous, plan2.question) == (11, 13, 0)
+    request2 = plan2.request(policy, later)[1]["content"]
+    assert "[earlier summary] S1" in request2 and "user: Read every page" in request2
+    view2 = prompt_messages(policy, [*later, plan2.marker("S2", later, "sum_2", "m")])
+    assert view2[:2] == [question, {"role": "system", "content": SUMMARY_PREFIX + "S2"}]
+    assert view2[2:] == later[plan2.cut :] and len(view2[2:]) == 2  # the last round, verbatim
+
+    # A new turn: a summary of whole turns again, the old question in its request (it was in no summary).
+    reply = assistant("They say: " + "hello " * 60)
+    answered = [*later, plan2.marker("S2", later, "sum_2", "m"), reply, user("Thanks!")]
+    plan3 = plan_summary(policy, answered, 0)
+    assert plan3 is not None and plan3.question == -1
+    assert "user: Read every page" in plan3.request(policy, answered)[1]["content"]
+    assert prompt_messages(policy, [*answered, plan3.marker("S3", answered, "sum_3", "m")])[1:] == [user("Thanks!")]
+
+
+def test_one_round_alone_is_not_summarised() -> None:
+    assert plan_summary(Summarize(max_prompt_tokens=1, keep_last_turns=1), [user("q"), *rounds(1)], 0) is None
+
+
 def test_a_summary_request_names_images_and_files_without_their_data() -> None:
     parts = [{"type": "text", "text": "look at this"}, {"type": "image_url", "ref": "r/0", "bytes": 99}]
     messages = [{"role": "user", "content": parts}, assistant("a cat"), *turns(2)]
@@ -190,6 +244,40 @@ def test_a_summary_in_the_middle_of_a_tool_loop_keeps_the_prompt_well_formed(set
                 assert m["role"] != "tool" or m["tool_call_id"] in asked, prompt
                 assert "usage" not in m and MARKER not in m
         assert sum(1 for m in runner.runtime.session(session).messages if not is_marker(m)) == 8 * 4
+
+
+class InOrder(Recording):
+    """A :class:`Recording` that plays its turns in the order it is called (ScriptedModel picks a turn from the
+    assistant messages in the prompt, which a summary inside the turn replaces) and reports no usage, so the
+    engine counts the prompt as the test does."""
+
+    def __init__(self, turns: list[Any]) -> None:
+        super().__init__(turns)
+        self.played = 0
+
+    def stream(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Iterator[Any]:
+        self.prompts.append(messages)
+        if is_summary_request({"messages": messages}):
+            return iter([TextDelta("Noon in every city asked so far.")])
+        turn = self.inner.turns[min(self.played, len(self.inner.turns) - 1)]
+        self.played += 1
+        return (c for c in ScriptedModel([turn]).stream(messages, tools) if not isinstance(c, Usage))
+
+
+def test_a_question_answered_in_many_tool_rounds_stays_under_the_budget(settings: Any) -> None:
+    calls = [ScriptedTurn("", [ScriptedToolCall("clock", {"city": f"city{i}"})]) for i in range(10)]
+    model = InOrder([*calls, "Noon everywhere."])
+    policy = Summarize(max_prompt_tokens=400, keep_last_turns=1)
+    agent = Agent("rounds", model=model, tools=[clock], history=policy)
+    with InlineRunner([agent], settings=settings) as runner:
+        view = runner.run("rounds", "What time is it in ten cities?")
+        assert view.status.value == "completed", view.error
+    turns_sent = [p for p in model.prompts if not is_summary_request({"messages": p})]
+    assert len(turns_sent) == 11 and sum(is_summary_request({"messages": p}) for p in model.prompts) >= 2
+    fixed = fixed_tokens(agent.instructions, agent.tool_schemas())
+    for prompt in turns_sent:
+        assert any(m == user("What time is it in ten cities?") for m in prompt), prompt  # the question, always
+        assert fixed + sum(estimate(m) for m in prompt if m.get("role") != "system" or "Summary" in m["content"]) <= 400
 
 
 # -- real workers ------------------------------------------------------------------------------------------
