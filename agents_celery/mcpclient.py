@@ -96,11 +96,15 @@ class Connection:
     closing: asyncio.Event | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     opened: int = 0
+    #: The requests the server refused for not knowing the open session (:meth:`_on_response`): a call's
+    #: idempotency key, else the method; a new session clears them.
+    refused: set[str] = field(default_factory=set)
 
     async def ready(self) -> tuple[ClientSession, asyncio.Task[None]]:
         """The open session (opened now when there is none, or the last one died)."""
         async with self.lock:
-            if self.session is None or self.holder is None or self.holder.done():
+            dead = self.closing is None or self.closing.is_set()  # its transport ended (or it was dropped)
+            if self.session is None or self.holder is None or self.holder.done() or dead:
                 await self._open()
             assert self.session is not None and self.holder is not None
             return self.session, self.holder
@@ -108,6 +112,7 @@ class Connection:
     async def _open(self) -> None:
         started: asyncio.Future[ClientSession] = asyncio.get_running_loop().create_future()
         self.closing = asyncio.Event()
+        self.refused = set()
         self.holder = asyncio.create_task(self._hold(started, self.closing))
         try:
             self.session = await asyncio.wait_for(asyncio.shield(started), OPEN_TIMEOUT)
@@ -123,12 +128,17 @@ class Connection:
 
     async def _hold(self, started: asyncio.Future[ClientSession], closing: asyncio.Event) -> None:
         target = self.target
+        session: ClientSession | None = None
         try:
             async with AsyncExitStack() as stack:
                 if target.url is not None:
                     # The mcp package's own defaults: 30 s to connect and write, 300 s to read (a server may
                     # hold a response stream open); redirects are the transport's to follow.
-                    http = httpx2.AsyncClient(headers=dict(target.headers), timeout=httpx2.Timeout(30.0, read=300.0))
+                    http = httpx2.AsyncClient(
+                        headers=dict(target.headers),
+                        timeout=httpx2.Timeout(30.0, read=300.0),
+                        event_hooks={"response": [self._on_response]},
+                    )
                     await stack.enter_async_context(http)
                     streams = await stack.enter_async_context(streamable_http_client(target.url, http_client=http))
                 else:
@@ -136,7 +146,7 @@ class Connection:
                     params = StdioServerParameters(command=target.command[0], args=list(target.command[1:]), env=env)
                     streams = await stack.enter_async_context(stdio_client(params, errlog=_errlog()))
                 session = await stack.enter_async_context(
-                    ClientSession(streams[0], streams[1], message_handler=self._on_message)
+                    ClientSession(_Watched(streams[0], closing), streams[1], message_handler=self._on_message)
                 )
                 await session.initialize()
                 started.set_result(session)
@@ -147,7 +157,31 @@ class Connection:
             else:
                 log.info("MCP session with %s ended (%s: %s)", target.label(), type(exc).__name__, exc)
         finally:
-            self.session = None
+            if self.session is session:  # (not a newer session opened since this one's transport ended)
+                self.session = None
+
+    async def _on_response(self, response: httpx2.Response) -> None:
+        """An HTTP answer of the server: a 404, or a 400 that names the session, to a POST that carried a session
+        id says the server does not know that session (it restarted): that request was refused, not acted on.
+        The TypeScript SDK's servers (the reference ``server-everything`` among them) answer 400 "No valid session
+        ID provided" with a body the mcp client cannot read, so it reports only "Server returned an error
+        response". Only the refused POST itself counts: a refused GET (the client resuming the stream of a call
+        the old server took) says nothing about whether the call ran."""
+        request = response.request
+        if response.status_code not in (400, 404) or request.method != "POST":
+            return
+        if not request.headers.get("mcp-session-id"):
+            return
+        body = (await response.aread()).decode(errors="replace").lower()
+        if response.status_code != 404 and "session" not in body:
+            return
+        try:
+            sent = json.loads(request.content)
+        except ValueError:
+            return
+        params = sent.get("params") if isinstance(sent, dict) else None
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        self.refused.add(str(meta.get("idempotency_key")) if isinstance(meta, dict) else str(sent.get("method")))
 
     async def _on_message(self, message: Any) -> None:
         root = getattr(message, "root", message)
@@ -156,12 +190,17 @@ class Connection:
                 listener()
 
     async def request(
-        self, make: Callable[[ClientSession], Coroutine[Any, Any, T]], timeout: float, resend: bool = False
+        self,
+        make: Callable[[ClientSession], Coroutine[Any, Any, T]],
+        timeout: float,
+        resend: bool = False,
+        key: str = "",
     ) -> T:
         """``make(session)`` on the open session, bounded by ``timeout``. A server that no longer knows the session
         (restarted behind the same URL: 404, "Session not found") did not act on the request: the session is
         dropped and the request sent once more on a new one. With ``resend`` (a request safe to repeat), so is a
-        request whose connection died (a stdio server that exited since the last request).
+        request whose connection died (a stdio server that exited since the last request). ``key`` names the
+        request as :meth:`_on_response` records a refusal (a call's idempotency key, else its method).
 
         Raises:
             ServerUnreachable: no session could be opened.
@@ -169,7 +208,7 @@ class Connection:
             TimeoutError: no answer within ``timeout`` (the request is cancelled).
         """
         try:
-            return await self._once(make, timeout)
+            return await self._once(make, timeout, key)
         except _SessionGone as exc:
             log.info("MCP server %s no longer knows its session (%s): opening a new one", self.target.label(), exc)
         except ConnectionLost as exc:
@@ -177,11 +216,11 @@ class Connection:
                 raise
             log.info("MCP connection with %s lost (%s): sending again on a new session", self.target.label(), exc)
         try:
-            return await self._once(make, timeout)
+            return await self._once(make, timeout, key)
         except _SessionGone as exc:
             raise ConnectionLost(f"{self.target.label()} refused a new session too ({exc})") from None
 
-    async def _once(self, make: Callable[[ClientSession], Coroutine[Any, Any, T]], timeout: float) -> T:
+    async def _once(self, make: Callable[[ClientSession], Coroutine[Any, Any, T]], timeout: float, key: str) -> T:
         session, holder = await self.ready()
         task = asyncio.ensure_future(make(session))
         done, _ = await asyncio.wait({task, holder}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
@@ -189,7 +228,7 @@ class Connection:
             try:
                 return task.result()
             except MCPError as exc:
-                if exc.error.message in SESSION_GONE:
+                if exc.error.message in SESSION_GONE or key in self.refused:
                     self.drop()
                     raise _SessionGone(exc.error.message) from None
                 if exc.code == mcp_types.CONNECTION_CLOSED:
@@ -214,6 +253,44 @@ class Connection:
         if self.closing is not None:
             self.closing.set()
         self.session = None
+
+
+class _Watched:
+    """A transport's receive stream that sets ``ended`` when it ends (EOF: a stdio server exited, a transport
+    closed): the connection is then known dead before the next request, which goes out on a new session instead
+    of failing as "lost during the call" (it was never sent). Everything else is the stream's own."""
+
+    def __init__(self, inner: Any, ended: asyncio.Event) -> None:
+        self._inner = inner
+        self._ended = ended
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def __aenter__(self) -> _Watched:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        self._ended.set()
+        return await self._inner.__aexit__(*exc)
+
+    def __aiter__(self) -> _Watched:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self._inner.__anext__()
+        except BaseException:
+            self._ended.set()
+            raise
+
+    async def receive(self) -> Any:
+        try:
+            return await self._inner.receive()
+        except BaseException:
+            self._ended.set()
+            raise
 
 
 def _errlog() -> Any:
@@ -284,7 +361,7 @@ def list_tools(target: Target, on_list_changed: Callable[[], None], timeout: flo
         tools: list[dict[str, Any]] = []
         cursor: str | None = None
         while True:
-            page = await conn.request(_lister(cursor), timeout, resend=True)
+            page = await conn.request(_lister(cursor), timeout, resend=True, key="tools/list")
             for t in page.tools:
                 schema = dict(t.input_schema or {"type": "object", "properties": {}})
                 tools.append({"name": t.name, "description": t.description or "", "input_schema": schema})
@@ -312,6 +389,7 @@ def call_tool(
         return await conn.request(
             lambda s: s.call_tool(name, arguments, read_timeout_seconds=timeout, meta=cast(Any, meta)),
             timeout,
+            key=str(meta.get("idempotency_key")),
         )
 
     result = submit(call, 2 * (timeout + OPEN_TIMEOUT) + 1)
