@@ -200,6 +200,9 @@ class ResponsesEndpoint:
             "conversation": conversation,
             "background": body.background,
             "text": body.text if output_schema is not None else None,
+            # Which tools show as approval requests: recorded with the run, so a deploy that changes the agent's
+            # confirmations renders its responses as before (the same sequence numbers for starting_after).
+            "confirm": sorted(_confirmations(manifest)),
         }
         stream = self.runtime.stream(
             body.model,
@@ -257,6 +260,9 @@ class ResponsesEndpoint:
         """The session a new run after response ``named`` goes in (409 unless it is the newest of its run and the
         run ended, and its run the newest of its session)."""
         view = self.runtime.get(run_id)
+        parsed = parse_response_id(named)
+        if parsed is not None and parsed[1] != self._latest(run_id):
+            raise StateError(f"response {named!r} is not the newest of its run; continue from the newest")
         if not view.status.is_final:
             raise StateError(
                 f"response {named!r} is {view.status.value}: answer its approval requests or function calls "
@@ -300,9 +306,24 @@ class ResponsesEndpoint:
 
     def _fold(self, run_id: str, base: int) -> ResponseFold:
         state, _ = self.store.load(run_id)
-        manifest = self.runtime.agent_manifest(state.agent_id)
-        confirm = frozenset(t["name"] for t in manifest.get("tools", []) if t.get("requires_confirmation"))
-        return ResponseFold(_segment_of(state, base, confirm))
+        record = state.client.get("responses")
+        if isinstance(record, dict) and isinstance(record.get("confirm"), list):
+            confirm = frozenset(str(name) for name in record["confirm"])
+        else:  # a run started on another route (or before the set was recorded): the agent as deployed now
+            confirm = _confirmations(self.runtime.agent_manifest(state.agent_id))
+        segment = _segment_of(state, base, confirm)
+        segment.end_usage = lambda: self._end_usage(run_id, base)
+        return ResponseFold(segment)
+
+    def _end_usage(self, run_id: str, base: int) -> dict[str, int]:
+        """The run's running total of usage where the segment at ``base`` ended: what the next segment's
+        RUN_STARTED recorded, else the state's. The state is read first: a continue commits its state and its
+        RUN_STARTED together, so a state that counts the next segment's usage comes with that RUN_STARTED."""
+        state, _ = self.store.load(run_id)
+        for ev in self.store.log.read(run_id, base):
+            if starts_segment(ev):
+                return dict((ev.data.get("metadata") or {}).get("usage") or {})
+        return dict(state.usage)
 
     def _object(self, run_id: str, base: int) -> dict[str, Any]:
         fold = self._fold(run_id, base)
@@ -382,9 +403,7 @@ class ResponsesEndpoint:
                 break
         items = list(fold.segment.record.get("input") or []) if base == 0 else _answers(fold)
         items = [{"id": f"in_{base}_{i}", **item} for i, item in enumerate(items)]
-        if req.query.get("order", "desc") != "asc":
-            items.reverse()
-        return Reply(200, _listing(items))
+        return Reply(200, page(items, req.query, default_order="desc"))
 
     def models(self, req: Request) -> Reply:
         self.access.allow(req, "list")
@@ -452,6 +471,11 @@ class ResponsesEndpoint:
 def _not_found(named: str) -> ResponseNotFoundError:
     """The 404 of a response that does not exist, has expired or is another user's: one wording for all."""
     return ResponseNotFoundError(f"no response {named!r} (it does not exist or has expired)")
+
+
+def _confirmations(manifest: dict[str, Any]) -> frozenset[str]:
+    """The names of the agent's tools that need a confirmation, from its manifest."""
+    return frozenset(t["name"] for t in manifest.get("tools", []) if t.get("requires_confirmation"))
 
 
 def _segment_of(state: RunState, base: int, confirm: frozenset[str]) -> Segment:
