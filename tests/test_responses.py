@@ -35,6 +35,7 @@ class Server:
     """A Flask app serving the API at the root on a free port, in a thread (werkzeug's threaded server)."""
 
     def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
         self.app = Flask("responses-test")
         init_app(self.app, runtime, authorize=owner_rule, user_id=lambda: request.headers.get("X-User"))  # type: ignore[arg-type]
         self.app.config["AGENTS_CELERY_KEEPALIVE_SECONDS"] = 0.3

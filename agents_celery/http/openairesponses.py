@@ -63,6 +63,8 @@ from .responses import (
 from .responsesinput import (
     Input,
     approval,
+    check_create,
+    check_item,
     conversation_of,
     function_tools,
     output_schema_of,
@@ -140,6 +142,7 @@ class ResponsesEndpoint:
         made (:mod:`.responsesretry`)."""
         fields = req.body()
         body = parse(fields, CreateBody, limits=self.limits)
+        check_create(fields, max_chars=self.runtime.settings.max_message_chars, max_bytes=self.limits.max_body_bytes)
         known = fingerprint(req.user_id, fields)
         joined = self.retries.join(known, first=req.headers.get("x-stainless-retry-count") == "0")
         if joined is not None and (parsed := parse_response_id(joined)) is not None:
@@ -455,6 +458,8 @@ class ResponsesEndpoint:
         """Items a client adds to its conversation (the Agents SDK's ``OpenAIConversationsSession`` adds each
         turn's): they join the session's history, so the next response in the conversation sees them."""
         body = parse(req.body(), ConversationItemsBody, limits=self.limits)
+        for i, item in enumerate(body.items):
+            check_item(item, f"items[{i}]", self.runtime.settings.max_message_chars)
         self._conversation(req, conversation_id, "continue")
         messages = messages_of(body.items)
         start = len(self.store.sessions.history(conversation_id))
