@@ -7,6 +7,7 @@ limits, the session's real worker, real Redis, the fake OpenAI server as the age
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -111,3 +112,29 @@ def test_conversation_items_are_held_to_the_message_limit(small: Server, client:
         client.conversations.items.create(conversation.id, items=[user("fine"), {"role": "assistant", "content": LONG}])  # type: ignore[list-item]
     assert refused.value.param == "items[1].content" and refused.value.code == "string_above_max_length"
     assert client.conversations.items.list(conversation.id).data == []  # nothing added
+
+
+def test_the_texts_of_a_create_are_stored_once(small: Server, client: openai.OpenAI, script: Any) -> None:
+    """The instructions and the earlier messages are the model's context; the response's record names their place
+    there instead of holding them a second time (both are rewritten with every checkpoint)."""
+    script("Noted.")
+    history = [
+        {"role": "developer", "content": "DEV-TEXT be brief"},
+        user("USER-ONE"),
+        {"role": "assistant", "content": "ASSISTANT-TWO"},
+        user("the new message"),
+    ]
+    made = client.responses.create(model="fake", input=history, instructions="INSTRUCTIONS-TEXT")  # type: ignore[arg-type]
+    assert made.output_text == "Noted." and made.instructions == "INSTRUCTIONS-TEXT"
+    state, _ = small.runtime.store.load(newest(small) or "")
+    stored = json.dumps(state.client)
+    for text in ("DEV-TEXT be brief", "USER-ONE", "ASSISTANT-TWO", "INSTRUCTIONS-TEXT"):
+        assert stored.count(text) == 1, (text, stored)
+    shown = client.responses.input_items.list(made.id, order="asc").data
+    assert [(i.role, i.content[0].text) for i in shown] == [  # type: ignore[union-attr]
+        ("developer", "DEV-TEXT be brief"),
+        ("user", "USER-ONE"),
+        ("assistant", "ASSISTANT-TWO"),
+        ("user", "the new message"),
+    ]
+    assert client.responses.retrieve(made.id).instructions == "INSTRUCTIONS-TEXT"

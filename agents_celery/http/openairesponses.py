@@ -65,7 +65,9 @@ from .responsesinput import (
     approval,
     check_create,
     check_item,
+    compact,
     conversation_of,
+    expand,
     function_tools,
     output_schema_of,
     parse_input,
@@ -214,7 +216,7 @@ class ResponsesEndpoint:
             user_id=req.user_id,
             idempotency_key=req.headers.get("Idempotency-Key") or None,
             client_tools=tools,
-            client={"context": got.context, "responses": record},
+            client={"context": got.context, "responses": compact(record, got.context)},
             output_schema=output_schema,
         )
         return stream.run_id, 0
@@ -484,7 +486,8 @@ def _confirmations(manifest: dict[str, Any]) -> frozenset[str]:
 
 
 def _segment_of(state: RunState, base: int, confirm: frozenset[str]) -> Segment:
-    record = state.client.get("responses") if isinstance(state.client.get("responses"), dict) else {}
+    stored = state.client.get("responses")
+    record = expand(stored, state.client.get("context")) if isinstance(stored, dict) else {}
     functions = frozenset(t["name"] for t in state.client_tools if t.get("name"))
     return Segment(state.run_id, base, state.agent_id, dict(record or {}), functions, confirm, dict(state.usage))
 

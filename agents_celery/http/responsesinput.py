@@ -280,6 +280,67 @@ def _checked(got: Input) -> Input:
     return got
 
 
+def compact(record: dict[str, Any], context: list[dict[str, str]]) -> dict[str, Any]:
+    """A run's Responses record without the texts its context holds already (the context is stored with the run,
+    and both are rewritten with each checkpoint): the instructions, and each earlier message of the input, name
+    their place in the context instead (``{"context": n}``). :func:`expand` gives them back."""
+    out = dict(record)
+    if context and context[0]["description"] == "instructions" and record.get("instructions") == context[0]["value"]:
+        out["instructions"] = {"context": 0}
+    items, at = [], 0
+    for item in record.get("input") or []:
+        found = _place(context, at, item)
+        if found is None:
+            items.append(item)
+        else:
+            items.append({"type": "message", "role": item.get("role"), "context": found})
+            at = found + 1
+    out["input"] = items
+    return out
+
+
+def expand(record: dict[str, Any], context: Any) -> dict[str, Any]:
+    """A record as :func:`compact` left it, its texts taken back from the run's context."""
+
+    def text(ref: Any) -> Any:
+        n = ref.get("context") if isinstance(ref, dict) else None
+        if isinstance(n, int) and isinstance(context, list) and 0 <= n < len(context) and isinstance(context[n], dict):
+            return context[n].get("value")
+        return ref
+
+    out = dict(record)
+    if isinstance(record.get("instructions"), dict):
+        out["instructions"] = text(record["instructions"])
+    items = []
+    for item in record.get("input") or []:
+        if isinstance(item, dict) and "context" in item and "content" not in item:
+            items.append(message_item(str(item.get("role")), str(text(item) or "")))
+        else:
+            items.append(item)
+    out["input"] = items
+    return out
+
+
+def _place(context: list[dict[str, str]], at: int, item: dict[str, Any]) -> int | None:
+    """Where, from ``at`` on, the context holds the text of a message ``item`` (None: it holds none)."""
+    text, role = _single_text(item), item.get("role")
+    if text is None:
+        return None
+    kinds = (f"{role} message", f"earlier {role} message")
+    return next(
+        (n for n in range(at, len(context)) if context[n]["value"] == text and context[n]["description"] in kinds), None
+    )
+
+
+def _single_text(item: dict[str, Any]) -> str | None:
+    """The text of a message item holding one text part (as :func:`message_item` makes them), else None."""
+    content = item.get("content")
+    if item.get("type") != "message" or not isinstance(content, list) or len(content) != 1:
+        return None
+    part = content[0]
+    return part.get("text") if isinstance(part, dict) and isinstance(part.get("text"), str) else None
+
+
 def message_item(role: str, text: str) -> dict[str, Any]:
     """A text message as a Responses ``message`` item."""
     kind = "output_text" if role == "assistant" else "input_text"
