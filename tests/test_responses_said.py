@@ -207,3 +207,17 @@ def test_a_replay_does_not_depend_on_the_manifest_deployed_now(
         assert [i.type for i in client.responses.retrieve(response_id).output] == ["message", "mcp_call", "message"]
     finally:
         store.agents.refresh(deployed)
+
+
+def test_usage_of_an_approval_round_adds_up_to_the_run_s(
+    client: openai.OpenAI, script: Any, fast_settings: Any
+) -> None:
+    script(ScriptedTurn(tool_calls=[ScriptedToolCall("delete_file", {"path": "/tmp/x"}, "call_d1")]), "Done with it.")
+    paused = client.responses.create(model="fake", input="delete /tmp/x")
+    (request,) = [i for i in paused.output if i.type == "mcp_approval_request"]
+    approve = {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": True}
+    done = client.responses.create(model="fake", previous_response_id=paused.id, input=[approve])  # type: ignore[list-item]
+    total = Runtime(settings=fast_settings).get(run_of(paused.id)).usage
+    assert paused.usage is not None and done.usage is not None and done.usage.total_tokens > 0
+    assert paused.usage.total_tokens + done.usage.total_tokens == total["total_tokens"]
+    assert client.responses.retrieve(paused.id).usage == paused.usage

@@ -79,6 +79,8 @@ from .sse import LogStream, frame
 
 #: How long a cancel waits for the response to end before it answers (it ends within the stop's bound).
 CANCEL_WAIT_SECONDS = 10.0
+#: How many events after a segment's end are looked at for the next segment's start (it is the next event).
+_NEXT_START_WITHIN = 8
 
 
 def _listing(items: list[dict[str, Any]]) -> dict[str, Any]:
@@ -317,17 +319,18 @@ class ResponsesEndpoint:
         else:  # a run started on another route (or before the set was recorded): the agent as deployed now
             confirm = _confirmations(self.runtime.agent_manifest(state.agent_id))
         segment = _segment_of(state, base, confirm)
-        segment.end_usage = lambda: self._end_usage(run_id, base)
+        segment.end_usage = lambda at: self._end_usage(run_id, at)
         return ResponseFold(segment)
 
-    def _end_usage(self, run_id: str, base: int) -> dict[str, int]:
-        """The run's running total of usage where the segment at ``base`` ended: what the next segment's
-        RUN_STARTED recorded, else the state's. The state is read first: a continue commits its state and its
-        RUN_STARTED together, so a state that counts the next segment's usage comes with that RUN_STARTED."""
+    def _end_usage(self, run_id: str, at: int) -> dict[str, int]:
+        """The run's running total of usage where the segment whose terminal event is at offset ``at`` ended: what
+        the next segment's RUN_STARTED recorded (it comes right after the pause that ended this one), else the
+        state's. The state is read first: a continue commits its state and its RUN_STARTED together, so a state
+        that counts the next segment's usage comes with that RUN_STARTED."""
         state, _ = self.store.load(run_id)
-        for ev in self.store.log.read(run_id, base):
-            if starts_segment(ev):
-                return dict((ev.data.get("metadata") or {}).get("usage") or {})
+        for ev in self.store.log.read(run_id, at, limit=_NEXT_START_WITHIN):
+            if ev.type is EventType.RUN_STARTED:  # a continue's, or a stop's (no segment: the run's total)
+                return dict((ev.data.get("metadata") or {}).get("usage") or {}) if starts_segment(ev) else state.usage
         return dict(state.usage)
 
     def _object(self, run_id: str, base: int) -> dict[str, Any]:

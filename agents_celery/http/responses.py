@@ -125,8 +125,9 @@ class Segment:
     confirm: frozenset[str] = frozenset()
     #: The run's running total of usage, as its state holds it now.
     usage: dict[str, int] = field(default_factory=dict)
-    #: The run's running total when the segment ended (read when the fold reaches the end; None: ``usage``).
-    end_usage: Callable[[], dict[str, int]] | None = None
+    #: The run's running total where the segment ended, given the offset of its terminal event (read when the
+    #: fold reaches it; None: ``usage``).
+    end_usage: Callable[[int], dict[str, int]] | None = None
 
     @property
     def id(self) -> str:
@@ -152,6 +153,7 @@ class ResponseFold:
         #: The run's usage when the segment started (its RUN_STARTED records it) and the segment's own, once ended.
         self.start_usage: dict[str, int] = {}
         self.usage: dict[str, int] | None = None
+        self._at = -1  # the offset of the event being rendered
         self.error: dict[str, Any] | None = None
         self.created_at = 0
         #: Set once the segment's RUN_STARTED was seen; ``ended`` once its terminal event was.
@@ -188,6 +190,7 @@ class ResponseFold:
             self.decisions = list(meta.get("decisions") or [])
             self.start_usage = dict(meta.get("usage") or {})
             return [self._event("response.created", response=self.response())]
+        self._at = ev.offset
         return self._render(ev)
 
     def _remember(self, ev: Event) -> None:
@@ -359,7 +362,7 @@ class ResponseFold:
         out = self._close_all()
         self.status, self.ended = status, True
         seg = self.segment
-        self.usage = usage_between(self.start_usage, seg.end_usage() if seg.end_usage else seg.usage)
+        self.usage = usage_between(self.start_usage, seg.end_usage(self._at) if seg.end_usage else seg.usage)
         return [*out, self._event(TERMINAL_EVENT[status], response=self.response())]
 
     # -- items -----------------------------------------------------------------------------------------------
