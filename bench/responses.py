@@ -16,6 +16,7 @@ from __future__ import annotations
 import http.client
 import json
 import time
+import uuid
 from typing import Any
 
 from .common import Row, agents_worker, log, median, percentile, prefixed, runtime_for
@@ -28,7 +29,9 @@ def responses_token_latencies(port: int, tokens: int) -> tuple[list[float], str,
     response_id, last = "", -1
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     try:
-        body = json.dumps({"model": "streamer", "input": "go", "stream": True, "background": True})
+        # each create its own input: an identical body from the same caller within the retry window joins the
+        # first request's response (http/responsesretry.py), and its stream would be a replay of that run
+        body = json.dumps({"model": "streamer", "input": f"go {uuid.uuid4().hex}", "stream": True, "background": True})
         conn.request("POST", "/v1/responses", body, {"Content-Type": "application/json"})
         resp = conn.getresponse()
         assert resp.status == 200, resp.status

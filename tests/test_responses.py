@@ -35,6 +35,7 @@ class Server:
     """A Flask app serving the API at the root on a free port, in a thread (werkzeug's threaded server)."""
 
     def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
         self.app = Flask("responses-test")
         init_app(self.app, runtime, authorize=owner_rule, user_id=lambda: request.headers.get("X-User"))  # type: ignore[arg-type]
         self.app.config["AGENTS_CELERY_KEEPALIVE_SECONDS"] = 0.3
@@ -509,7 +510,9 @@ def test_parse_gives_output_parsed(client: openai.OpenAI, fake_openai: Any) -> N
     fake_openai.responder = answer
     parsed = client.responses.parse(model="fake", input="solve 8x + 31 = 2", text_format=MathResponse)
     assert parsed.output_parsed == MATH
-    assert [getattr(i, "phase", None) for i in parsed.output if i.type == "message"] == ["commentary", "final_answer"]
+    # the answer sent back is commentary: a reasoning item, so output_text is the answer (test_responses_said.py)
+    shown = [(i.type, getattr(i, "phase", None)) for i in parsed.output]
+    assert shown == [("reasoning", None), ("message", "final_answer")]
     asked = fake_openai.requests[-1]["response_format"]
     assert asked["type"] == "json_schema" and asked["json_schema"]["schema"]["properties"].keys() == {
         "steps",

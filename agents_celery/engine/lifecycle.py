@@ -172,6 +172,8 @@ class Lifecycle:
         """Commit a paused run going on (``state``: as it goes on, running), under its lease ``token``: a new
         RUN_STARTED with ``metadata`` and ``events``; ``awaiting``: the child runs it waits for from now on;
         ``send``: send its next step now."""
+        if state.usage:  # the running total where the new segment starts: a Responses response's usage is its own
+            metadata = {**metadata, "usage": dict(state.usage)}
         started = make_event(EventType.RUN_STARTED, thread_id=state.session_id, run_id=state.run_id, metadata=metadata)
         if awaiting is not None:  # before the commit: a crash between the two leaves a harmless note
             self.store.await_children(state.run_id, list(awaiting))

@@ -63,7 +63,11 @@ from .responses import (
 from .responsesinput import (
     Input,
     approval,
+    check_create,
+    check_item,
+    compact,
     conversation_of,
+    expand,
     function_tools,
     output_schema_of,
     parse_input,
@@ -75,6 +79,8 @@ from .sse import LogStream, frame
 
 #: How long a cancel waits for the response to end before it answers (it ends within the stop's bound).
 CANCEL_WAIT_SECONDS = 10.0
+#: How many events after a segment's end are looked at for the next segment's start (it is the next event).
+_NEXT_START_WITHIN = 8
 
 
 def _listing(items: list[dict[str, Any]]) -> dict[str, Any]:
@@ -140,6 +146,7 @@ class ResponsesEndpoint:
         made (:mod:`.responsesretry`)."""
         fields = req.body()
         body = parse(fields, CreateBody, limits=self.limits)
+        check_create(fields, max_chars=self.runtime.settings.max_message_chars, max_bytes=self.limits.max_body_bytes)
         known = fingerprint(req.user_id, fields)
         joined = self.retries.join(known, first=req.headers.get("x-stainless-retry-count") == "0")
         if joined is not None and (parsed := parse_response_id(joined)) is not None:
@@ -200,6 +207,9 @@ class ResponsesEndpoint:
             "conversation": conversation,
             "background": body.background,
             "text": body.text if output_schema is not None else None,
+            # Which tools show as approval requests: recorded with the run, so a deploy that changes the agent's
+            # confirmations renders its responses as before (the same sequence numbers for starting_after).
+            "confirm": sorted(_confirmations(manifest)),
         }
         stream = self.runtime.stream(
             body.model,
@@ -208,7 +218,7 @@ class ResponsesEndpoint:
             user_id=req.user_id,
             idempotency_key=req.headers.get("Idempotency-Key") or None,
             client_tools=tools,
-            client={"context": got.context, "responses": record},
+            client={"context": got.context, "responses": compact(record, got.context)},
             output_schema=output_schema,
         )
         return stream.run_id, 0
@@ -257,6 +267,9 @@ class ResponsesEndpoint:
         """The session a new run after response ``named`` goes in (409 unless it is the newest of its run and the
         run ended, and its run the newest of its session)."""
         view = self.runtime.get(run_id)
+        parsed = parse_response_id(named)
+        if parsed is not None and parsed[1] != self._latest(run_id):
+            raise StateError(f"response {named!r} is not the newest of its run; continue from the newest")
         if not view.status.is_final:
             raise StateError(
                 f"response {named!r} is {view.status.value}: answer its approval requests or function calls "
@@ -300,9 +313,25 @@ class ResponsesEndpoint:
 
     def _fold(self, run_id: str, base: int) -> ResponseFold:
         state, _ = self.store.load(run_id)
-        manifest = self.runtime.agent_manifest(state.agent_id)
-        confirm = frozenset(t["name"] for t in manifest.get("tools", []) if t.get("requires_confirmation"))
-        return ResponseFold(_segment_of(state, base, confirm))
+        record = state.client.get("responses")
+        if isinstance(record, dict) and isinstance(record.get("confirm"), list):
+            confirm = frozenset(str(name) for name in record["confirm"])
+        else:  # a run started on another route (or before the set was recorded): the agent as deployed now
+            confirm = _confirmations(self.runtime.agent_manifest(state.agent_id))
+        segment = _segment_of(state, base, confirm)
+        segment.end_usage = lambda at: self._end_usage(run_id, at)
+        return ResponseFold(segment)
+
+    def _end_usage(self, run_id: str, at: int) -> dict[str, int]:
+        """The run's running total of usage where the segment whose terminal event is at offset ``at`` ended: what
+        the next segment's RUN_STARTED recorded (it comes right after the pause that ended this one), else the
+        state's. The state is read first: a continue commits its state and its RUN_STARTED together, so a state
+        that counts the next segment's usage comes with that RUN_STARTED."""
+        state, _ = self.store.load(run_id)
+        for ev in self.store.log.read(run_id, at, limit=_NEXT_START_WITHIN):
+            if ev.type is EventType.RUN_STARTED:  # a continue's, or a stop's (no segment: the run's total)
+                return dict((ev.data.get("metadata") or {}).get("usage") or {}) if starts_segment(ev) else state.usage
+        return dict(state.usage)
 
     def _object(self, run_id: str, base: int) -> dict[str, Any]:
         fold = self._fold(run_id, base)
@@ -382,9 +411,7 @@ class ResponsesEndpoint:
                 break
         items = list(fold.segment.record.get("input") or []) if base == 0 else _answers(fold)
         items = [{"id": f"in_{base}_{i}", **item} for i, item in enumerate(items)]
-        if req.query.get("order", "desc") != "asc":
-            items.reverse()
-        return Reply(200, _listing(items))
+        return Reply(200, page(items, req.query, default_order="desc"))
 
     def models(self, req: Request) -> Reply:
         self.access.allow(req, "list")
@@ -436,6 +463,8 @@ class ResponsesEndpoint:
         """Items a client adds to its conversation (the Agents SDK's ``OpenAIConversationsSession`` adds each
         turn's): they join the session's history, so the next response in the conversation sees them."""
         body = parse(req.body(), ConversationItemsBody, limits=self.limits)
+        for i, item in enumerate(body.items):
+            check_item(item, f"items[{i}]", self.runtime.settings.max_message_chars)
         self._conversation(req, conversation_id, "continue")
         messages = messages_of(body.items)
         start = len(self.store.sessions.history(conversation_id))
@@ -454,8 +483,14 @@ def _not_found(named: str) -> ResponseNotFoundError:
     return ResponseNotFoundError(f"no response {named!r} (it does not exist or has expired)")
 
 
+def _confirmations(manifest: dict[str, Any]) -> frozenset[str]:
+    """The names of the agent's tools that need a confirmation, from its manifest."""
+    return frozenset(t["name"] for t in manifest.get("tools", []) if t.get("requires_confirmation"))
+
+
 def _segment_of(state: RunState, base: int, confirm: frozenset[str]) -> Segment:
-    record = state.client.get("responses") if isinstance(state.client.get("responses"), dict) else {}
+    stored = state.client.get("responses")
+    record = expand(stored, state.client.get("context")) if isinstance(stored, dict) else {}
     functions = frozenset(t["name"] for t in state.client_tools if t.get("name"))
     return Segment(state.run_id, base, state.agent_id, dict(record or {}), functions, confirm, dict(state.usage))
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,6 +94,11 @@ def starts_segment(ev: Event) -> bool:
     return ev.type is EventType.RUN_STARTED and not (ev.data.get("metadata") or {}).get("stopping")
 
 
+def usage_between(start: dict[str, int], end: dict[str, int]) -> dict[str, int]:
+    """The usage of a stretch of a run: its running total at the end less the one at the start."""
+    return {name: max(0, int(value) - int(start.get(name, 0))) for name, value in end.items()}
+
+
 def usage_object(usage: dict[str, int]) -> dict[str, Any]:
     """Our usage counters as the Responses API spells them."""
     given, made = int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
@@ -117,7 +123,11 @@ class Segment:
     #: confirmation (their calls show as approval requests).
     functions: frozenset[str] = frozenset()
     confirm: frozenset[str] = frozenset()
+    #: The run's running total of usage, as its state holds it now.
     usage: dict[str, int] = field(default_factory=dict)
+    #: The run's running total where the segment ended, given the offset of its terminal event (read when the
+    #: fold reaches it; None: ``usage``).
+    end_usage: Callable[[int], dict[str, int]] | None = None
 
     @property
     def id(self) -> str:
@@ -137,7 +147,13 @@ class ResponseFold:
         self.segment = segment
         self.seq = -1
         self.output: list[dict[str, Any]] = []
-        self.status = "queued"
+        # A background response waits in a queue; a foreground one is worked on from the start, as OpenAI's.
+        self.status = "queued" if segment.record.get("background") else "in_progress"
+        self._in_progress_sent = False
+        #: The run's usage when the segment started (its RUN_STARTED records it) and the segment's own, once ended.
+        self.start_usage: dict[str, int] = {}
+        self.usage: dict[str, int] | None = None
+        self._at = -1  # the offset of the event being rendered
         self.error: dict[str, Any] | None = None
         self.created_at = 0
         #: Set once the segment's RUN_STARTED was seen; ``ended`` once its terminal event was.
@@ -170,8 +186,11 @@ class ResponseFold:
                 return []
             self.started = True
             self.created_at = ev.timestamp // 1000
-            self.decisions = list((ev.data.get("metadata") or {}).get("decisions") or [])
+            meta = ev.data.get("metadata") or {}
+            self.decisions = list(meta.get("decisions") or [])
+            self.start_usage = dict(meta.get("usage") or {})
             return [self._event("response.created", response=self.response())]
+        self._at = ev.offset
         return self._render(ev)
 
     def _remember(self, ev: Event) -> None:
@@ -186,8 +205,8 @@ class ResponseFold:
         data, kind = ev.data, ev.type
         if kind is EventType.STEP_STARTED:
             self._step_items = []
-            if self.status == "queued":
-                self.status = "in_progress"
+            if not self._in_progress_sent:
+                self.status, self._in_progress_sent = "in_progress", True
                 return [self._event("response.in_progress", response=self.response())]
             return []
         if kind is EventType.STEP_FINISHED:
@@ -342,6 +361,8 @@ class ResponseFold:
     def _end(self, status: str) -> list[dict[str, Any]]:
         out = self._close_all()
         self.status, self.ended = status, True
+        seg = self.segment
+        self.usage = usage_between(self.start_usage, seg.end_usage(self._at) if seg.end_usage else seg.usage)
         return [*out, self._event(TERMINAL_EVENT[status], response=self.response())]
 
     # -- items -----------------------------------------------------------------------------------------------
@@ -402,8 +423,10 @@ class ResponseFold:
     # -- the Response object ---------------------------------------------------------------------------------
 
     def response(self, usage: bool = False) -> dict[str, Any]:
-        """The Response object as it stands. ``usage``: with the run's usage so far (not in stream events: they
-        are the same on every replay, and the log does not hold usage)."""
+        """The Response object as it stands. Once the segment ended it carries the segment's own usage (in its
+        terminal stream event too: a segment's usage no longer changes once it ended, so replays are the same);
+        before, ``usage`` asks for the usage so far (not in stream events, which must be the same on every
+        replay)."""
         seg, record = self.segment, self.segment.record
         previous = record.get("previous_response_id") if seg.base == 0 else None
         if self.previous_base is not None:
@@ -432,16 +455,33 @@ class ResponseFold:
             "max_output_tokens": None,
             "incomplete_details": None,
             "error": self.error,
-            "usage": usage_object(seg.usage) if usage else None,
+            "usage": self._usage(usage),
         }
 
+    def _usage(self, so_far: bool) -> dict[str, Any] | None:
+        if self.usage is not None:
+            return usage_object(self.usage)
+        return usage_object(usage_between(self.start_usage, self.segment.usage)) if so_far else None
+
     def _output(self) -> list[dict[str, Any]]:
+        """The items as the Response object has them. Once a structured response has its answer, the messages
+        before it (text before a tool call, an answer that failed the schema and was sent back) are shown as
+        ``reasoning`` items: the SDK's ``output_text`` joins the text of every ``message`` item, and it is the
+        answer (``json.loads(response.output_text)`` works, as with OpenAI's)."""
         out = [_copy(i) for i in self.output]
         if self.segment.structured and self.answered:
-            last = next((i for i in reversed(out) if i["type"] == "message"), None)
+            last = next((n for n in range(len(out) - 1, -1, -1) if out[n]["type"] == "message"), None)
             if last is not None:
-                last["phase"] = "final_answer"
+                out[last]["phase"] = "final_answer"
+                out[:last] = [_reasoning(i) if i["type"] == "message" else i for i in out[:last]]
         return out
+
+
+def _reasoning(message: dict[str, Any]) -> dict[str, Any]:
+    """A commentary message of a structured response as a ``reasoning`` item (its text kept, as reasoning text)."""
+    text = "".join(p.get("text", "") for p in message.get("content", []))
+    content = [{"type": "reasoning_text", "text": text}]
+    return {"id": message["id"], "type": "reasoning", "summary": [], "content": content, "status": message["status"]}
 
 
 def _copy(item: dict[str, Any], **override: Any) -> dict[str, Any]:

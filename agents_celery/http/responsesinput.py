@@ -8,12 +8,16 @@ what is wrong. The routes (:mod:`.openairesponses`) use these.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..decisions import Decision
-from ..errors import BadRequestError, UnsupportedError
+from ..errors import BadRequestError, PayloadTooLargeError, UnsupportedError
 from .bodies import Limits, loads
+
+#: OpenAI's limits on ``metadata``: 16 pairs, keys of 64 characters at most, values of 512.
+MAX_METADATA, MAX_METADATA_KEY, MAX_METADATA_VALUE = 16, 64, 512
 
 
 @dataclass
@@ -33,6 +37,116 @@ class Input:
     earlier: list[dict[str, str]] = field(default_factory=list)
     #: The call ids the items carry (function calls, their outputs, approval requests and answers), in order.
     call_ids: list[str] = field(default_factory=list)
+
+
+def check_create(fields: dict[str, Any], *, max_chars: int, max_bytes: int) -> None:
+    """A create body's texts held to the limits, before anything is done with it (docs/responses.md, "Limits").
+
+    Each text is at most ``max_chars`` characters (``AGENTS_CELERY_MAX_MESSAGE_CHARS``): the instructions, each
+    message's text (the new user message's text parts together), each function call's output and arguments, an
+    approval's reason and arguments; ``metadata`` is held to OpenAI's limits. A text over its limit is a 400 naming
+    it (``param``: ``input[3].content``). Then the body without the new user message's inline images and files
+    (they have their own limits, checked when the run takes them) is at most ``max_bytes``
+    (``AGENTS_CELERY_MAX_BODY_BYTES``): 413 otherwise. So the texts a run stores with it stay as small as the
+    other routes' bodies, whatever room the body has for images.
+    """
+    instructions = fields.get("instructions")
+    if isinstance(instructions, str):
+        _check_chars(instructions, "instructions", max_chars)
+    _check_metadata(fields.get("metadata"))
+    value = fields.get("input")
+    inline: set[int] = set()
+    if isinstance(value, str):
+        _check_chars(value, "input", max_chars)
+    elif isinstance(value, list):
+        last = _last_user(value)
+        for i, item in enumerate(value):
+            if isinstance(item, dict):
+                check_item(item, f"input[{i}]", max_chars)
+                if i == last:
+                    inline = _inline_data(item.get("content"))
+    size = _size(fields, inline)
+    if size > max_bytes:
+        error = PayloadTooLargeError(
+            f"the body holds {size} bytes besides the new message's images and files; at most {max_bytes} are "
+            "accepted (AGENTS_CELERY_MAX_BODY_BYTES)"
+        )
+        error.param = "input"
+        raise error
+
+
+def check_item(item: dict[str, Any], where: str, max_chars: int) -> None:
+    """The texts of one input or conversation item (``where``: its param, ``input[3]``) held to ``max_chars``."""
+    kind = item.get("type", "message" if "role" in item else None)
+    if kind == "message":
+        _check_chars(_text_of(item.get("content")), f"{where}.content", max_chars)
+    elif kind == "function_call_output":
+        _check_chars(_text_of(item.get("output")), f"{where}.output", max_chars)
+    for key in ("arguments", "reason"):
+        if key in item:
+            text = item[key] if isinstance(item[key], str) else json.dumps(item[key], default=str)
+            _check_chars(text, f"{where}.{key}", max_chars)
+
+
+def _text_of(content: Any) -> str:
+    """The text of message content or of an output (a string, or parts), as the model would get it."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
+    return ""
+
+
+def _check_chars(text: str, param: str, most: int) -> None:
+    if len(text) > most:
+        error = BadRequestError(
+            f"{param} has {len(text)} characters; at most {most} are accepted (AGENTS_CELERY_MAX_MESSAGE_CHARS)"
+        )
+        error.code, error.param = "string_above_max_length", param
+        raise error
+
+
+def _check_metadata(metadata: Any) -> None:
+    if not isinstance(metadata, dict):
+        return
+    problem = None
+    if len(metadata) > MAX_METADATA:
+        problem = f"metadata has {len(metadata)} pairs; at most {MAX_METADATA} are accepted"
+    for key, value in metadata.items():
+        if len(str(key)) > MAX_METADATA_KEY:
+            problem = f"metadata key {str(key)[:40]!r}... is over {MAX_METADATA_KEY} characters"
+        elif isinstance(value, str) and len(value) > MAX_METADATA_VALUE:
+            problem = f"metadata value of {str(key)[:40]!r} has {len(value)} characters; at most {MAX_METADATA_VALUE}"
+    if problem:
+        error = BadRequestError(problem)
+        error.param = "metadata"
+        raise error
+
+
+def _inline_data(content: Any) -> set[int]:
+    """The ids of the strings holding the inline data (data URLs, ``file_data``) of the new message's parts."""
+    found: set[int] = set()
+    for part in content if isinstance(content, list) else []:
+        if not isinstance(part, dict):
+            continue
+        url, data = part.get("image_url"), part.get("file_data")
+        if part.get("type") == "input_image" and isinstance(url, str) and url.startswith("data:"):
+            found.add(id(url))
+        if part.get("type") == "input_file" and isinstance(data, str):
+            found.add(id(data))
+    return found
+
+
+def _size(value: Any, skip: set[int]) -> int:
+    """The bytes of the texts in ``value`` (keys and strings, UTF-8), the strings whose ids are in ``skip`` left
+    out (the body's depth is held to its limit before: the walk is shallow)."""
+    if isinstance(value, str):
+        return 0 if id(value) in skip else len(value.encode("utf-8", "replace"))
+    if isinstance(value, dict):
+        return sum(len(str(k)) + _size(v, skip) for k, v in value.items())
+    if isinstance(value, list):
+        return sum(_size(v, skip) for v in value)
+    return len(str(value))
 
 
 def _chat_part(part: Any) -> dict[str, Any]:
@@ -164,6 +278,67 @@ def _checked(got: Input) -> Input:
     if got.text is None and not (got.approvals or got.outputs):
         raise BadRequestError("input must end with a user message, or answer a paused response")
     return got
+
+
+def compact(record: dict[str, Any], context: list[dict[str, str]]) -> dict[str, Any]:
+    """A run's Responses record without the texts its context holds already (the context is stored with the run,
+    and both are rewritten with each checkpoint): the instructions, and each earlier message of the input, name
+    their place in the context instead (``{"context": n}``). :func:`expand` gives them back."""
+    out = dict(record)
+    if context and context[0]["description"] == "instructions" and record.get("instructions") == context[0]["value"]:
+        out["instructions"] = {"context": 0}
+    items, at = [], 0
+    for item in record.get("input") or []:
+        found = _place(context, at, item)
+        if found is None:
+            items.append(item)
+        else:
+            items.append({"type": "message", "role": item.get("role"), "context": found})
+            at = found + 1
+    out["input"] = items
+    return out
+
+
+def expand(record: dict[str, Any], context: Any) -> dict[str, Any]:
+    """A record as :func:`compact` left it, its texts taken back from the run's context."""
+
+    def text(ref: Any) -> Any:
+        n = ref.get("context") if isinstance(ref, dict) else None
+        if isinstance(n, int) and isinstance(context, list) and 0 <= n < len(context) and isinstance(context[n], dict):
+            return context[n].get("value")
+        return ref
+
+    out = dict(record)
+    if isinstance(record.get("instructions"), dict):
+        out["instructions"] = text(record["instructions"])
+    items = []
+    for item in record.get("input") or []:
+        if isinstance(item, dict) and "context" in item and "content" not in item:
+            items.append(message_item(str(item.get("role")), str(text(item) or "")))
+        else:
+            items.append(item)
+    out["input"] = items
+    return out
+
+
+def _place(context: list[dict[str, str]], at: int, item: dict[str, Any]) -> int | None:
+    """Where, from ``at`` on, the context holds the text of a message ``item`` (None: it holds none)."""
+    text, role = _single_text(item), item.get("role")
+    if text is None:
+        return None
+    kinds = (f"{role} message", f"earlier {role} message")
+    return next(
+        (n for n in range(at, len(context)) if context[n]["value"] == text and context[n]["description"] in kinds), None
+    )
+
+
+def _single_text(item: dict[str, Any]) -> str | None:
+    """The text of a message item holding one text part (as :func:`message_item` makes them), else None."""
+    content = item.get("content")
+    if item.get("type") != "message" or not isinstance(content, list) or len(content) != 1:
+        return None
+    part = content[0]
+    return part.get("text") if isinstance(part, dict) and isinstance(part.get("text"), str) else None
 
 
 def message_item(role: str, text: str) -> dict[str, Any]:
