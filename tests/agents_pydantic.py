@@ -3,7 +3,9 @@
 Each agent talks to the FakeOpenAIServer of the test session (``FAKE_OPENAI_URL``) through pydantic-ai's own
 ``OpenAIChatModel``. Tools count their executions in Redis (as ``tests.agents_fixture``'s do). A test arms a crash
 with a Redis key: ``crash_key("journal", "any")`` holding N kills the worker (SIGKILL) right after the Nth
-journal write; ``crash_key("tool_body", "any")`` kills it between a tool's body and its journal write, once.
+journal write; ``crash_key("journal_each", "any")`` holding N kills it right after each of the next N journal
+writes (every attempt that saves a unit dies); ``crash_key("tool_body", "any")`` kills it between a tool's body
+and its journal write, once.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ def _after_write(run_id: str, name: str, seq: int) -> None:
     key = crash_key("journal", ANY)
     if _redis.get(key) is not None and _redis.decr(key) == 0:
         _redis.delete(key)
+        os.kill(os.getpid(), signal.SIGKILL)
+    each = crash_key("journal_each", ANY)
+    if _redis.get(each) is not None and _redis.decr(each) >= 0:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
