@@ -164,3 +164,41 @@ mcp_agent = Agent(
     toolsets=[MCPToolset(f"http://127.0.0.1:{os.environ.get('PAI_MCP_PORT', '9')}/mcp", id="words")],
     capabilities=[CeleryDurability()],
 )
+
+# The same server's tools, every call needing a human's approval (pydantic-ai's ``approval_required()`` wrapper).
+mcp_approval = Agent(
+    _model(),
+    name="pai_mcp_approval",
+    description="Counts on an MCP server when a human approves (pydantic-ai).",
+    toolsets=[
+        MCPToolset(f"http://127.0.0.1:{os.environ.get('PAI_MCP_PORT', '9')}/mcp", id="guarded").approval_required()
+    ],
+    capabilities=[CeleryDurability()],
+)
+
+# -- external tools: a tool that defers its call (CallDeferred), and an ExternalToolset --------------------------
+
+from pydantic_ai import CallDeferred  # noqa: E402
+from pydantic_ai.tools import ToolDefinition  # noqa: E402
+from pydantic_ai.toolsets import ExternalToolset  # noqa: E402
+
+_ASK = ToolDefinition(
+    name="ask_human",
+    description="Ask a human a question (answered outside the agent).",
+    parameters_json_schema={"type": "object", "properties": {"question": {"type": "string"}}, "required": ["question"]},
+)
+
+external = Agent(
+    _model(),
+    name="pai_external",
+    description="Hands some calls to the outside world (pydantic-ai).",
+    toolsets=[ExternalToolset([_ASK], id="humans")],
+    capabilities=[CeleryDurability()],
+)
+
+
+@external.tool_plain
+def launch(target: str) -> str:
+    """Launch a job elsewhere: its result comes later, from outside."""
+    _count("launch")
+    raise CallDeferred()
