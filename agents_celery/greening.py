@@ -1,15 +1,18 @@
-"""Whether this process runs on greenlets (a gevent worker: ``agents-celery worker --pool gevent``), and how
-async tools run there.
+"""Whether this process runs on greenlets (a gevent worker: ``agents-celery worker --pool gevent``), how async
+code runs there, and the process's one asyncio loop.
 
 Under gevent's monkey-patching a ``threading.Thread`` is a greenlet, a lock or an event parks the greenlet, and
 a socket waits in the hub, so most of agents-celery needs nothing special. What is per OS thread still is
 asyncio's running loop (its C accelerator keeps it on the thread state, which every greenlet of the thread
-shares): an ``asyncio.run`` in each of two greenlets sees the other's loop and refuses. So on greenlets every
-async tool of the process runs on one event loop of its own, driven by one greenlet (its selector is gevent's,
-so while it waits the other greenlets run); the calling greenlet is parked until its coroutine is done. Async
-tools still run side by side, on that loop, and sockets made by the worker's other greenlets work in them. The
-MCP client's connections (:mod:`agents_celery.mcpclient`) live on the same loop there (:func:`shared_loop`): a loop
-of their own would be a second running loop in the thread, and whichever started second would never run.
+shares): an ``asyncio.run`` in each of two greenlets sees the other's loop and refuses, and of two loops run by
+two greenlets whichever started second never runs ("Cannot run the event loop while another loop is running").
+
+So the process has one asyncio loop (:func:`process_loop`), on every pool, and everything async of agents-celery
+runs on it: async tools (:func:`run_coroutine`), the MCP client's connections (:mod:`agents_celery.mcpclient`)
+and pydantic-ai's segments (:mod:`agents_celery.contrib.pydantic_ai.loop`). It runs on a thread of its own: an
+OS thread on prefork and threads pools, a greenlet on gevent (its selector is gevent's, so while it waits the
+other greenlets run). The caller's thread or greenlet is parked until its coroutine is done; coroutines of
+several steps run side by side on the loop. A forked child starts a loop of its own on first use.
 
 Some work must not wait for the hub: the lease keeper renews every lease of the process, and a greenlet that
 computes (a sync tool in pure Python, a thousand streams on one core) would keep it from its beat until the leases
@@ -23,6 +26,8 @@ from __future__ import annotations
 
 import _thread
 import asyncio
+import concurrent.futures
+import os
 import sys
 import threading
 from collections.abc import Callable, Coroutine
@@ -30,7 +35,8 @@ from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
 
-_LOOP: asyncio.AbstractEventLoop | None = None
+#: The process's loop and the pid that started it (a forked child does not inherit a running one).
+_LOOP: tuple[int, asyncio.AbstractEventLoop] | None = None
 _LOCK = threading.Lock()
 
 
@@ -40,21 +46,28 @@ def green() -> bool:
     return bool(monkey is not None and monkey.is_module_patched("threading"))
 
 
-def shared_loop() -> asyncio.AbstractEventLoop:
-    """The process's one asyncio loop on greenlets, running in a greenlet of its own (started on first use)."""
+def process_loop() -> asyncio.AbstractEventLoop:
+    """The process's one asyncio loop (module docs), running on a thread of its own, started on first use."""
     global _LOOP
     with _LOCK:
-        if _LOOP is None or _LOOP.is_closed():
+        if _LOOP is None or _LOOP[0] != os.getpid() or _LOOP[1].is_closed():
             loop = asyncio.new_event_loop()
             threading.Thread(target=loop.run_forever, name="agents-celery-asyncio", daemon=True).start()
-            _LOOP = loop
-        return _LOOP
+            _LOOP = (os.getpid(), loop)
+        return _LOOP[1]
 
 
-def run_on_greenlets(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` on the process's asyncio loop (module docs) and wait for it, parking only this greenlet;
-    its exception is raised here. Only under :func:`green`."""
-    return asyncio.run_coroutine_threadsafe(coro, shared_loop()).result()
+def submit(coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+    """Start ``coro`` on the process's loop; the future's ``cancel()`` cancels it. The task runs in a copy of the
+    caller's context (its context variables: the run's logging fields), as under ``asyncio.run``:
+    ``call_soon_threadsafe`` captures the calling thread's context, and the task is made inside it."""
+    return asyncio.run_coroutine_threadsafe(coro, process_loop())
+
+
+def run_coroutine(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on the process's loop (module docs) and wait for it, parking only the calling thread (greenlet);
+    its exception is raised here. Not from a coroutine on that loop (it would wait for itself)."""
+    return submit(coro).result()
 
 
 def _original(module: str, name: str) -> Any:

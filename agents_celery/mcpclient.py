@@ -1,12 +1,11 @@
 """MCP connections of a worker process: one asyncio loop on a thread of its own, and one open session per server.
 
-The step's code is synchronous (a Celery task); the ``mcp`` client is async. Every process that talks to an MCP
-server starts one daemon thread running one event loop (:func:`submit` hands it a coroutine and waits for the
-result), and keeps one :class:`Connection` per server, opened on first use and reused by every later call of
-every run the process serves: a call costs one request on an open session, not a connect and an
-``initialize``. A forked child (Celery's prefork pool) notices the loop is its parent's and starts its own. On
-greenlets (a gevent worker) the loop is the one async tools run on (:func:`agents_celery.greening.shared_loop`):
-asyncio allows one running loop per OS thread, and every greenlet shares the thread.
+The step's code is synchronous (a Celery task); the ``mcp`` client is async. Its coroutines run on the process's
+one asyncio loop, which async tools and pydantic-ai agents share (:func:`agents_celery.greening.process_loop`:
+on greenlets a second loop would never run): :func:`submit` hands it a coroutine and waits for the result. The
+process keeps one :class:`Connection` per server, opened on first use and reused by every later call of every
+run the process serves: a call costs one request on an open session, not a connect and an ``initialize``. A
+forked child (Celery's prefork pool) notices the connections are its parent's and makes its own, on its own loop.
 
 A connection lives in a task of its own that holds the transport and the session open. When the transport dies
 (the server was killed, a reset, a stdio server exited), that task ends; calls waiting on the session are told
@@ -41,7 +40,7 @@ from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from .greening import green, shared_loop
+from .greening import process_loop
 
 log = logging.getLogger(__name__)
 
@@ -304,16 +303,12 @@ def _errlog() -> Any:
 
 
 class _Loop:
-    """The process's event loop, run by a daemon thread (on greenlets: the process's one loop, shared)."""
+    """The connections of this process, on its one asyncio loop (:func:`agents_celery.greening.process_loop`)."""
 
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.connections: dict[Target, Connection] = {}
-        if green():
-            self.loop = shared_loop()
-            return
-        self.loop = asyncio.new_event_loop()
-        threading.Thread(target=self.loop.run_forever, name="agents-celery-mcp", daemon=True).start()
+        self.loop = process_loop()
 
 
 _LOOP: _Loop | None = None

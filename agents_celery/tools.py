@@ -37,7 +37,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import ConfigurationError, ToolArgumentsError
-from .greening import green, run_on_greenlets
+from .greening import green, run_coroutine
 
 __all__ = ["Tool", "ToolContext", "tool"]
 
@@ -155,9 +155,8 @@ class Tool:
     def invoke(self, arguments: dict[str, Any] | str, context: ToolContext) -> str:
         """Validate the arguments, call the tool and return its result as a string.
 
-        An async tool is run with :func:`asyncio.run`, which needs a thread with no running event loop (on a
-        gevent worker, the process's one loop for async tools: :mod:`agents_celery.greening`); from async code use
-        :meth:`ainvoke`.
+        An async tool runs on the process's one asyncio loop (:mod:`agents_celery.greening`), which MCP connections
+        and pydantic-ai agents share, and this thread waits for it; from async code use :meth:`ainvoke`.
 
         Args:
             arguments: JSON string or dict of arguments.
@@ -173,12 +172,8 @@ class Tool:
         kwargs = self._call_kwargs(arguments, context)
         if not self.is_async:
             return _result_to_str(self.fn(**kwargs))
-        if green():  # greenlets share their thread's running loop: the process's one loop for async tools
-            return _result_to_str(run_on_greenlets(self.fn(**kwargs)))
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return _result_to_str(asyncio.run(self.fn(**kwargs)))
+        if green() or not _loop_running():  # greenlets share their thread's running loop: the process's one loop
+            return _result_to_str(run_coroutine(self.fn(**kwargs)))
         raise RuntimeError(
             f"tool {self.name!r} is async and an event loop is already running in this thread; "
             "use `await tool.ainvoke(...)` instead of `tool.invoke(...)`"
@@ -284,6 +279,15 @@ def tool(
         )
 
     return wrap(fn) if fn is not None else wrap
+
+
+def _loop_running() -> bool:
+    """Whether an event loop runs in this thread (a coroutine calling :meth:`Tool.invoke`)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _result_to_str(result: Any) -> str:

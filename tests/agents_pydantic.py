@@ -3,7 +3,9 @@
 Each agent talks to the FakeOpenAIServer of the test session (``FAKE_OPENAI_URL``) through pydantic-ai's own
 ``OpenAIChatModel``. Tools count their executions in Redis (as ``tests.agents_fixture``'s do). A test arms a crash
 with a Redis key: ``crash_key("journal", "any")`` holding N kills the worker (SIGKILL) right after the Nth
-journal write; ``crash_key("tool_body", "any")`` kills it between a tool's body and its journal write, once.
+journal write; ``crash_key("journal_each", "any")`` holding N kills it right after each of the next N journal
+writes (every attempt that saves a unit dies); ``crash_key("tool_body", "any")`` kills it between a tool's body
+and its journal write, once.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ def _after_write(run_id: str, name: str, seq: int) -> None:
     key = crash_key("journal", ANY)
     if _redis.get(key) is not None and _redis.decr(key) == 0:
         _redis.delete(key)
+        os.kill(os.getpid(), signal.SIGKILL)
+    each = crash_key("journal_each", ANY)
+    if _redis.get(each) is not None and _redis.decr(each) >= 0:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -159,3 +164,41 @@ mcp_agent = Agent(
     toolsets=[MCPToolset(f"http://127.0.0.1:{os.environ.get('PAI_MCP_PORT', '9')}/mcp", id="words")],
     capabilities=[CeleryDurability()],
 )
+
+# The same server's tools, every call needing a human's approval (pydantic-ai's ``approval_required()`` wrapper).
+mcp_approval = Agent(
+    _model(),
+    name="pai_mcp_approval",
+    description="Counts on an MCP server when a human approves (pydantic-ai).",
+    toolsets=[
+        MCPToolset(f"http://127.0.0.1:{os.environ.get('PAI_MCP_PORT', '9')}/mcp", id="guarded").approval_required()
+    ],
+    capabilities=[CeleryDurability()],
+)
+
+# -- external tools: a tool that defers its call (CallDeferred), and an ExternalToolset --------------------------
+
+from pydantic_ai import CallDeferred  # noqa: E402
+from pydantic_ai.tools import ToolDefinition  # noqa: E402
+from pydantic_ai.toolsets import ExternalToolset  # noqa: E402
+
+_ASK = ToolDefinition(
+    name="ask_human",
+    description="Ask a human a question (answered outside the agent).",
+    parameters_json_schema={"type": "object", "properties": {"question": {"type": "string"}}, "required": ["question"]},
+)
+
+external = Agent(
+    _model(),
+    name="pai_external",
+    description="Hands some calls to the outside world (pydantic-ai).",
+    toolsets=[ExternalToolset([_ASK], id="humans")],
+    capabilities=[CeleryDurability()],
+)
+
+
+@external.tool_plain
+def launch(target: str) -> str:
+    """Launch a job elsewhere: its result comes later, from outside."""
+    _count("launch")
+    raise CallDeferred()

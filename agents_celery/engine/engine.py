@@ -275,7 +275,7 @@ class Engine:
         step, number, token = attempt.step, attempt.number, attempt.token
         ctx = StepContext(state, agent, step, number, token, self.store, self.settings, writer, info)  # type: ignore[arg-type]
         ctx.hooks = [*self.hooks, *(agent.hooks if agent else [])]
-        ctx.blips = claim.blips
+        ctx.blips, ctx.advanced = claim.blips, claim.advanced
         ctx.stop, ctx.lost, ctx.sent = lease.stop, lease.lost, attempt.sent
         if claim.stop_reason:
             ctx.stop.set()
@@ -336,11 +336,13 @@ class Engine:
                 f"no worker here serves agent {(state.active_agent or state.agent_id)!r}; start one with its module"
             )
             return failed(state, missing)
-        if ctx.attempt - ctx.blips > self.settings.max_step_attempts:
+        counted = ctx.attempt - ctx.blips - ctx.advanced
+        if counted > self.settings.max_step_attempts:
             blips = f" (and interrupted {ctx.blips} times by connection errors)" if ctx.blips else ""
+            saved = f" (and {ctx.advanced} more times that saved work before they died)" if ctx.advanced else ""
             error = AbandonedRunError(
-                f"step {ctx.step} of run {state.run_id!r} was attempted {ctx.attempt - ctx.blips - 1} times without "
-                f"committing{blips}"
+                f"step {ctx.step} of run {state.run_id!r} was attempted {counted - 1} times without "
+                f"committing{blips}{saved}"
             )
             return failed(state, error)
         if ctx.stop.is_set():

@@ -60,6 +60,8 @@ class StepContext:
     inbox: int = 0
     #: Attempts of this step that died of a connection error: not counted in ``max_step_attempts``.
     blips: int = 0
+    #: Attempts of this step that journaled new work before they died (a guest's segment): not counted either.
+    advanced: int = 0
     #: Tool calls this attempt invoked (or was about to): an attempt given back forgets the others' ledger entries.
     invoked: set[str] = field(default_factory=set)
     #: Sends a step's task, ``send(run_id, step, agent_id)``: a child run's first step (agents as tools).

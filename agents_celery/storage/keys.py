@@ -24,8 +24,10 @@ Per run (``<p>:run:{<run_id>}...``):
 - ``<p>:run:{<rid>}`` *hash* — the run record. Fields: ``state`` (RunState JSON), ``step`` (number of
   committed steps), ``next`` (next event offset), ``log`` (``live`` | ``paused`` | ``ended``),
   ``attempt`` (attempts of the current step), ``blips`` (those of them that died of a connection error, not
-  counted in ``max_step_attempts``; absent: none), ``step_offset`` (first offset of the step's first attempt),
-  ``next_kind`` (``model`` | ``tools``: which STEP_STARTED the next claim writes), ``committed_ms`` (when
+  counted in ``max_step_attempts``; absent: none), ``advanced`` (those of them that journaled a new unit of a
+  guest's segment, not counted either; ``advanced_at``: the last attempt counted there), ``step_offset``
+  (first offset of the step's first attempt), ``next_kind`` (``model`` | ``tools``: which STEP_STARTED the
+  next claim writes), ``committed_ms`` (when
   the last commit happened: the sweeper's clock for a next step that never started), ``state_id`` (version
   of ``state``: a worker holding that version skips loading it), ``ledger_calls`` (JSON list of the tool
   call ids the next tool step's claim starts in the effect ledger), ``session_id``, ``agent_id``, ``start_at``

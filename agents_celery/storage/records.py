@@ -60,13 +60,14 @@ class ClaimReply:
     messages: list[Any] = field(default_factory=list)
     inbox: int = 0
     blips: int = 0
+    advanced: int = 0
 
     @classmethod
     def parse(cls, reply: Any) -> ClaimReply:
         outcome = _text(reply[0])
         if outcome != "OK":
             return cls(outcome)
-        (_, attempt, step_offset, next_offset, state_json, stop, ids, entries, messages, inbox, blips) = reply
+        (_, attempt, step_offset, next_offset, state_json, stop, ids, entries, messages, inbox, blips, advanced) = reply
         return cls(
             outcome,
             attempt=int(_text(attempt)),
@@ -78,6 +79,7 @@ class ClaimReply:
             messages=messages or [],
             inbox=int(inbox),
             blips=int(_text(blips)),
+            advanced=int(_text(advanced)),
         )
 
 

@@ -74,13 +74,16 @@ class Claim:
     #: Attempts of this step that died of a connection error (:meth:`RunStore.give_back`): numbered like the
     #: others, but not counted against ``max_step_attempts``.
     blips: int = 0
+    #: Attempts of this step that saved new work before they died (a guest's journal units:
+    #: :mod:`agents_celery.storage.journal`): not counted against ``max_step_attempts`` either.
+    advanced: int = 0
     #: ``BUSY`` because a connection error lost the claim's reply: it may or may not have run.
     lost: bool = False
 
     @property
     def counted(self) -> int:
-        """This attempt's number in the step's attempt budget (blips left out)."""
-        return self.attempt - self.blips
+        """This attempt's number in the step's attempt budget (blips and attempts that advanced left out)."""
+        return self.attempt - self.blips - self.advanced
 
 
 @dataclass(frozen=True)
@@ -255,6 +258,7 @@ class RunStore:
             effects=r.effects,
             inbox=r.inbox,
             blips=r.blips,
+            advanced=r.advanced,
         )
 
     def give_back(self, run_id: str, step: int, token: str, not_run: Sequence[str] = ()) -> bool:

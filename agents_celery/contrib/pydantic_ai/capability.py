@@ -13,8 +13,9 @@ from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from pydantic_ai import RunContext, ToolsetTool
+from pydantic_ai import ApprovalRequired, DeferredToolRequests, DeferredToolResults, RunContext, ToolDenied, ToolsetTool
 from pydantic_ai.agent import EventStreamHandler
+from pydantic_ai.capabilities import ValidatedToolArgs
 from pydantic_ai.durable_exec import (
     JSON_CODEC,
     BaseDurabilityCapability,
@@ -24,8 +25,9 @@ from pydantic_ai.durable_exec import (
     RoleBasedOperationConfig,
     conversation_id_from_run_id,
 )
-from pydantic_ai.messages import AgentStreamEvent
+from pydantic_ai.messages import AgentStreamEvent, ToolCallPart
 from pydantic_ai.models import Model
+from pydantic_ai.tools import ToolDefinition
 
 from .segment import current_segment
 
@@ -125,6 +127,31 @@ class CeleryDurability(BaseDurabilityCapability[Any]):
 
         await _to_log(ctx, again())
         await self._user_handler(ctx, again())
+
+    async def before_tool_execute(
+        self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition, args: ValidatedToolArgs
+    ) -> ValidatedToolArgs:
+        """A call the user rejected after it may have run in a crashed attempt is deferred before it runs, so
+        that :meth:`handle_deferred_tool_calls` denies it: the model gets pydantic-ai's own denied tool return."""
+        segment = current_segment()
+        if segment is not None and segment.rejection(call.tool_call_id) is not None:
+            raise ApprovalRequired()
+        return args
+
+    async def handle_deferred_tool_calls(
+        self, ctx: RunContext[Any], *, requests: DeferredToolRequests
+    ) -> DeferredToolResults | None:
+        """Denies the rejected may-have-run calls (``ToolDenied`` with the user's note); any other deferred call is
+        left to pause the run."""
+        segment = current_segment()
+        if segment is None:
+            return None
+        denied: dict[str, bool | Any] = {}
+        for part in requests.approvals:
+            message = segment.rejection(part.tool_call_id)
+            if message is not None:
+                denied[part.tool_call_id] = ToolDenied(message)
+        return DeferredToolResults(approvals=denied) if denied else None
 
     @property
     def in_durable_context(self) -> bool:

@@ -82,10 +82,11 @@ class GuestAgent(Agent):
         super().__init__(agent.name, model=_ModelName(str(model_name)), tools=tools, description=description)  # type: ignore[arg-type]
         self.agent = agent
         self._journals: dict[int, Journal] = {}
-        deferred = any(t.requires_confirmation for t in tools)
-        #: Runs need ``DeferredToolRequests`` among the output types when a tool needs approval.
+        #: Every run takes ``DeferredToolRequests`` among its output types: any tool may defer (one that needs
+        #: approval, raises ``CallDeferred`` or ``ApprovalRequired``, an ``ExternalToolset``'s, an MCP toolset
+        #: wrapped for approval, a client's), and a deferred call pauses the run rather than fail it.
         self._output_type: Any = None
-        if deferred and not _allows_deferred(agent.output_type):
+        if not _allows_deferred(agent.output_type):
             self._output_type = [agent.output_type, DeferredToolRequests]
 
     def manifest(self) -> dict[str, Any]:
@@ -145,15 +146,12 @@ class GuestAgent(Agent):
         client: _Client,
     ) -> AgentRunResult[Any]:
         token = segment.enter()
-        output_type = self._output_type
-        if client.toolsets and output_type is None and not _allows_deferred(self.agent.output_type):
-            output_type = [self.agent.output_type, DeferredToolRequests]  # the client's calls pause the run
         try:
             return await self.agent.run(
                 prompt,
                 message_history=history or None,
                 deferred_tool_results=results,
-                output_type=output_type,
+                output_type=self._output_type,
                 instructions=client.instructions,
                 toolsets=client.toolsets or None,
             )

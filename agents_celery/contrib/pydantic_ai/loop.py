@@ -1,35 +1,22 @@
-"""One asyncio event loop per worker process, on a thread of its own: pydantic-ai is async, our steps are not.
+"""pydantic-ai is async, our steps are not: a segment runs on the process's one asyncio loop.
 
-A step submits its segment's coroutine to the loop and waits for it on its own thread, watching the run's stop
+That loop (:func:`agents_celery.greening.process_loop`) is the one our async tools and MCP connections use: on a
+gevent worker a second loop in the thread would never run, and whichever started second would hang. A step
+submits its segment's coroutine to the loop and waits for it on its own thread (greenlet), watching the run's stop
 request and its lease: on a stop (after the grace) or a lost lease it cancels the coroutine and walks away.
-Segments of several runs share the loop (each is a task of its own); a forked child starts its own loop.
+Segments of several runs share the loop (each is a task of its own).
 """
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from ...ids import pid
+from ...greening import submit
 
 T = TypeVar("T")
-
-_LOCK = threading.Lock()
-_LOOP: tuple[int, asyncio.AbstractEventLoop] | None = None
-
-
-def process_loop() -> asyncio.AbstractEventLoop:
-    """The loop of this process, started on first use."""
-    global _LOOP
-    with _LOCK:
-        if _LOOP is None or _LOOP[0] != pid():
-            loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="agents-celery-pydantic-ai", daemon=True).start()
-            _LOOP = (pid(), loop)
-        return _LOOP[1]
 
 
 class WalkedAway(Exception):
@@ -54,7 +41,7 @@ def run_segment(
         finally:
             settled.set()
 
-    future = asyncio.run_coroutine_threadsafe(guarded(), process_loop())
+    future = submit(guarded())
     while True:
         try:
             return future.result(timeout=poll)

@@ -112,6 +112,14 @@ class Segment:
     def leave(token: contextvars.Token[Segment | None]) -> None:
         _CURRENT.reset(token)
 
+    def rejection(self, call_id: str | None) -> str | None:
+        """What the model is told of a call that may have run in a crashed attempt and that the user rejected
+        (None for any other call): the capability denies it through pydantic-ai's own path (``ToolDenied``)."""
+        decided = self.decided.get(call_id or "")
+        if decided is None or decided.decision != "rejected":
+            return None
+        return f"The user rejected this tool call; it did not run again. {decided.note or ''}".rstrip()
+
     def open_ends(self) -> list[NewEvent]:
         """The ends of what a model unit that was walked away from left open (after its coroutine unwound)."""
         return self._stream.close() if self._stream is not None else []
@@ -171,8 +179,6 @@ class Segment:
         """What the effect ledger says of a tool call about to run: its recorded result (done in an attempt that
         crashed before journaling it), or None to run it; raises MayHaveRun for a call started and not done."""
         decided = self.decided.get(call_id)
-        if decided is not None and decided.decision == "rejected":
-            return _rejected(decided)
         approval = decided.rerun if decided is not None else 0
         if approval:  # approved again after a crash: one execution per approval
             entry = self.ledger.rerun(self.run_id, call_id, self.token, approval)
@@ -206,12 +212,6 @@ def _call_of(call_id: str, cache_key: tuple[object, ...], approvals: int) -> Too
         pause_reason="may_have_run",
         rerun=approvals,
     )
-
-
-def _rejected(call: ToolCall) -> object:
-    """The recorded form of a tool result saying the call was not re-run (pydantic-ai's tool-return payload)."""
-    note = call.note or "The tool may or may not have completed in a crashed attempt; not re-run."
-    return {"kind": "tool-return", "result": f"The user rejected this tool call; it did not run again. {note}"}
 
 
 def _mismatch(segment: Segment, seq: int, recorded: Entry, met: Entry) -> str:

@@ -9,7 +9,8 @@
 -- ARGV: token, step, ttl_ms, model step-started JSON, tools step-started JSON, known state id or ''
 -- -> {'OK', attempt, first offset of this step's first attempt, next offset, state JSON or '', stop reason
 --     or '', {call ids}, {their ledger entries or ''}, {the messages list when the state is sent}, inbox length,
---     blips: attempts of this step that died of a connection error (give_back.lua), not counted as attempts}
+--     blips: attempts of this step that died of a connection error (give_back.lua), not counted as attempts,
+--     advanced: attempts of this step that journaled a new unit (journal_write.lua), not counted either}
 --    | {'STALE', committed step} | {'BUSY'} | {'ENDED'} | {'NOTFOUND'}
 -- (agents_celery.storage.store.ClaimReply reads the 'OK' reply.)
 local run_key, lease_key, stop_key, events_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -46,4 +47,5 @@ end
 local messages = {}
 if state ~= '' then messages = redis.call('LRANGE', messages_key, 0, -1) end
 return {'OK', tostring(attempt), redis.call('HGET', run_key, 'step_offset') or '', next_offset, state, stop, ids,
-  entries, messages, redis.call('LLEN', inbox_key), redis.call('HGET', run_key, 'blips') or '0'}
+  entries, messages, redis.call('LLEN', inbox_key), redis.call('HGET', run_key, 'blips') or '0',
+  redis.call('HGET', run_key, 'advanced') or '0'}
