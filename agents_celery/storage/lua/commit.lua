@@ -52,7 +52,8 @@ redis.call('HSET', run_key, 'state', state_json, 'step', new_step, 'log', log_st
   'committed_ms', now_ms, 'state_id', state_id, 'ledger_calls', ledger_calls)
 if task_id ~= '' then redis.call('HSET', run_key, 'last_task', task_id) end
 if release == '1' then redis.call('DEL', lease_key) end
-if new_step ~= expected_step then  -- a new step: attempts (blips, give_back.lua; advanced, journal_write.lua) start over
+-- a new step: its attempts (blips, give_back.lua; advanced, journal_write.lua) start over
+if new_step ~= expected_step then
   redis.call('HSET', run_key, 'attempt', 0)
   redis.call('HDEL', run_key, 'blips', 'advanced', 'advanced_at')
 end
