@@ -324,5 +324,5 @@ def test_the_input_shows_image_thumbnails_and_file_names(page: Any, api: ApiServ
     expect(page.locator("#input figure.image img.thumb")).to_have_count(1)
     thumb = page.locator("#input img.thumb")
     wait_for(lambda: thumb.evaluate("img => img.naturalWidth") == 40, timeout=30, what="the thumbnail decoded")
-    expect(page.locator("#input figure.attachment a.name")).to_have_text(["square.png", "report.pdf"])  # the uploaded name, #39 point 13
+    expect(page.locator("#input figure.attachment a.name")).to_have_text(["square.png", "report.pdf"])
     expect(page.locator("#input figure.attachment").nth(1)).to_contain_text("application/pdf, 5 KB")

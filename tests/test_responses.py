@@ -376,15 +376,10 @@ def test_delete_a_response_deletes_its_run(client: openai.OpenAI, script: Any) -
 
 
 @pytest.fixture
-def django_api(worker: Any, worker_env: dict[str, str]) -> Iterator[Any]:
-    """The Django example project under uvicorn, in a process of its own, with an API key the openai SDK sends as
-    ``Authorization: Bearer`` (the Flask blueprint is the in-process server of the other tests)."""
-    from .api_support import ApiServer
-
-    env = {**worker_env, "AGENTS_CELERY_API_KEY": "sk-test-key", "AGENTS_CELERY_KEEPALIVE_SECONDS": "0.3"}
-    found = ApiServer(env, django=True).wait_ready()
-    yield found
-    found.stop()
+def django_api(apis: Any) -> Any:
+    """The Django example project under uvicorn (the session's shared one), with an API key the openai SDK sends
+    as ``Authorization: Bearer`` (the Flask blueprint is the in-process server of the other tests)."""
+    return apis.get("django", api_key="sk-test-key")
 
 
 def test_a_round_trip_on_django(django_api: Any, script: Any) -> None:

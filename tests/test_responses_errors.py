@@ -20,14 +20,10 @@ pytestmark = pytest.mark.timeout(90)
 KEY = "sk-test-key"
 
 
-@pytest.fixture(scope="module")
-def django_front(worker: Any, worker_env: dict[str, str]) -> Iterator[Any]:
-    from .api_support import ApiServer
-
-    env = {**worker_env, "AGENTS_CELERY_API_KEY": KEY, "AGENTS_CELERY_KEEPALIVE_SECONDS": "0.3"}
-    found = ApiServer(env, django=True).wait_ready(timeout=60)
-    yield found
-    found.stop()
+@pytest.fixture
+def django_front(apis: Any) -> Any:
+    """The session's shared Django front end asking the API key ``KEY``."""
+    return apis.get("django", api_key=KEY)
 
 
 @pytest.fixture(params=["flask", "django"])
