@@ -139,6 +139,10 @@ def test_a_paused_run_is_approved_with_edited_arguments_from_the_page(
     expect(page.locator("#status")).to_have_text("completed")
     page.locator("#timeline li.tool .result", has_text=f"deleted {edited}").wait_for()
     assert "Done, the file is gone." in page_text(page)
+    shown = "i => i.classList.contains('end') ? i.textContent : (i.querySelector('.result') || {}).textContent || ''"
+    order = page.locator("#timeline > li").evaluate_all(f"items => items.map({shown})")
+    pause, result = order.index("paused: waiting for a decision"), order.index(f"→ deleted {edited}")
+    assert pause < result, order  # the approved call's result is shown where it happened: after the pause
     assert deletions(key_prefix, edited) == 1 and deletions(key_prefix, asked) == 0  # ran once, as edited
     assert page.locator("#approvals").is_hidden()
 

@@ -346,14 +346,21 @@ function runPage() {
       const item = state.messages[ev.message_id] || (state.messages[ev.message_id] = add(el("li", { class: "message", "data-message": ev.message_id })));
       item.append(ev.delta);
     } else if (type === "TOOL_CALL_START") {
-      const item = add(el("li", { class: "tool", "data-call": ev.tool_call_id },
+      const item = add(el("li", { class: "tool", "data-call": ev.tool_call_id, "data-name": ev.tool_call_name },
         el("strong", { text: "tool " + ev.tool_call_name }), el("pre", { class: "args" }), el("pre", { class: "result" })));
       state.calls[ev.tool_call_id] = item;
     } else if (type === "TOOL_CALL_ARGS") {
       const item = state.calls[ev.tool_call_id];
       if (item) item.querySelector(".args").append(ev.delta);
     } else if (type === "TOOL_CALL_RESULT") {
-      const item = state.calls[ev.tool_call_id] || add(el("li", { class: "tool", "data-call": ev.tool_call_id }, el("pre", { class: "result" })));
+      // A result that comes after a pause (a decided call) is shown where it happened, below the pause.
+      let item = state.calls[ev.tool_call_id];
+      if (!item || item.dataset.paused) {
+        const name = item ? item.dataset.name : "";
+        item = add(el("li", { class: "tool decided", "data-call": ev.tool_call_id },
+          name ? el("strong", { text: "tool " + name }) : null, el("pre", { class: "result" })));
+        state.calls[ev.tool_call_id] = item;
+      }
       item.querySelector(".result").textContent = "→ " + ev.content;
     } else if (type === "STEP_STARTED" && ev.metadata && ev.metadata.attempt > 1) {
       add(el("li", { class: "retry", text: `retried: ${ev.step_name} step, attempt ${ev.metadata.attempt}` }));
@@ -361,6 +368,7 @@ function runPage() {
       add(el("li", { class: "retry", text: "an attempt of this step was abandoned (its worker stopped)" }));
     } else if (type === "RUN_FINISHED") {
       const outcome = (ev.outcome && ev.outcome.type) || "success";
+      if (outcome === "interrupt") Object.values(state.calls).forEach((item) => { item.dataset.paused = "1"; });
       add(el("li", { class: "end", text: outcome === "interrupt" ? "paused: waiting for a decision" : "run finished: " + outcome }));
     } else if (type === "RUN_ERROR") {
       add(el("li", { class: "end", text: "run failed: " + (ev.message || "") }));
