@@ -451,6 +451,7 @@ class ResponsesEndpoint:
     def conversation_items(self, req: Request, conversation_id: str) -> Reply:
         """The session's history as items, newest first unless ``order=asc`` (``limit``, ``after``, ``before``)."""
         self._conversation(req, conversation_id, "read")
+        self._synced(conversation_id)
         history = self.store.sessions.history(conversation_id)
         items = [
             {"id": f"item_{i}_{n}", **item}
@@ -459,6 +460,20 @@ class ResponsesEndpoint:
         ]
         return Reply(200, page(items, req.query, default_order="desc"))
 
+    def _synced(self, session_id: str) -> None:
+        """The session's history with its newest run in it once that run ended: a worker appends a run's messages
+        just after its end is committed, and a client that read the end lists the items next (read your writes).
+        Appending is once per run, so doing it here too is harmless."""
+        run_id = self.store.sessions.active(session_id)
+        if run_id is None:
+            return
+        try:
+            state, _ = self.store.load(run_id)
+        except (RunNotFoundError, RunExpiredError):
+            return
+        if state.status.is_final:
+            self.store.sessions.sync(state)
+
     def add_conversation_items(self, req: Request, conversation_id: str) -> Reply:
         """Items a client adds to its conversation (the Agents SDK's ``OpenAIConversationsSession`` adds each
         turn's): they join the session's history, so the next response in the conversation sees them."""
@@ -466,6 +481,7 @@ class ResponsesEndpoint:
         for i, item in enumerate(body.items):
             check_item(item, f"items[{i}]", self.runtime.settings.max_message_chars)
         self._conversation(req, conversation_id, "continue")
+        self._synced(conversation_id)  # after the run that just ended, not before it
         messages = messages_of(body.items)
         start = len(self.store.sessions.history(conversation_id))
         token = req.headers.get("Idempotency-Key") or uuid.uuid4().hex
