@@ -64,7 +64,7 @@ __all__ = [
 ]
 
 #: The versions the fast paths were written against and tested on: (oldest, newest minor), inclusive.
-TESTED: dict[str, tuple[str, str]] = {"celery": ("5.5", "5.7"), "kombu": ("5.5", "5.7"), "redis": ("5.0", "8.1")}
+TESTED: dict[str, tuple[str, str]] = {"celery": ("5.5", "5.7"), "kombu": ("5.5", "5.7"), "redis": ("5.0", "8.2")}
 
 NAMES = (
     "send_ahead",

@@ -34,7 +34,7 @@ class Sent:
         except redis.RedisError:
             return  # nothing was sent: wait() runs it the ordinary way
         try:
-            # redis-py 5.0-8.1: Connection.send_command / read_response (not documented for direct use)
+            # redis-py 5.0-8.2: Connection.send_command / read_response (not documented for direct use)
             self._conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
         except redis.RedisError as exc:
             self._failed = exc
@@ -94,7 +94,7 @@ def _connection(pool: Any) -> Any:
 
 def reconnect_if_closed(client: redis.Redis) -> None:
     """:func:`agents_celery.storage.connections.reconnect_if_closed` with one ``poll`` of no wait on the socket
-    (redis-py 5.0-8.1: ``Connection._sock``) instead of the three system calls of ``can_read``. ``select``
+    (redis-py 5.0-8.2: ``Connection._sock``) instead of the three system calls of ``can_read``. ``select``
     would refuse a socket numbered past 1023, which an API process holding a thousand streams has."""
     sock = getattr(client.connection, "_sock", None)
     if sock is not None:
