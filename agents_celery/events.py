@@ -275,6 +275,11 @@ _PAIRS = (
 )
 
 
+#: The CUSTOM event a guest's unit ends with once it is journaled (its events before it are saved: a retried
+#: attempt replays them without writing them again, and a reader that resets a crashed step keeps them).
+UNIT_SAVED = "unit_saved"
+
+
 def close_open(events: list[Event]) -> list[NewEvent]:
     """Events that close every message, tool call and step left open in ``events`` (a crashed attempt's)."""
     open_ids: dict[EventType, list[str]] = {start: [] for start, _, _ in _PAIRS}

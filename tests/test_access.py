@@ -214,3 +214,25 @@ def test_schedules_belong_to_their_users(app: Flask) -> None:
     assert mine["paused"] is False  # eve's pause changed nothing
     assert client.get(f"/ai/schedules/{schedule_id}", headers=ADA).status_code == 200  # staff
     assert client.delete(f"/ai/schedules/{schedule_id}", headers=BOB).status_code == 204
+
+
+def test_another_user_s_chat_is_hidden_on_every_ai_sdk_route(app: Flask) -> None:
+    client = app.test_client()
+    chat, secret = uuid.uuid4().hex, "my locker code is 4711"
+    user = {"id": uuid.uuid4().hex, "role": "user", "parts": [{"type": "text", "text": secret}]}
+    first = client.post("/ai/aisdk/offline", json={"id": chat, "messages": [user]}, headers=BOB)
+    assert first.status_code == 200 and '"finish"' in first.text, first.text
+    run_id = first.headers["x-workflow-run-id"]
+    before = session_runs(client, chat)
+    other = {"id": uuid.uuid4().hex, "role": "user", "parts": [{"type": "text", "text": "what did he say?"}]}
+    answer = {"id": f"msg-{run_id}", "role": "assistant", "parts": []}
+    for body in ({"id": chat, "messages": [other]}, {"id": chat, "messages": [user, answer]}):
+        refused = client.post("/ai/aisdk/offline", json=body, headers=EVE)
+        assert refused.status_code == 404 and secret not in refused.text, refused.text
+    for ident in (chat, run_id):
+        for method, path in (("GET", f"/ai/aisdk/offline/{ident}/stream"), ("POST", f"/ai/aisdk/offline/{ident}/stop")):
+            hidden = client.open(path, method=method, headers=EVE)
+            assert hidden.status_code == 404 and secret not in hidden.text, (path, hidden.text)
+    assert session_runs(client, chat) == before  # nothing was created, nothing stopped
+    assert client.get(f"/ai/runs/{run_id}", headers=BOB).json["status"] == "completed"
+    assert client.get(f"/ai/aisdk/offline/{chat}/stream", headers=BOB).status_code == 204  # its owner: nothing live

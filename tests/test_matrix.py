@@ -3,7 +3,8 @@ worker in the middle of the answer: the same final text, each tool once.
 
 Rows (agent kinds): ours (``fake``, tests/agents_fixture.py) and pydantic-ai (``pai_weather``,
 tests/agents_pydantic.py). Columns (dialects): AgentOS (its HTTP routes, as an AgentOS client reads them), AG-UI
-(``@ag-ui/client`` through tests/agui_client) and the OpenAI Responses API (the ``openai`` SDK). A later dialect or
+(``@ag-ui/client`` through tests/agui_client), the OpenAI Responses API (the ``openai`` SDK) and the AI SDK's chat
+(npm ``ai`` through tests/aisdk_client). A later dialect or
 guest adds its column or row here.
 
 One private deployment for the module (its workers are the ones killed) and one API server in front of it."""
@@ -33,6 +34,7 @@ from .cluster import Deployment
 from .conftest import TEST_REDIS_URL, all_events, wait_for
 from .invariants import assert_run_sound, counter_of
 from .test_agui_client import CLIENT
+from .test_aisdk_client import CLIENT as AISDK
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -146,7 +148,37 @@ def responses(api: ApiServer, dep: Deployment, agent: str, killed: Callable[[], 
     return parsed[0], messages[-1].content[0].text  # type: ignore[union-attr]
 
 
-DIALECTS = {"agentos": agentos, "agui": agui, "responses": responses}
+def aisdk(api: ApiServer, dep: Deployment, agent: str, killed: Callable[[], None]) -> tuple[str, str]:
+    """The AI SDK's chat client (``AbstractChat``, in node) reads the run live; a crash is a ``reset-step`` there,
+    so the message's text parts are the clean run's, nothing twice and nothing partial."""
+    if shutil.which("node") is None or not (AISDK / "node_modules" / "ai").is_dir():
+        pytest.fail("the AI SDK client is not installed: run scripts/ensure-aisdk-client (make test does)")
+    chat = uuid.uuid4().hex
+    cmd = ["node", "scenarios.mjs", "text", f"{api.url}/aisdk/{agent}", chat, json.dumps({"text": "Go."})]
+    client = subprocess.Popen(cmd, cwd=AISDK, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        rt = dep.runtime
+        run_id = wait_for(lambda: rt.runs(session_id=chat).runs, timeout=30, what="the client's run")[0].run_id
+        for ev in rt.get_stream(run_id).events():
+            if ev.type.value == "TEXT_MESSAGE_CONTENT" and answering(str(ev.data.get("delta", ""))):
+                killed()
+                break
+            if ev.is_terminal:
+                break
+        out, err = client.communicate(timeout=90)
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait(timeout=10)
+    assert client.returncode == 0, f"the AI SDK client failed:\n{out}\n{err}"
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got["errors"] == [] and got["status"] == "ready", got
+    texts = [p["text"] for p in got["messages"][-1]["parts"] if p["type"] == "text"]
+    assert texts == ["Looking.", ANSWER], texts
+    return run_id, texts[-1]
+
+
+DIALECTS = {"agentos": agentos, "agui": agui, "responses": responses, "aisdk": aisdk}
 
 
 @pytest.mark.parametrize(

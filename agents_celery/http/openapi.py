@@ -47,6 +47,7 @@ _REASONS = {
     "409": "the run (or session) is not in a state that allows this",
     "410": "the run expired",
     "422": "invalid fields",
+    "413": "the body, a part or the input is too large",
     "503": "Redis does not answer",
 }
 

@@ -48,6 +48,7 @@ from ..storage.eventlog import LogInfo
 from .access import Access
 from .agentos import AGNO_STATUS, tool_object
 from .aguirun import AguiEndpoint
+from .aisdk.endpoint import ChatEndpoint
 from .bodies import ContinueBody, Limits, MessageBody, ResumeBody, RunBody, ScheduleBody, int_param, parse
 from .messages import Action, Authorize, Headers, Reply, Request, Resource, Wait, error_reply, position_param, status_of
 from .openairesponses import ResponsesEndpoint
@@ -56,7 +57,7 @@ from .streams import Streams
 from .uploads import message_of, part_bytes
 
 #: The routes (API methods) whose body may carry a message's images and files.
-CONTENT_ROUTES = frozenset({"create_run", "agui_run", "send_message", "create_response"})
+CONTENT_ROUTES = frozenset({"create_run", "agui_run", "send_message", "create_response", "aisdk_chat"})
 
 #: Names the front ends and tests import from here (they live in :mod:`.messages` and :mod:`.access`).
 __all__ = [
@@ -329,6 +330,23 @@ class API:
     def agui_connect(self, req: Request, agent_id: str) -> Reply:
         """``POST /agui/<agent_id>/connect``: the thread's run, from where it stands."""
         return self._agui().connect(req, agent_id)
+
+    # -- the Vercel AI SDK's chat (http/aisdk/) -------------------------------------------------------------
+
+    def _aisdk(self) -> ChatEndpoint:
+        return ChatEndpoint(self.runtime, self.access, self.keepalive_seconds)
+
+    def aisdk_chat(self, req: Request, agent_id: str) -> Reply:
+        """``POST /aisdk/<agent_id>``: a chat message (or answers) in, the run's UI message stream out."""
+        return self._aisdk().chat(req, agent_id)
+
+    def aisdk_stream(self, req: Request, agent_id: str, chat_id: str) -> Reply:
+        """``GET /aisdk/<agent_id>/<chat_id>/stream``: the live run's message from its start, or 204."""
+        return self._aisdk().resume(req, agent_id, chat_id)
+
+    def aisdk_stop(self, req: Request, agent_id: str, chat_id: str) -> Reply:
+        """``POST /aisdk/<agent_id>/<chat_id>/stop``: stop the chat's live run."""
+        return self._aisdk().stop(req, agent_id, chat_id)
 
     # -- the OpenAI Responses API under /v1 (http/openairesponses.py) --------------------------------------
 

@@ -25,6 +25,7 @@ from typing import Literal
 from ag_ui.core import RunAgentInput
 from pydantic import BaseModel
 
+from .aisdk.input import ChatBody
 from .bodies import (
     ContinueBody,
     ConversationBody,
@@ -288,6 +289,35 @@ ROUTES: tuple[Route, ...] = (
         returns="AG-UI 1.0 events (SSE)",
         errors=(400, 404, 422),
         body=RunAgentInput,
+    ),
+    # -- the Vercel AI SDK's chat (http/aisdk/) --
+    Route(
+        "POST",
+        "/aisdk/{agent_id}",
+        "aisdk_chat",
+        "sse",
+        "a chat message (or answers to a paused run) from the AI SDK's useChat: the run's UI message stream",
+        returns="UI message stream chunks (SSE), ending data: [DONE]",
+        errors=(400, 404, 409, 413, 422),
+        body=ChatBody,
+    ),
+    Route(
+        "GET",
+        "/aisdk/{agent_id}/{chat_id}/stream",
+        "aisdk_stream",
+        "sse",
+        "resume a chat's live run (useChat resume): its message from the start; 204 when nothing is live",
+        returns="UI message stream chunks (SSE)",
+        errors=(404,),
+    ),
+    Route(
+        "POST",
+        "/aisdk/{agent_id}/{chat_id}/stop",
+        "aisdk_stop",
+        "json",
+        "stop a chat's live run (the page's stop button; an aborted fetch does not stop it)",
+        returns="{run_id, status}",
+        errors=(404,),
     ),
     # -- the OpenAI Responses API (http/openairesponses.py) --
     Route("GET", "/v1/models", "list_models", "json", "the agents, as Responses API models", returns="{data}"),

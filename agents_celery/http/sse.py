@@ -42,7 +42,7 @@ KEEP_ALIVE_LINE = ": keep-alive\n"
 #: Longest XREAD BLOCK, in ms; the stream client's socket timeout must exceed it.
 MAX_BLOCK_MS = 1000
 
-Dialect = Literal["canonical", "agui", "agentos", "responses"]
+Dialect = Literal["canonical", "agui", "agentos", "responses", "aisdk"]
 #: The types that end an AG-UI run (a segment of ours).
 TERMINAL = ("RUN_FINISHED", "RUN_ERROR")
 #: Events of the log before a stream's start read per round trip: they are folded (:class:`Prefix`), never all held.
@@ -312,8 +312,7 @@ class LogStream:
     #: Reads a child run's log (sync), so an AG-UI stream shows a child's work attributed to it before its
     #: parent's SUBAGENT_FINISHED / SUBAGENT_ERROR (None: it does not).
     child_log: Callable[[str], list[Event]] | None = None
-    #: Renders the pages itself (dialect ``responses``); the stream starts at ``after`` = -1 and the presenter
-    #: drops what its client saw.
+    #: Renders the pages itself (dialects ``responses`` and ``aisdk``, :mod:`.openairesponses`, :mod:`.aisdk`).
     presenter: Presenter | None = None
 
     @property
@@ -329,7 +328,7 @@ class LogStream:
 
     def _first_read(self) -> tuple[int, int] | None:
         """(after, count) of the first read of the log before the stream's start; None: nothing to read."""
-        folded = self.dialect not in ("canonical", "responses")
+        folded = self.dialect not in ("canonical", "responses", "aisdk")
         return (-1, min(PREFIX_PAGE, self.after + 1)) if self.after >= 0 and folded else None
 
     def _watching(self, keys: Keys) -> Watching | None:

@@ -248,7 +248,7 @@ def respond(request: HttpRequest, reply: Reply) -> HttpResponse:
         else:
             frames = reply.stream.frames(config().api.streams.log)
         response = StreamingHttpResponse(frames, status=reply.status, content_type=sse.CONTENT_TYPE)
-        for name, value in sse.HEADERS.items():
+        for name, value in {**sse.HEADERS, **reply.headers}.items():
             response[name] = value
         return response
     if reply.status == 204:

@@ -96,7 +96,9 @@ def respond(reply: Reply) -> Response:
     """The Flask response for a protocol reply."""
     if reply.stream is not None:
         frames = reply.stream.frames(api().streams.log)
-        return Response(frames, status=reply.status, mimetype=sse.CONTENT_TYPE, headers={**sse.HEADERS})
+        return Response(
+            frames, status=reply.status, mimetype=sse.CONTENT_TYPE, headers={**sse.HEADERS, **reply.headers}
+        )
     if reply.wait is not None and reply.wait.keepalive is not None:
         body = waiting.spaced(reply.wait, api().streams.log)
         return Response(body, status=reply.status, mimetype="application/json", headers=reply.headers)

@@ -28,7 +28,7 @@ from pydantic_ai.models import ModelRequestParameters
 from pydantic_core import to_jsonable_python
 
 from ...errors import JournalMismatchError
-from ...events import NewEvent
+from ...events import UNIT_SAVED, EventType, NewEvent, make_event
 from ...runs import ToolCall
 from ...storage.journal import Entry, Journal
 from ...storage.ledger import Ledger
@@ -166,7 +166,8 @@ class Segment:
         return self._record(seq, entry, result, call_id)
 
     def _record(self, seq: int, entry: Entry, result: object, call_id: str | None) -> object:
-        events, self._buffer = [*self.drain(), *self._buffer], []
+        saved = make_event(EventType.CUSTOM, name=UNIT_SAVED, value={"unit": seq})
+        events, self._buffer = [*self.drain(), *self._buffer, saved], []
         effect = None
         if call_id is not None:
             done = {"status": "done", "token": self.token, "result": json.dumps(result), "error": None}
