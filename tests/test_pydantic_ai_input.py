@@ -6,6 +6,7 @@ tests/agents_pydantic.py, pydantic-ai's OpenAIChatModel against the fake OpenAI 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -266,7 +267,7 @@ def test_settling_a_run_raises_no_pydantic_ai_deprecation_warning(fake_openai: A
     import tests.agents_pydantic as agents
 
     fake_openai.responder = ScriptResponder(BANK)
-    result = agents.bank.run_sync("Balance?")
+    result = asyncio.run(agents.bank.run("Balance?"))
     guest = guest_of(agents.bank)
     assert guest is not None
     state = RunState(run_id="r", agent_id="pai_bank", session_id="s", status="running", created_at=0, updated_at=0)
