@@ -25,7 +25,7 @@ from agents_celery.testing import ScriptResponder
 
 from .api_support import ApiServer, frames
 from .cluster import Deployment
-from .conftest import TEST_REDIS_URL, all_events, wait_for
+from .conftest import TEST_REDIS_URL, all_events, wait_event, wait_for
 from .invariants import assert_run_sound, counter_of
 
 pytestmark = pytest.mark.timeout(120)
@@ -111,6 +111,41 @@ def test_uploaded_images_and_files_reach_the_pydantic_ai_model_and_its_session(
     wait_for(lambda: second.get().status == "completed", timeout=30, what="the second run")
     earlier = user_contents(fake_openai.requests[-1])
     assert earlier[0][1] == {"type": "image_url", "image_url": {"url": PNG_URL}} and earlier[1] == "And now?"
+
+
+def test_an_image_still_reaches_the_model_after_a_pause_and_a_worker_killed_mid_segment(
+    served: tuple[Deployment, ApiServer], fake_openai: Any
+) -> None:
+    """A run with an image pauses for an approval; the next segment puts the image back into the restored history
+    (the model is sent it again); a worker killed in the middle of that segment's answer: the retried attempt, its
+    history restored once more, sends it too."""
+    dep = served[0]
+    rt = dep.runtime
+    path = f"/tmp/{uuid.uuid4().hex}"
+    answer = " ".join(f"w{i}" for i in range(60))
+    turns = [ScriptedTurn("Deleting.", [ScriptedToolCall("delete_file", {"path": path})]), answer]
+    fake_openai.responder = ScriptResponder(turns, token_delay=0.02)
+    image = {"type": "image_url", "image_url": {"url": PNG_URL}}
+    stream = rt.stream("pai_files", [{"type": "text", "text": "Delete the file in this picture."}, image])
+    all_events(rt, stream.id)
+    assert stream.get().status == "paused"
+    seen = len(fake_openai.requests)
+    rt.continue_run(stream.id, [{"tool_call_id": stream.get().pending[0].id, "confirmed": True}])
+    answering = lambda e: e.type.value == "TEXT_MESSAGE_CONTENT" and str(e.data.get("delta", "")).startswith("w")  # noqa: E731
+    wait_event(rt, stream.id, answering)
+    for w in [w for w in dep.workers if w.proc.poll() is None]:
+        w.kill()
+    dep.start(1)
+    wait_for(lambda: stream.get().status == "completed", timeout=60, what="the retried run")
+    sent = fake_openai.requests[seen:]
+    assert len(sent) == 2  # the answer, killed, and its retry
+    for request in sent:
+        (content,) = user_contents(request)
+        assert content == [{"type": "text", "text": "Delete the file in this picture."}, image]
+    events = all_events(rt, stream.id)
+    assert_run_sound(events)
+    with redis.Redis.from_url(TEST_REDIS_URL) as r:
+        assert counter_of(r, dep.prefix)(f"pai:delete_file:{path}") == 1
 
 
 def test_image_urls_with_detail_and_json_parts_reach_the_pydantic_ai_model(
