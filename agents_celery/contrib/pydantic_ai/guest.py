@@ -253,7 +253,10 @@ def output_schema(agent: PydanticAgent[Any, Any]) -> dict[str, Any] | None:
     kinds = [t for t in (spec if isinstance(spec, list | tuple) else [spec]) if t not in (str, DeferredToolRequests)]
     if not kinds:
         return None
-    return dict(agent.output_json_schema(kinds if len(kinds) > 1 else kinds[0]))
+    try:
+        return dict(agent.output_json_schema(kinds if len(kinds) > 1 else kinds[0]))
+    except (TypeError, ValueError):  # an output pydantic cannot give a schema of (pydantic's errors are TypeErrors):
+        return None  # the agent is still served; its manifest shows no schema, as for text
 
 
 def _first(group: BaseExceptionGroup[Any]) -> BaseException:
