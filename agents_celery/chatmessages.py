@@ -21,6 +21,51 @@ def _text(content: Any) -> str:
     return "" if content is None else json.dumps(content)
 
 
+def _user_content(content: Any) -> Any:
+    """A user prompt's content as a chat message's: its text, or content parts when it holds images or files (a
+    part stored beside the run as the reference part it is kept as, an image by URL as an ``image_url`` part)."""
+    if not isinstance(content, list) or not any(isinstance(c, dict) and _is_file(c) for c in content):
+        return _text(content)
+    out: list[dict[str, Any]] = []
+    for item in content:
+        if isinstance(item, str):
+            out.append({"type": "text", "text": item})
+        elif "ref" in item:
+            out.append(item)
+        elif item.get("kind") == "image-url":
+            out.append({"type": "image_url", "image_url": {"url": item.get("url", "")}})
+        elif _is_file(item):  # inline data of the user's own making: named, not copied
+            out.append({"type": "text", "text": f"[{item.get('media_type') or item.get('kind')}]"})
+        else:
+            out.append({"type": "text", "text": _text([item])})
+    return out
+
+
+#: The kinds of pydantic-ai's user content that are images or files.
+_FILES = ("image-url", "document-url", "audio-url", "video-url", "binary", "uploaded-file")
+
+
+def _is_file(item: dict[str, Any]) -> bool:
+    return "ref" in item or item.get("kind") in _FILES
+
+
+def user_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The user messages among ``messages`` (chat messages, or pydantic-ai's user prompts), as chat messages: what
+    the run was given (``GET /runs/<id>/input``)."""
+    out = []
+    for m in messages:
+        if m.get("kind") == "request":
+            parts = m.get("parts") or []
+            out += [
+                {"role": "user", "content": _user_content(p.get("content"))}
+                for p in parts
+                if p.get("part_kind") == "user-prompt"
+            ]
+        elif m.get("role") == "user":
+            out.append(m)
+    return out
+
+
 def _request(message: dict[str, Any]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for part in message.get("parts") or []:
@@ -28,7 +73,7 @@ def _request(message: dict[str, Any]) -> list[dict[str, Any]]:
         if kind == "system-prompt":
             out.append({"role": "system", "content": _text(part.get("content"))})
         elif kind == "user-prompt":
-            out.append({"role": "user", "content": _text(part.get("content"))})
+            out.append({"role": "user", "content": _user_content(part.get("content"))})
         elif kind == "tool-return":
             content = part.get("content")
             text = content if isinstance(content, str) else json.dumps(content)

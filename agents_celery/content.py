@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import InputTooLargeError, PayloadTooLargeError, ValidationError
+from .errors import InputTooLargeError, PayloadTooLargeError, UnsupportedError, ValidationError
 from .settings import Settings
 
 #: A user message as callers give it: text, or content parts.
@@ -158,6 +158,21 @@ def check_parts(message: Any, settings: Settings, already: int = 0) -> CheckedIn
     return CheckedInput(list(message), list(message), sum(sizes), sizes)
 
 
+def check_for_framework(checked: CheckedInput, framework: str | None) -> None:
+    """Refuse the parts an agent of another framework cannot be given (UnsupportedError, HTTP 400), before anything
+    is created. A pydantic-ai agent takes text, images and files (``agents_celery.contrib.pydantic_ai.prompt``) but
+    no video: no Chat Completions part carries one, and pydantic-ai's OpenAI models raise on it."""
+    if framework != "pydantic-ai":
+        return
+    for i, part in enumerate(checked.parts or []):
+        inline = _inline_data(part)
+        if inline is not None and inline[0].startswith("video/"):
+            raise UnsupportedError(
+                f"message part {i} is a video ({inline[0]}); a pydantic-ai agent is given text, images and files "
+                "(documents, audio) only"
+            )
+
+
 def _check_chars(chars: int, settings: Settings) -> None:
     if chars > settings.max_message_chars:
         most = settings.max_message_chars
@@ -214,12 +229,15 @@ def stored_form(checked: CheckedInput, run_id: str, first: int = 0) -> tuple[Use
 
 
 def refs_in(messages: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The references of the reference parts in ``messages``, in order, each once."""
+    """The references of the reference parts in ``messages``, in order, each once (also in the user prompts of a
+    pydantic-ai agent's messages, whose parts keep them: ``agents_celery.contrib.pydantic_ai.prompt``)."""
     found: dict[str, None] = {}
     for message in messages:
-        content = message.get("content")
-        if isinstance(content, list):
-            for part in content:
+        contents = [message.get("content")]
+        if message.get("kind") == "request":
+            contents = [p.get("content") for p in message.get("parts") or [] if p.get("part_kind") == "user-prompt"]
+        for content in contents:
+            for part in content if isinstance(content, list) else ():
                 if isinstance(part, dict) and isinstance(part.get("ref"), str):
                     found[part["ref"]] = None
     return list(found)

@@ -29,7 +29,7 @@ from .agent import Agent
 from .broker.extension import host_app
 from .broker.fastpaths import FastPaths
 from .broker.publisher import StepPublisher, sender_app
-from .content import UserContent, check_parts, inline_count, stored_form
+from .content import UserContent, check_for_framework, check_parts, inline_count, stored_form
 from .decisions import Decision, as_decision, decide, route, with_edited_args
 from .engine.children import reopened
 from .engine.lifecycle import Lifecycle
@@ -232,6 +232,7 @@ class Runtime(Scheduling):
         """
         manifest = self.agent_manifest(agent)
         checked = check_parts(message, self.settings)
+        check_for_framework(checked, manifest.get("framework"))
         if output_schema is not None:
             check_schema(output_schema)
             if manifest.get("framework"):  # an agent of another framework has output types of its own
@@ -405,6 +406,10 @@ class Runtime(Scheduling):
         """
         checked = check_parts(message, self.settings)
         self.store.log.info(run_id)  # 404 / 410 for an unknown or expired run
+        if checked.parts is not None:  # the parts its agent cannot be given are refused, as when it started
+            state, _ = self.store.load(run_id)
+            manifest = self.store.agents.get(state.agent_id) or {}
+            check_for_framework(checked, manifest.get("framework"))
         content, count = checked.content, inline_count(checked)
         if checked.parts is not None and checked.size:
             first = self.store.parts.reserve(run_id, count, checked.size, self.settings.max_input_bytes)

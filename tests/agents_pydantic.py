@@ -202,3 +202,38 @@ def launch(target: str) -> str:
     """Launch a job elsewhere: its result comes later, from outside."""
     _count("launch")
     raise CallDeferred()
+
+
+# -- a user's own event stream handler, and a dataclass output ---------------------------------------------------
+
+from dataclasses import dataclass  # noqa: E402
+from typing import Any  # noqa: E402
+
+
+async def _watch(ctx: RunContext[None], stream: Any) -> None:
+    """The user's handler: counts the events it is handed (in Redis, as the tools count their executions)."""
+    async for _event in stream:
+        _count("watched_event")
+
+
+watched = Agent(
+    _model(),
+    name="pai_watched",
+    description="Talks, with an event stream handler of its own (pydantic-ai).",
+    capabilities=[CeleryDurability(event_stream_handler=_watch)],
+)
+
+
+@dataclass
+class Point:
+    x: int
+    y: int
+
+
+point = Agent(
+    _model(),
+    name="pai_point",
+    description="Answers with a point, a dataclass (pydantic-ai).",
+    output_type=Point,
+    capabilities=[CeleryDurability()],
+)

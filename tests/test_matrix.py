@@ -2,15 +2,16 @@
 worker in the middle of the answer: the same final text, each tool once.
 
 Rows (agent kinds): ours (``fake``, tests/agents_fixture.py) and pydantic-ai (``pai_weather``,
-tests/agents_pydantic.py). Columns (dialects): AgentOS (its HTTP routes, as an AgentOS client reads them), AG-UI
-(``@ag-ui/client`` through tests/agui_client), the OpenAI Responses API (the ``openai`` SDK) and the AI SDK's chat
-(npm ``ai`` through tests/aisdk_client). A later dialect or
-guest adds its column or row here.
+tests/agents_pydantic.py; its row also sends an image and a file, and asks ``pai_bank`` for structured output).
+Columns (dialects): AgentOS (its HTTP routes, as an AgentOS client reads them), AG-UI (``@ag-ui/client`` through
+tests/agui_client), the OpenAI Responses API (the ``openai`` SDK) and the AI SDK's chat (npm ``ai`` through
+tests/aisdk_client). A later dialect or guest adds its column or row here.
 
 One private deployment for the module (its workers are the ones killed) and one API server in front of it."""
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import subprocess
@@ -33,7 +34,7 @@ from .api_support import ApiServer, frames
 from .cluster import Deployment
 from .conftest import TEST_REDIS_URL, all_events, wait_for
 from .invariants import assert_run_sound, counter_of
-from .test_agui_client import CLIENT
+from .test_agui_client import CLIENT, node
 from .test_aisdk_client import CLIENT as AISDK
 
 pytestmark = pytest.mark.timeout(120)
@@ -212,3 +213,111 @@ def test_the_same_answer_and_each_tool_once(
     assert_run_sound(events)
     abandoned = [e for e in events if e.type.value == "CUSTOM" and e.data.get("name") == "attempt_abandoned"]
     assert len(abandoned) == int(crash)
+
+
+# -- the pydantic-ai row with images and structured output ---------------------------------------------------------
+
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(300)
+PDF = b"%PDF-1.4\n" + b"x" * 300
+IMAGE, DOC = base64.b64encode(PNG).decode(), base64.b64encode(PDF).decode()
+#: What pydantic-ai's model sends for the question, the PNG and the PDF (its file name is pydantic-ai's).
+SENT = [
+    {"type": "text", "text": "What are these?"},
+    {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{IMAGE}"}},
+    {"type": "file", "file": {"file_data": f"data:application/pdf;base64,{DOC}", "filename": "filename.pdf"}},
+]
+ADVICE = {"support_advice": "All fine.", "block_card": False, "risk": 1}
+BANK = [
+    ScriptedTurn(tool_calls=[ScriptedToolCall("customer_balance", {"include_pending": True})]),
+    ScriptedTurn(tool_calls=[ScriptedToolCall("final_result", ADVICE)]),
+]
+
+
+def images_by(dialect: str, api: ApiServer) -> None:
+    """Ask pai_weather about a PNG and a PDF with the dialect's client."""
+    if dialect == "agentos":
+        files = [("files", ("cat.png", PNG, "image/png")), ("files", ("report.pdf", PDF, "application/pdf"))]
+        with httpx.Client(base_url=api.url, timeout=60) as http:
+            resp = http.post(
+                "/agents/pai_weather/runs", data={"message": "What are these?", "stream": "false"}, files=files
+            )
+        assert resp.status_code == 200 and resp.json()["status"] == "COMPLETED", resp.text
+    elif dialect == "agui":
+        got = node(api, "multimodal", uuid.uuid4().hex, agent="pai_weather", image=IMAGE, pdf=DOC)
+        assert got["errors"] == [] and got["first"][-1] == got["second"][-1] == "RUN_FINISHED", got
+    elif dialect == "aisdk":
+        files = [
+            {"type": "file", "mediaType": "image/png", "url": f"data:image/png;base64,{IMAGE}", "filename": "cat.png"},
+            {"type": "file", "mediaType": "application/pdf", "url": f"data:application/pdf;base64,{DOC}"},
+        ]
+        got = aisdk_chat("pai_weather", api, text="What are these?", files=files)
+        assert got["messages"][-1]["role"] == "assistant", got
+    else:
+        content = [
+            {"type": "input_text", "text": "What are these?"},
+            {"type": "input_image", "image_url": f"data:image/png;base64,{IMAGE}"},
+            {"type": "input_file", "filename": "report.pdf", "file_data": f"data:application/pdf;base64,{DOC}"},
+        ]
+        with openai.OpenAI(base_url=api.url + "/v1", api_key="unused", max_retries=0) as client:
+            done = client.responses.create(model="pai_weather", input=[{"role": "user", "content": content}])  # type: ignore[list-item]
+        assert done.status == "completed", done
+
+
+def structured_by(dialect: str, api: ApiServer, dep: Deployment) -> Any:
+    """Ask pai_bank (structured output) with the dialect's client; the output as that client got it."""
+    if dialect == "agentos":
+        with httpx.Client(base_url=api.url, timeout=60) as http:
+            resp = http.post("/agents/pai_bank/runs", data={"message": "Balance?", "stream": "false"})
+        assert resp.status_code == 200 and resp.json()["content_type"] == "json", resp.text
+        return resp.json()["content"]
+    if dialect == "agui":
+        thread = uuid.uuid4().hex
+        got = node(api, "live", thread, agent="pai_bank", message="Balance?")
+        assert got["errors"] == [] and got["types"][-1] == "RUN_FINISHED", got
+        (run,) = dep.runtime.runs(session_id=thread).runs
+        finished = all_events(dep.runtime, run.run_id)[-1]
+        return finished.data["result"]
+    if dialect == "aisdk":
+        got = aisdk_chat("pai_bank", api, text="Balance?")
+        (output,) = [p["data"] for p in got["messages"][-1]["parts"] if p["type"] == "data-output"]
+        return output
+    with openai.OpenAI(base_url=api.url + "/v1", api_key="unused", max_retries=0) as client:
+        done = client.responses.create(model="pai_bank", input="Balance?")
+    assert done.status == "completed", done
+    return json.loads(done.output_text)
+
+
+def aisdk_chat(agent: str, api: ApiServer, **args: Any) -> dict[str, Any]:
+    """One message from the AI SDK's chat client (node) to ``agent``: what it printed."""
+    chat = uuid.uuid4().hex
+    done = subprocess.run(
+        ["node", "scenarios.mjs", "text", f"{api.url}/aisdk/{agent}", chat, json.dumps(args)],
+        cwd=AISDK,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert done.returncode == 0, f"the AI SDK client failed:\n{done.stdout}\n{done.stderr}"
+    got: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["errors"] == [] and got["status"] == "ready", got
+    return got
+
+
+@pytest.mark.parametrize("dialect", list(DIALECTS))
+def test_the_pydantic_ai_row_takes_images_and_gives_structured_output(
+    matrix: tuple[Deployment, ApiServer], fake_openai: Any, dialect: str
+) -> None:
+    """Each dialect's client sends pai_weather a PNG and a PDF: pydantic-ai's model gets them (as BinaryContent);
+    each asks pai_bank, whose ``output_type`` is a pydantic model: its client gets the object, not a JSON string."""
+    if dialect == "agui" and (
+        shutil.which("node") is None or not (CLIENT / "node_modules" / "@ag-ui" / "client").is_dir()
+    ):
+        pytest.fail("the AG-UI client is not installed: run scripts/ensure-agui-client (make test does)")
+    dep, api = matrix
+    fake_openai.responder = ScriptResponder(["A cat and a report.", "The report."])
+    seen = len(fake_openai.requests)
+    images_by(dialect, api)
+    first = fake_openai.requests[seen]
+    assert next(m["content"] for m in first["messages"] if m["role"] == "user") == SENT
+    fake_openai.responder = ScriptResponder(BANK)
+    assert structured_by(dialect, api, dep) == ADVICE

@@ -334,8 +334,8 @@ def test_structured_output_and_a_model_retry_as_in_process(shared: Deployment, f
         assert stream.get().status == "completed", events[-1].data
         assert fake_openai.calls - before == calls == 3
         assert_run_sound(events, tool_counts={"pai:customer_balance": 2}, counter=counts)
-    assert stream.get().output == output.model_dump_json()
-    assert events[-1].data["result"] == output.model_dump_json()
+    assert stream.get().output == output.model_dump(mode="json")
+    assert events[-1].data["result"] == output.model_dump(mode="json")
     state, _ = rt.store.load(stream.id)
     assert stripped(state.messages) == stripped(messages)
     results = [e.data["content"] for e in events if e.type.value == "TOOL_CALL_RESULT"]

@@ -62,8 +62,8 @@ def test_the_bank_agent_killed_after_a_journal_write_replays_as_in_process(
         assert fake_openai.calls - before == calls == 3  # no journaled model request ran again
         # The ModelRetry call and the good one: each once, the journal returning the first after the kill.
         assert_run_sound(events, tool_counts={"pai:customer_balance": 2}, counter=counts)
-    assert stream.get().output == output.model_dump_json()
-    assert events[-1].data["result"] == output.model_dump_json()
+    assert stream.get().output == output.model_dump(mode="json")
+    assert events[-1].data["result"] == output.model_dump(mode="json")
     state, _ = rt.store.load(stream.id)
     assert stripped(state.messages) == stripped(messages)
     assert any(e.type.value == "CUSTOM" and e.data.get("name") == "attempt_abandoned" for e in events)

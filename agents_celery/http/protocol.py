@@ -29,6 +29,7 @@ import hmac
 from importlib import resources
 from typing import Any
 
+from ..chatmessages import user_messages
 from ..content import check_parts
 from ..errors import (
     AuthenticationError,
@@ -253,7 +254,7 @@ class API:
         each with the ``url`` of its data under this API)."""
         self.access.run(req, run_id, "read")
         state, _ = self.runtime.store.load(run_id)
-        messages = [m for m in state.new_messages if m.get("role") == "user"]
+        messages = user_messages(state.new_messages)  # a pydantic-ai run keeps its prompts as its own messages
         return Reply(200, {"run_id": run_id, "messages": [_with_part_urls(m, req, run_id) for m in messages]})
 
     def run_part(self, req: Request, run_id: str, n: str) -> Reply:
@@ -265,7 +266,7 @@ class API:
         media_type, data, filename = part_bytes(part)
         if filename is None:  # an image keeps its file name on the run's reference to it
             state, _ = self.runtime.store.load(run_id)
-            filename = _name_of(state.new_messages, f"{run_id}/{n}")
+            filename = _name_of(user_messages(state.new_messages), f"{run_id}/{n}")
         headers = {
             "X-Content-Type-Options": "nosniff",
             # an SVG or HTML file shown from this origin could run script: never (a download, in a sandbox)
@@ -591,7 +592,7 @@ def run_output(view: RunView) -> dict[str, Any]:
         "session_id": view.session_id,
         "status": AGNO_STATUS[view.status.value],
         "content": view.output,
-        "content_type": "str",
+        "content_type": "str" if view.output is None or isinstance(view.output, str) else "json",
         "is_paused": paused,
         "tools": [_tool(c) for c in calls],
         "messages": view.messages,

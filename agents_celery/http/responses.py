@@ -26,8 +26,9 @@ Mapping (stored AG-UI event -> Responses events):
   ``incomplete`` when the step was abandoned (a crashed attempt, a model retry): the retried attempt's text comes
   as a new item. Items still open at the segment's end are done ``incomplete``.
 - RUN_FINISHED success, interrupt (approval requests) or pending client calls (``function_call`` items) ->
-  ``response.completed``; cancelled -> ``response.cancelled`` (status ``cancelled``); RUN_ERROR ->
-  ``response.failed`` with ``error``.
+  ``response.completed``; a structured output that came as a value, not as the model's text (a pydantic-ai
+  agent's output tool), is first a ``message`` item holding its JSON; cancelled -> ``response.cancelled``
+  (status ``cancelled``); RUN_ERROR -> ``response.failed`` with ``error``.
 """
 
 from __future__ import annotations
@@ -338,9 +339,13 @@ class ResponseFold:
         kind = outcome.get("type", "success")
         if kind == "cancelled":
             return self._end("cancelled")
+        out = []
         if kind == "success" and not outcome.get("pending_tool_call_ids"):
             self.answered = True
-        out = self._close_all()
+            result = data.get("result")
+            if result is not None and not isinstance(result, str) and self._answer_not_said():
+                out += self._structured_answer(result)
+        out += self._close_all()
         for interrupt in outcome.get("interrupts") or []:
             meta = interrupt.get("metadata") or {}
             cid = interrupt.get("tool_call_id") or interrupt.get("id", "")
@@ -357,6 +362,28 @@ class ResponseFold:
             out.append(self._event("response.output_item.added", output_index=index, item=dict(item)))
             out.append(self._event("response.output_item.done", output_index=index, item=dict(item)))
         return [*out, *self._end("completed")]
+
+    def _answer_not_said(self) -> bool:
+        """The segment's last item is not a message: its structured output came without a text answer."""
+        return not self.output or self.output[-1]["type"] != "message"
+
+    def _structured_answer(self, result: Any) -> list[dict[str, Any]]:
+        """A structured output that came as a value, not as the model's text (a pydantic-ai agent's output tool):
+        one message item holding its JSON, so ``output_text`` is the answer as for a typed agent of ours. Its id
+        is the segment's, so a replay renders it the same."""
+        mid, text = f"msg_{self.segment.id}_output", json.dumps(result)
+        item: dict[str, Any] = {"id": mid, "type": "message", "role": "assistant", "status": "in_progress"}
+        part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+        index = self._add(mid, {**item, "content": [{**part, "text": text}], "_text_done": True}, in_step=False)
+        common = {"item_id": mid, "output_index": index, "content_index": 0}
+        return [
+            self._event("response.output_item.added", output_index=index, item={**item, "content": []}),
+            self._event("response.content_part.added", **common, part=part),
+            self._event("response.output_text.delta", **common, delta=text, logprobs=[]),
+            self._event("response.output_text.done", **common, text=text, logprobs=[]),
+            self._event("response.content_part.done", **common, part={**part, "text": text}),
+            self._done(mid, "completed"),
+        ]
 
     def _end(self, status: str) -> list[dict[str, Any]]:
         out = self._close_all()

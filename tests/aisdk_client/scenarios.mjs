@@ -101,7 +101,7 @@ const scenarios = {
   // One message, streamed to its end.
   async text() {
     const chat = newChat();
-    await chat.sendMessage({ text: args.text || "hi" });
+    await chat.sendMessage({ text: args.text || "hi", ...(args.files ? { files: args.files } : {}) });
     await settle(chat);
     report(chat);
   },

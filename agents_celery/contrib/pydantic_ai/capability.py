@@ -9,7 +9,7 @@ transparent: ``agent.run(...)`` in a script is a plain in-process run.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -74,6 +74,19 @@ async def _to_log(ctx: RunContext[Any], stream: AsyncIterable[AgentStreamEvent])
             segment.on_event(event)
 
 
+async def _logged(source: AsyncIterator[AgentStreamEvent]) -> AsyncIterator[AgentStreamEvent]:
+    """``source``'s events, each into the segment's log before it is handed on."""
+    while True:
+        try:
+            event = await anext(source)
+        except StopAsyncIteration:
+            return
+        segment = current_segment()
+        if segment is not None:
+            segment.on_event(event)
+        yield event
+
+
 @dataclass(init=False)
 class CeleryDurability(BaseDurabilityCapability[Any]):
     """Makes a pydantic-ai agent durable on agents-celery workers.
@@ -90,7 +103,7 @@ class CeleryDurability(BaseDurabilityCapability[Any]):
 
     Args:
         models: Other models a run may pick by id (``agent.run(model="<id>")``), as pydantic-ai's engines take.
-        event_stream_handler: Also given every event (after the run's log got it).
+        event_stream_handler: Also given every event, as it comes (the run's log gets each one just before it).
         name: The prefix of the agent's unit names (default: the agent's name).
     """
 
@@ -119,14 +132,12 @@ class CeleryDurability(BaseDurabilityCapability[Any]):
         if self._user_handler is None:
             await _to_log(ctx, stream)
             return
-        events = [event async for event in stream]
-
-        async def again() -> Any:
-            for event in events:
-                yield event
-
-        await _to_log(ctx, again())
-        await self._user_handler(ctx, again())
+        # The user's handler reads the stream, and each event goes to the log as it hands it on: tokens stay live
+        # (reading the whole stream first would log nothing until the model finished, and lose it all on a stop).
+        # What the handler leaves unread is logged after it returns.
+        source = aiter(stream)
+        await self._user_handler(ctx, _logged(source))
+        await _to_log(ctx, source)
 
     async def before_tool_execute(
         self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition, args: ValidatedToolArgs

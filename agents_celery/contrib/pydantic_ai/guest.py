@@ -1,19 +1,18 @@
 """A pydantic-ai agent as an agent of ours: its manifest, and each step of its runs as one segment.
 
 The run's ``messages`` hold pydantic-ai's message history (``ModelMessagesTypeAdapter`` JSON): the session's
-history first (a session started by one of our own agents keeps its chat messages; user and assistant text carry
-over), then this run's. A user message sent to the run (its first, or one sent while it is live) is a chat message
-``{"role": "user", ...}`` until the next segment takes it as its prompt. A segment ends with the run (its output,
+history first (a session started by one of our own agents keeps its chat messages; user messages, their images and
+files, and assistant text carry over), then this run's. A user message sent to the run (its first, or one sent while
+it is live) is a chat message ``{"role": "user", ...}`` until the next segment takes it as its prompt, its images and
+files as pydantic-ai user content (:mod:`.prompt`). A segment ends with the run (its output,
 usage) or with a pause: for deferred tools (``requires_approval=True``, external calls), or for a call that may
 have run in a crashed attempt; ``continue_run`` decisions become the next segment's ``DeferredToolResults``.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from pydantic import BaseModel
 from pydantic_ai import Agent as PydanticAgent
 from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
 from pydantic_ai.messages import (
@@ -23,6 +22,7 @@ from pydantic_ai.messages import (
     ModelResponse,
     TextPart,
     ToolCallPart,
+    UserContent,
     UserPromptPart,
 )
 from pydantic_ai.run import AgentRunResult
@@ -31,12 +31,14 @@ from pydantic_ai.toolsets import ExternalToolset
 from pydantic_core import to_jsonable_python
 
 from ...agent import Agent
+from ...content import refs_in, text_of
 from ...engine.steps import Cancelled, StepContext, StepResult, completed, paused
 from ...errors import ConfigurationError, FencedError
 from ...runs import RunState, ToolCall
 from ...storage.journal import Journal
 from ...tools import Tool
 from .loop import WalkedAway, run_segment
+from .prompt import Prompt, restored, stored_form
 from .segment import MayHaveRun, Segment
 
 
@@ -82,6 +84,8 @@ class GuestAgent(Agent):
         super().__init__(agent.name, model=_ModelName(str(model_name)), tools=tools, description=description)  # type: ignore[arg-type]
         self.agent = agent
         self._journals: dict[int, Journal] = {}
+        #: The provider of an ``UploadedFile`` (a file part by ``file_id``): the agent's model's.
+        self._provider = str(getattr(model, "system", None) or "openai")
         #: Every run takes ``DeferredToolRequests`` among its output types: any tool may defer (one that needs
         #: approval, raises ``CallDeferred`` or ``ApprovalRequired``, an ``ExternalToolset``'s, an MCP toolset
         #: wrapped for approval, a client's), and a deferred call pauses the run rather than fail it.
@@ -90,14 +94,16 @@ class GuestAgent(Agent):
             self._output_type = [agent.output_type, DeferredToolRequests]
 
     def manifest(self) -> dict[str, Any]:
-        return {**super().manifest(), "framework": "pydantic-ai"}
+        return {**super().manifest(), "framework": "pydantic-ai", "output_schema": output_schema(self.agent)}
 
     def run_step(self, ctx: StepContext) -> StepResult:
         """One segment: ``agent.run(...)`` under the journal, until the run ends or pauses."""
         state = ctx.state
         decided = {c.id: c for c in state.tool_calls if c.pause_reason == "may_have_run"}
         deferred = [c for c in state.tool_calls if c.pause_reason != "may_have_run"]
-        history, prompt, kept = split_messages(state.messages, state.history_len)
+        refs = refs_in(state.messages)
+        prompt = Prompt(ctx.store.parts.fetch(state, refs) if refs else {}, self._provider)
+        history, user_prompt, kept = split_messages(state.messages, state.history_len, prompt)
         results = deferred_results(deferred, history) if deferred else None
         segment = Segment(
             state.run_id,
@@ -114,7 +120,7 @@ class GuestAgent(Agent):
         s = ctx.settings
         try:
             result = run_segment(
-                self._run(segment, prompt, history, results, client=_Client.of(state)),
+                self._run(segment, user_prompt, history, results, client=_Client.of(state)),
                 ctx.stop,
                 ctx.lost,
                 s.stop_grace_seconds,
@@ -128,7 +134,7 @@ class GuestAgent(Agent):
             raise FencedError(f"run {state.run_id!r}: lease lost; another attempt owns the run") from None
         except MayHaveRun as exc:
             return paused(self, state.model_copy(update={"tool_calls": _with_may_have_run(state, exc.call)}), [])
-        return self._settle(state, result, kept)
+        return self._settle(state, result, kept, prompt)
 
     def _journal(self, ctx: StepContext) -> Journal:
         journal = self._journals.get(id(ctx.store))
@@ -140,7 +146,7 @@ class GuestAgent(Agent):
     async def _run(
         self,
         segment: Segment,
-        prompt: str | None,
+        prompt: str | list[UserContent] | None,
         history: list[ModelMessage],
         results: DeferredToolResults | None,
         client: _Client,
@@ -160,11 +166,14 @@ class GuestAgent(Agent):
         finally:
             segment.leave(token)
 
-    def _settle(self, state: RunState, result: AgentRunResult[Any], kept: list[dict[str, Any]]) -> StepResult:
+    def _settle(
+        self, state: RunState, result: AgentRunResult[Any], kept: list[dict[str, Any]], prompt: Prompt
+    ) -> StepResult:
         """The run after a segment that returned: paused for deferred tools, or completed with its output."""
-        messages = [*kept, *ModelMessagesTypeAdapter.dump_python(result.new_messages(), mode="json")]
+        new = result.new_messages()
+        messages = [*kept, *stored_form(new, ModelMessagesTypeAdapter.dump_python(new, mode="json"), prompt)]
         usage = dict(state.usage)
-        got = result.usage()
+        got = result.usage
         for ours, theirs in (("prompt_tokens", got.input_tokens), ("completion_tokens", got.output_tokens)):
             usage[ours] = usage.get(ours, 0) + (theirs or 0)
         usage["total_tokens"] = usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
@@ -179,7 +188,7 @@ class GuestAgent(Agent):
         if isinstance(output, DeferredToolRequests):
             update["tool_calls"] = deferred_calls(output)
             return paused(self, state.model_copy(update=update), [])
-        update["output"] = output_text(output)
+        update["output"] = output_value(output)
         return completed(state.model_copy(update=update), [])
 
 
@@ -229,13 +238,25 @@ def _with_may_have_run(state: RunState, call: ToolCall) -> list[ToolCall]:
     return [*kept, call]
 
 
-def output_text(output: Any) -> str:
-    """A run's output as its state keeps it: text as it is, anything else as JSON."""
+def output_value(output: Any) -> Any:
+    """A run's output as its state keeps it: text as it is, structured output (a pydantic model, a dataclass, ...)
+    as its JSON value, as our own agents' typed output is kept (``GET /runs/<id>``'s ``output`` is the object)."""
     if isinstance(output, str):
         return output
-    if isinstance(output, BaseModel):
-        return output.model_dump_json()
-    return json.dumps(to_jsonable_python(output))
+    return to_jsonable_python(output)
+
+
+def output_schema(agent: PydanticAgent[Any, Any]) -> dict[str, Any] | None:
+    """The JSON Schema of the agent's structured output, as pydantic-ai gives it (``output_json_schema``); None for
+    text output (and ``DeferredToolRequests``, which pauses the run rather than end it)."""
+    spec = agent.output_type
+    kinds = [t for t in (spec if isinstance(spec, list | tuple) else [spec]) if t not in (str, DeferredToolRequests)]
+    if not kinds:
+        return None
+    try:
+        return dict(agent.output_json_schema(kinds if len(kinds) > 1 else kinds[0]))
+    except (TypeError, ValueError):  # an output pydantic cannot give a schema of (pydantic's errors are TypeErrors):
+        return None  # the agent is still served; its manifest shows no schema, as for text
 
 
 def _first(group: BaseExceptionGroup[Any]) -> BaseException:
@@ -273,45 +294,38 @@ def _tool_manifests(agent: PydanticAgent[Any, Any]) -> list[dict[str, Any]]:
     return found
 
 
-def _chat_as_message(message: dict[str, Any]) -> ModelMessage | None:
+def _chat_as_message(message: dict[str, Any], prompt: Prompt) -> ModelMessage | None:
     """A chat message of a session's history (one of our own agents' runs) as pydantic-ai's, where it has one."""
     content = message.get("content")
-    if not isinstance(content, str):
-        content = _text_of(content)
     if message.get("role") == "user":
-        return ModelRequest(parts=[UserPromptPart(content)])
-    if message.get("role") == "assistant" and content:
-        return ModelResponse(parts=[TextPart(content)])
+        return ModelRequest(parts=[UserPromptPart(prompt.content(content))])
+    text = text_of(content)
+    if message.get("role") == "assistant" and text:
+        return ModelResponse(parts=[TextPart(text)])
     return None
 
 
-def _text_of(content: Any) -> str:
-    """The text of Chat Completions content parts (other parts are not passed to a pydantic-ai agent yet)."""
-    if not isinstance(content, list):
-        return "" if content is None else str(content)
-    return "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
-
-
 def split_messages(
-    messages: list[dict[str, Any]], history_len: int
-) -> tuple[list[ModelMessage], str | None, list[dict[str, Any]]]:
+    messages: list[dict[str, Any]], history_len: int, prompt: Prompt
+) -> tuple[list[ModelMessage], str | list[UserContent] | None, list[dict[str, Any]]]:
     """The run's messages as a segment takes them: the message history, the prompt (the user messages not yet
-    taken in, joined; None when there are none) and the stored messages the segment keeps in front of its own."""
+    taken in, their images and files as pydantic-ai user content; None when there are none) and the stored messages
+    the segment keeps in front of its own."""
     history: list[ModelMessage] = []
     kept: list[dict[str, Any]] = []
-    prompts: list[str] = []
+    prompts: list[Any] = []
     for index, message in enumerate(messages):
         if "kind" in message:
-            history += ModelMessagesTypeAdapter.validate_python([message])
+            history.append(restored(message, prompt))
             kept.append(message)
         elif index >= history_len and message.get("role") == "user":
-            prompts.append(_text_of(message.get("content")))
+            prompts.append(message.get("content"))
         else:
-            converted = _chat_as_message(message)
+            converted = _chat_as_message(message, prompt)
             if converted is not None:
                 history.append(converted)
             kept.append(message)
-    return history, ("\n\n".join(prompts) if prompts else None), kept
+    return history, prompt.joined(prompts), kept
 
 
 def deferred_calls(requests: DeferredToolRequests) -> list[ToolCall]:

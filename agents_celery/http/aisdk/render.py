@@ -24,8 +24,9 @@ Mapping (stored event -> chunks):
   ``tool-input-available`` went out: the page runs them and sends ``addToolOutput``'s answer).
 - The RUN_STARTED of a continue -> ``tool-approval-response`` per decided call, so a replay of the whole
   message shows each approval answered, as the page had it.
-- RUN_FINISHED success -> ``finish`` (``stop``); cancelled -> ``abort`` then ``finish``; RUN_ERROR -> ``error``
-  (its message) then ``finish`` (``error``).
+- RUN_FINISHED success -> ``finish`` (``stop``), after a ``data-output`` part holding the value when the run's
+  output is structured (an output schema, a pydantic-ai ``output_type``); cancelled -> ``abort`` then
+  ``finish``; RUN_ERROR -> ``error`` (its message) then ``finish`` (``error``).
 - Our events that have no chunk: CUSTOM ``<name>`` -> ``data-<name>`` (transient: the page need not keep it);
   SUBAGENT_STARTED/FINISHED/ERROR -> ``data-subagent`` (id the child run: each updates the one part).
 
@@ -248,6 +249,9 @@ class ChatFold:
             return self._end(ev, [], "tool-calls")
         if kind == "cancelled":
             return self._end(ev, [{"type": "abort", "reason": "stopped"}], "other")
+        result = ev.data.get("result")
+        if result is not None and not isinstance(result, str):  # structured output: the validated value
+            return self._end(ev, [{"type": "data-output", "id": "output", "data": result}], "stop")
         return self._end(ev, [], "stop")
 
     def _end(self, ev: Event, before: list[dict[str, Any]], reason: str) -> list[dict[str, Any]]:
