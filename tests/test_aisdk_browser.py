@@ -83,9 +83,15 @@ def rdb() -> Iterator[redis.Redis]:
     client.close()
 
 
+def is_resume(response: Any) -> bool:
+    return bool(response.request.method == "GET" and response.url.endswith("/stream"))
+
+
 def open_chat(page: Any, app: ApiServer) -> Any:
-    """The chat page for the test agents' ``fake`` agent; the assistant's messages."""
-    page.goto(f"{app.root}/chat/?agent=fake")
+    """A new chat on the page, for the test agents' ``fake`` agent; the assistant's messages."""
+    with page.expect_response(is_resume) as resumed:
+        page.goto(f"{app.root}/chat/?agent=fake")
+    assert resumed.value.status == 204  # resume: true asked at once; a new chat has nothing live
     expect(page.locator("#status")).to_have_text("ready")
     return page.locator("li.message.assistant")
 
@@ -110,10 +116,7 @@ def test_a_message_streams_and_a_reload_mid_answer_resumes_it_whole_once(
 ) -> None:
     words = " ".join(f"w{i}" for i in range(120))
     script(words, token_delay=0.05)
-    resumes: list[int] = []
-    page.on("response", lambda r: resumes.append(r.status) if r.url.endswith("/stream") else None)
     answer = open_chat(page, app)
-    assert resumes == [204]  # a new chat: resume: true asked, nothing was live
     chat = page.url.split("chat=")[1]
     send(page, "count")
     expect(page.locator("li.message.user")).to_have_text("count")
@@ -123,13 +126,14 @@ def test_a_message_streams_and_a_reload_mid_answer_resumes_it_whole_once(
     assert 0 < len(seen) < len(words) and words.startswith(seen)  # it streams: part of it is on the page
     run_id = run_id_of(answer)
 
-    page.reload()  # mid-answer: the fetch is aborted, the run goes on, the page asks GET .../<chat>/stream
+    with page.expect_response(is_resume) as resumed:
+        page.reload()  # mid-answer: the fetch is aborted, the run goes on, the page asks GET .../<chat>/stream
+    assert resumed.value.status == 200 and resumed.value.url.endswith(f"/aisdk/fake/{chat}/stream")  # it was live
     assert page.url.split("chat=")[1] == chat  # the chat id survived the reload
     expect(answer).to_have_count(1)
     expect(answer).to_contain_text("w119")
     expect(page.locator("#status")).to_have_text("ready")
     assert text_of(answer) == words  # the whole answer once: replayed from its start, then live
-    assert resumes == [204, 200]  # the reload resumed a live run
     assert page.locator("li.message").count() == 1  # the page keeps no history of its own: the answer only
     assert run_id_of(answer) == run_id and runtime.get(run_id).status == "completed"
     assert runtime.get(run_id).session_id == chat
@@ -146,7 +150,8 @@ def test_a_tool_approved_on_the_page_runs_once_and_the_answer_shows(
     expect(tool).to_have_attribute("data-state", "approval-requested")
     expect(tool.locator("code")).to_have_text(f'delete_file({{"path":"{path}"}})')
     run_id = run_id_of(answer)
-    assert runtime.get(run_id).status == "paused" and counter_of(rdb, key_prefix)(f"delete_file:{path}") == 0
+    wait_for(lambda: runtime.get(run_id).status == "paused", what="the run to pause for the approval")
+    assert counter_of(rdb, key_prefix)(f"delete_file:{path}") == 0
 
     tool.get_by_role("button", name="Approve").click()  # sendAutomaticallyWhen sends the approval by itself
     expect(tool).to_have_attribute("data-state", "output-available")
@@ -162,18 +167,19 @@ def test_a_tool_approved_on_the_page_runs_once_and_the_answer_shows(
 def test_stop_on_the_page_stops_the_run_within_5s(page: Any, app: ApiServer, script: Any, runtime: Any) -> None:
     words = " ".join(f"w{i}" for i in range(400))
     script(words, token_delay=0.02)
-    stops: list[str] = []
-    page.on("request", lambda r: stops.append(r.method) if r.url.endswith("/stop") else None)
     answer = open_chat(page, app)
+    chat = page.url.split("chat=")[1]
     send(page, "count")
     expect(answer).to_contain_text("w5 ")
     run_id = run_id_of(answer)
 
-    page.get_by_role("button", name="Stop").click()
     pressed = time.monotonic()
+    # The page asks the stop route (an aborted fetch alone is a closed tab and stops nothing), then stop().
+    with page.expect_response(lambda r: r.request.method == "POST" and r.url.endswith(f"/{chat}/stop")) as stopped:
+        page.get_by_role("button", name="Stop").click()
+    assert stopped.value.status == 200
     wait_for(lambda: runtime.get(run_id).status == "cancelled", timeout=5, what="the run to be cancelled")
     assert time.monotonic() - pressed < 5
-    assert stops == ["POST"]  # the page asked the stop route: an aborted fetch alone stops nothing
     expect(page.locator("#status")).to_have_text("ready")
     shown = text_of(answer)
     assert 0 < len(shown) < len(words) and words.startswith(shown)
