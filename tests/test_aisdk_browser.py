@@ -11,7 +11,6 @@ import shutil
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -190,4 +189,4 @@ def test_the_page_is_served_beside_the_api(app: ApiServer) -> None:
     index = httpx.get(f"{app.root}/chat/")
     assert index.status_code == 200 and '<script src="chat.js">' in index.text
     bundle = httpx.get(f"{app.root}/chat/chat.js")
-    assert bundle.status_code == 200 and bundle.content == Path(BUNDLE).read_bytes()
+    assert bundle.status_code == 200 and bundle.content == BUNDLE.read_bytes()
