@@ -1,6 +1,7 @@
 """The AI SDK's ``useChat`` in a real browser: the example page (examples/aisdk_chat: ``@ai-sdk/react`` with
 ``DefaultChatTransport`` and ``resume: true``, bundled by scripts/ensure-aisdk-page) served by the example Flask
-app (examples/flask_app, the agents API under ``/ai``), in headless Chromium (Debian's ``chromium``) driven by
+app (examples/flask_app) and by the example Django project (examples/django_app under uvicorn, as an anonymous
+caller), each with the agents API under ``/ai``, in headless Chromium (Debian's ``chromium``) driven by
 Playwright, against a real worker, real Redis and the scripted fake OpenAI server. What the SDK's own chat client
 does in node (tests/test_aisdk_client.py), done by React in a page: stream, reload mid-answer, approve, stop."""
 
@@ -65,12 +66,16 @@ def page(browser: Any) -> Iterator[Any]:
     context.close()
 
 
-@pytest.fixture(scope="module")
-def app(worker: Any, worker_env: dict[str, str]) -> Iterator[ApiServer]:
-    """The example Flask app (its own routes, the page at ``/chat/``, the agents API at ``/ai``)."""
+@pytest.fixture(scope="module", params=["flask", "django"])
+def app(request: pytest.FixtureRequest, worker: Any, worker_env: dict[str, str]) -> Iterator[ApiServer]:
+    """An example app with the page at ``/chat/`` and the agents API at ``/ai``: the Flask app (its own routes),
+    or the Django project (its own views; the page's POSTs carry no session cookie: an anonymous caller's)."""
     if not BUNDLE.is_file():
         pytest.fail(f"the chat page is not bundled ({BUNDLE}): run scripts/ensure-aisdk-page (make test does)")
-    server = ApiServer(worker_env, flask_app="examples.flask_app").wait_ready()
+    if request.param == "django":
+        server = ApiServer(worker_env, django=True).wait_ready()
+    else:
+        server = ApiServer(worker_env, flask_app="examples.flask_app").wait_ready()
     yield server
     server.stop()
 
@@ -188,5 +193,6 @@ def test_stop_on_the_page_stops_the_run_within_5s(page: Any, app: ApiServer, scr
 def test_the_page_is_served_beside_the_api(app: ApiServer) -> None:
     index = httpx.get(f"{app.root}/chat/")
     assert index.status_code == 200 and '<script src="chat.js">' in index.text
+    assert 'data-api-prefix="/ai"' in index.text and app.url == f"{app.root}/ai"  # the page calls the API's prefix
     bundle = httpx.get(f"{app.root}/chat/chat.js")
     assert bundle.status_code == 200 and bundle.content == BUNDLE.read_bytes()
