@@ -1,0 +1,276 @@
+"""A2A's official Python client (PyPI ``a2a-sdk`` 1.3: ``create_client``, its JSON-RPC transport, with its
+defaults) against ``/a2a/<agent_id>``: a real API server (Flask and Django), a real worker, real Redis. The
+client parses every answer into its own protobuf types; the task a stream reader holds is built with the SDK's own
+artifact merge (``append_artifact_to_task``)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+import redis
+from a2a.client import ClientConfig, create_client
+from a2a.client.client import Client
+from a2a.server.tasks.task_manager import append_artifact_to_task
+from a2a.types import (
+    CancelTaskRequest,
+    GetExtendedAgentCardRequest,
+    GetTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageConfiguration,
+    SendMessageRequest,
+    StreamResponse,
+    SubscribeToTaskRequest,
+    Task,
+    TaskState,
+)
+from a2a.utils.errors import TaskNotFoundError, UnsupportedOperationError
+
+from agents_celery.models import ScriptedToolCall, ScriptedTurn
+
+from .api_support import ApiServer, SharedApis
+from .conftest import TEST_REDIS_URL, wait_for
+from .invariants import counter_of
+
+pytestmark = pytest.mark.timeout(120)
+
+T = TypeVar("T")
+
+
+@pytest.fixture(scope="module", params=["flask", "django"])
+def api(request: pytest.FixtureRequest, apis: SharedApis) -> ApiServer:
+    return apis.get(request.param)
+
+
+@pytest.fixture
+def rdb() -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(TEST_REDIS_URL)
+    yield client
+    client.close()
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(asyncio.wait_for(coro, 100))
+
+
+class Connected:
+    """An SDK client of one agent, over an httpx client of ours (60 s timeout: a blocking SendMessage waits)."""
+
+    def __init__(self, client: Client, http: httpx.AsyncClient) -> None:
+        self.client, self.http = client, http
+
+    async def close(self) -> None:
+        await self.client.close()
+        await self.http.aclose()
+
+
+async def connect(api: ApiServer, agent: str = "fake", *, streaming: bool = True, **headers: str) -> Connected:
+    http = httpx.AsyncClient(timeout=60, headers=headers)
+    client = await create_client(f"{api.url}/a2a/{agent}", ClientConfig(httpx_client=http, streaming=streaming))
+    return Connected(client, http)
+
+
+def ask(text: str, *, blocking: bool = True, **fields: Any) -> SendMessageRequest:
+    message = Message(message_id=uuid.uuid4().hex, role=Role.ROLE_USER, parts=[Part(text=text)], **fields)
+    return SendMessageRequest(message=message, configuration=SendMessageConfiguration(return_immediately=not blocking))
+
+
+async def collect(stream: AsyncIterator[StreamResponse]) -> list[StreamResponse]:
+    return [ev async for ev in stream]
+
+
+def folded(events: list[StreamResponse]) -> Task:
+    """The task a reader of the stream holds: the first event's Task, each update applied as the SDK applies it."""
+    assert events and events[0].HasField("task"), events[:1]
+    task = Task()
+    task.CopyFrom(events[0].task)
+    for ev in events[1:]:
+        if ev.HasField("artifact_update"):
+            append_artifact_to_task(task, ev.artifact_update)
+        elif ev.HasField("status_update"):
+            task.status.CopyFrom(ev.status_update.status)
+    return task
+
+
+def texts(task: Task) -> dict[str, str]:
+    return {a.artifact_id: "".join(p.text for p in a.parts) for a in task.artifacts}
+
+
+def test_the_card_names_the_agent_its_tools_and_its_interface(api: ApiServer) -> None:
+    card = httpx.get(f"{api.url}/a2a/fake/.well-known/agent-card.json").json()
+    assert card["name"] == "fake" and card["capabilities"]["streaming"] is True
+    assert {"add", "delete_file"} <= {s["id"] for s in card["skills"]}
+    (interface,) = card["supportedInterfaces"]
+    assert interface == {"url": f"{api.url}/a2a/fake", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+
+    async def through_the_sdk() -> str:
+        c = await connect(api)
+        try:
+            return (await c.client.get_extended_agent_card(GetExtendedAgentCardRequest())).name  # the card it read
+        finally:
+            await c.close()
+
+    assert run(through_the_sdk()) == "fake"
+    assert httpx.get(f"{api.url}/a2a/nobody/.well-known/agent-card.json").status_code == 404
+
+
+def test_a_streamed_task_runs_to_completion_with_its_tool_once(
+    api: ApiServer, script: Any, rdb: redis.Redis, key_prefix: str
+) -> None:
+    script(ScriptedTurn("Adding.", [ScriptedToolCall("add", {"a": 2, "b": 3})]), "It is 5.")
+    context = uuid.uuid4().hex
+    count = counter_of(rdb, key_prefix)
+    before = count("add")
+
+    async def scenario() -> tuple[list[StreamResponse], Task]:
+        c = await connect(api)
+        try:
+            events = await collect(c.client.send_message(ask("2+3?", context_id=context)))
+            got = await c.client.get_task(GetTaskRequest(id=events[0].task.id, history_length=1))
+            return events, got
+        finally:
+            await c.close()
+
+    events, got = run(scenario())
+    task = folded(events)
+    assert task.context_id == context and task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert texts(task) == {"text-0": "Adding.", "text-1": "It is 5."}
+    assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED  # the stream ends there
+    updates = [e.status_update.status.message for e in events if e.HasField("status_update")]
+    datas = [dict(m.parts[0].data.struct_value) for m in updates if m.parts and m.parts[0].HasField("data")]
+    assert [sorted(d) for d in datas] == [["tool_call"], ["tool_result"]]
+    assert count("add") - before == 1
+    assert got.id == task.id and got.status.state == TaskState.TASK_STATE_COMPLETED
+    assert texts(got) == texts(task)  # GetTask's snapshot is what the stream built
+    assert [m.role for m in got.history] == [Role.ROLE_AGENT]  # history_length=1: the last message only
+    run_json = httpx.get(f"{api.url}/runs/{task.id}").json()
+    assert run_json["session_id"] == context  # a task is a run, its context the session
+
+
+def test_a_blocking_send_answers_the_finished_task_and_return_immediately_does_not_wait(
+    api: ApiServer, script: Any
+) -> None:
+    script("Done at once.")
+
+    async def scenario() -> tuple[Task, Task, Task]:
+        c = await connect(api, streaming=False)
+        try:
+            (done,) = await collect(c.client.send_message(ask("go")))
+            script(" ".join(f"w{i}" for i in range(30)), token_delay=0.02)
+            (early,) = await collect(c.client.send_message(ask("go", blocking=False)))
+            later = await c.client.get_task(GetTaskRequest(id=early.task.id))
+            for _ in range(200):
+                if later.status.state == TaskState.TASK_STATE_COMPLETED:
+                    break
+                await asyncio.sleep(0.05)
+                later = await c.client.get_task(GetTaskRequest(id=early.task.id))
+            return done.task, early.task, later
+        finally:
+            await c.close()
+
+    done, early, later = run(scenario())
+    assert done.status.state == TaskState.TASK_STATE_COMPLETED and texts(done) == {"text-0": "Done at once."}
+    assert [m.parts[0].text for m in done.history] == ["go", "Done at once."]
+    assert early.status.state in (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
+    assert later.status.state == TaskState.TASK_STATE_COMPLETED
+    assert texts(later) == {"text-0": " ".join(f"w{i}" for i in range(30))}
+
+
+def test_cancel_mid_answer_ends_the_stream_canceled(api: ApiServer, script: Any) -> None:
+    script(" ".join(f"w{i}" for i in range(400)), token_delay=0.02)
+
+    async def scenario() -> tuple[list[StreamResponse], Task]:
+        c = await connect(api)
+        other = await connect(api)
+        try:
+            events: list[StreamResponse] = []
+            canceled = None
+            async for ev in c.client.send_message(ask("talk")):
+                events.append(ev)
+                if canceled is None and ev.HasField("artifact_update"):
+                    canceled = await other.client.cancel_task(CancelTaskRequest(id=events[0].task.id))
+            assert canceled is not None
+            return events, canceled
+        finally:
+            await c.close()
+            await other.close()
+
+    events, canceled = run(scenario())
+    assert canceled.status.state == TaskState.TASK_STATE_CANCELED
+    assert events[-1].status_update.status.state == TaskState.TASK_STATE_CANCELED
+    assert 0 < len(texts(folded(events))["text-0"]) < len(" ".join(f"w{i}" for i in range(400)))
+
+    async def again() -> None:
+        c = await connect(api)
+        try:
+            with pytest.raises(Exception) as refused:
+                await c.client.cancel_task(CancelTaskRequest(id=canceled.id))
+            assert "TaskNotCancelable" in type(refused.value).__name__, refused.value
+            with pytest.raises(UnsupportedOperationError):  # the spec's error for a terminal task
+                await collect(c.client.subscribe(SubscribeToTaskRequest(id=canceled.id)))
+        finally:
+            await c.close()
+
+    run(again())
+
+
+def test_an_unknown_task_is_task_not_found(api: ApiServer) -> None:
+    async def scenario() -> None:
+        c = await connect(api)
+        try:
+            with pytest.raises(TaskNotFoundError):
+                await c.client.get_task(GetTaskRequest(id="no-such-task"))
+            with pytest.raises(TaskNotFoundError):
+                await collect(c.client.subscribe(SubscribeToTaskRequest(id="no-such-task")))
+        finally:
+            await c.close()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        (b"{not json", -32700),
+        (b"[1, 2]", -32600),
+        (b'{"jsonrpc": "1.0", "method": "GetTask", "id": 1}', -32600),
+        (b'{"jsonrpc": "2.0", "method": "NoSuchMethod", "id": 1}', -32601),
+        (b'{"jsonrpc": "2.0", "method": "GetTask", "id": 1, "params": {}}', -32602),
+        (b'{"jsonrpc": "2.0", "method": "SendMessage", "id": 1, "params": {"message": {"parts": []}}}', -32602),
+        (b'{"jsonrpc": "2.0", "method": "GetTask", "id": 1, "params": {"id": "x", "historyLength": -1}}', -32602),
+        (b'{"jsonrpc": "2.0", "method": "ListTasks", "id": 1, "params": {"status": "TASK_STATE_NAPPING"}}', -32602),
+        (b'{"jsonrpc": "2.0", "method": "CreateTaskPushNotificationConfig", "id": 1, "params": {}}', -32003),
+    ],
+)
+def test_bad_requests_are_json_rpc_errors_never_a_500(api: ApiServer, body: bytes, code: int) -> None:
+    resp = httpx.post(f"{api.url}/a2a/fake", content=body, headers={"Content-Type": "application/json"})
+    assert resp.status_code == 200, resp.text
+    answer = resp.json()
+    assert answer["jsonrpc"] == "2.0" and answer["error"]["code"] == code, answer
+    assert answer["id"] == (1 if b'"id": 1' in body else None)
+
+
+def test_a_file_part_is_refused_and_starts_nothing(api: ApiServer) -> None:
+    context = uuid.uuid4().hex
+    message = {"messageId": "m1", "role": "ROLE_USER", "contextId": context, "parts": [{"url": "https://x/y.png"}]}
+    body = {"jsonrpc": "2.0", "method": "SendMessage", "id": "a", "params": {"message": message}}
+    answer = httpx.post(f"{api.url}/a2a/fake", json=body).json()
+    assert answer["error"]["code"] == -32005, answer
+    assert httpx.get(f"{api.url}/runs", params={"session_id": context}).json()["runs"] == []
+
+
+def test_a_message_sent_again_is_the_same_task(api: ApiServer, script: Any) -> None:
+    script("Once.")
+    context = uuid.uuid4().hex
+    message = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "contextId": context, "parts": [{"text": "hi"}]}
+    body = {"jsonrpc": "2.0", "method": "SendMessage", "id": 1, "params": {"message": message}}
+    first = httpx.post(f"{api.url}/a2a/fake", json=body, timeout=60).json()["result"]["task"]
+    second = httpx.post(f"{api.url}/a2a/fake", json=body, timeout=60).json()["result"]["task"]
+    assert first["id"] == second["id"] and second["status"]["state"] == "TASK_STATE_COMPLETED"
+    wait_for(lambda: len(httpx.get(f"{api.url}/runs", params={"session_id": context}).json()["runs"]) == 1)
