@@ -6,6 +6,7 @@ artifact merge (``append_artifact_to_task``)."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from typing import Any, TypeVar
@@ -20,6 +21,7 @@ from a2a.types import (
     CancelTaskRequest,
     GetExtendedAgentCardRequest,
     GetTaskRequest,
+    ListTasksRequest,
     Message,
     Part,
     Role,
@@ -70,9 +72,9 @@ class Connected:
         await self.http.aclose()
 
 
-async def connect(api: ApiServer, agent: str = "fake", *, streaming: bool = True, **headers: str) -> Connected:
+async def connect(base: str, agent: str = "fake", *, streaming: bool = True, **headers: str) -> Connected:
     http = httpx.AsyncClient(timeout=60, headers=headers)
-    client = await create_client(f"{api.url}/a2a/{agent}", ClientConfig(httpx_client=http, streaming=streaming))
+    client = await create_client(f"{base}/a2a/{agent}", ClientConfig(httpx_client=http, streaming=streaming))
     return Connected(client, http)
 
 
@@ -110,7 +112,7 @@ def test_the_card_names_the_agent_its_tools_and_its_interface(api: ApiServer) ->
     assert interface == {"url": f"{api.url}/a2a/fake", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
 
     async def through_the_sdk() -> str:
-        c = await connect(api)
+        c = await connect(api.url)
         try:
             return (await c.client.get_extended_agent_card(GetExtendedAgentCardRequest())).name  # the card it read
         finally:
@@ -129,7 +131,7 @@ def test_a_streamed_task_runs_to_completion_with_its_tool_once(
     before = count("add")
 
     async def scenario() -> tuple[list[StreamResponse], Task]:
-        c = await connect(api)
+        c = await connect(api.url)
         try:
             events = await collect(c.client.send_message(ask("2+3?", context_id=context)))
             got = await c.client.get_task(GetTaskRequest(id=events[0].task.id, history_length=1))
@@ -159,7 +161,7 @@ def test_a_blocking_send_answers_the_finished_task_and_return_immediately_does_n
     script("Done at once.")
 
     async def scenario() -> tuple[Task, Task, Task]:
-        c = await connect(api, streaming=False)
+        c = await connect(api.url, streaming=False)
         try:
             (done,) = await collect(c.client.send_message(ask("go")))
             script(" ".join(f"w{i}" for i in range(30)), token_delay=0.02)
@@ -186,8 +188,8 @@ def test_cancel_mid_answer_ends_the_stream_canceled(api: ApiServer, script: Any)
     script(" ".join(f"w{i}" for i in range(400)), token_delay=0.02)
 
     async def scenario() -> tuple[list[StreamResponse], Task]:
-        c = await connect(api)
-        other = await connect(api)
+        c = await connect(api.url)
+        other = await connect(api.url)
         try:
             events: list[StreamResponse] = []
             canceled = None
@@ -207,7 +209,7 @@ def test_cancel_mid_answer_ends_the_stream_canceled(api: ApiServer, script: Any)
     assert 0 < len(texts(folded(events))["text-0"]) < len(" ".join(f"w{i}" for i in range(400)))
 
     async def again() -> None:
-        c = await connect(api)
+        c = await connect(api.url)
         try:
             with pytest.raises(Exception) as refused:
                 await c.client.cancel_task(CancelTaskRequest(id=canceled.id))
@@ -222,7 +224,7 @@ def test_cancel_mid_answer_ends_the_stream_canceled(api: ApiServer, script: Any)
 
 def test_an_unknown_task_is_task_not_found(api: ApiServer) -> None:
     async def scenario() -> None:
-        c = await connect(api)
+        c = await connect(api.url)
         try:
             with pytest.raises(TaskNotFoundError):
                 await c.client.get_task(GetTaskRequest(id="no-such-task"))
@@ -274,3 +276,68 @@ def test_a_message_sent_again_is_the_same_task(api: ApiServer, script: Any) -> N
     second = httpx.post(f"{api.url}/a2a/fake", json=body, timeout=60).json()["result"]["task"]
     assert first["id"] == second["id"] and second["status"]["state"] == "TASK_STATE_COMPLETED"
     wait_for(lambda: len(httpx.get(f"{api.url}/runs", params={"session_id": context}).json()["runs"]) == 1)
+
+
+# -- a second user, in a host's Flask app (its users by a header, as a test stands for a login) -------------------
+
+
+def own(action: str, user_id: str | None, resource: Any, agent_id: str | None) -> bool:
+    """The host's rule: signed-in users only; what a user made is theirs."""
+    return user_id is not None and (resource is None or resource.user_id == user_id)
+
+
+@pytest.fixture
+def host(fast_settings: Any, worker: Any) -> Iterator[str]:
+    """A host's Flask app with the blueprint at /ai and its users, served over HTTP in this process."""
+    from flask import Flask, request
+    from werkzeug.serving import make_server
+
+    from agents_celery import Runtime
+    from agents_celery.contrib.flask import close_app, init_app, make_blueprint
+
+    app = Flask("host")
+    init_app(app, Runtime(settings=fast_settings), authorize=own, user_id=lambda: request.headers.get("X-User"))  # type: ignore[arg-type]
+    app.register_blueprint(make_blueprint(), url_prefix="/ai")
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.port}/ai"
+    server.shutdown()
+    thread.join(timeout=10)
+    close_app(app)
+
+
+def test_another_user_gets_task_not_found_for_every_method(host: str) -> None:
+    async def scenario() -> tuple[Task, list[str]]:
+        bob, eve = (
+            await connect(host, "offline", **{"X-User": "bob"}),
+            await connect(host, "offline", **{"X-User": "eve"}),
+        )
+        try:
+            (done,) = [ev.task async for ev in bob.client.send_message(ask("hi")) if ev.HasField("task")][:1]
+            task_id = done.id
+            refused = []
+            for call in (
+                eve.client.get_task(GetTaskRequest(id=task_id)),
+                eve.client.cancel_task(CancelTaskRequest(id=task_id)),
+                collect(eve.client.subscribe(SubscribeToTaskRequest(id=task_id))),
+                collect(eve.client.send_message(ask("mine now", task_id=task_id))),
+            ):
+                with pytest.raises(TaskNotFoundError) as err:
+                    await call
+                refused.append(str(err.value))
+            listed = await eve.client.list_tasks(ListTasksRequest())
+            assert task_id not in [t.id for t in listed.tasks]
+            assert task_id in [t.id for t in (await bob.client.list_tasks(ListTasksRequest())).tasks]
+            return await bob.client.get_task(GetTaskRequest(id=task_id)), refused
+        finally:
+            await bob.close()
+            await eve.close()
+
+    mine, refused = run(scenario())
+    assert mine.status.state in (
+        TaskState.TASK_STATE_WORKING,
+        TaskState.TASK_STATE_COMPLETED,
+        TaskState.TASK_STATE_SUBMITTED,
+    )
+    assert len(refused) == 4 and all("does not exist" in r for r in refused), refused  # worded as for no task at all

@@ -1,0 +1,101 @@
+"""An A2A task survives its worker: the client's stream is dropped and the worker killed -9 in the middle of the
+answer, then ``subscribe(task_id)`` (a2a-sdk 1.3's client) gets the Task first and every later update to
+COMPLETED; the task it builds with the SDK's own artifact merge equals a clean run's, and the tool ran once.
+
+One private deployment for the module (its workers are the ones killed), a Flask and a Django API in front."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from a2a.types import StreamResponse, SubscribeToTaskRequest, TaskState
+
+from agents_celery.models import ScriptedToolCall, ScriptedTurn
+from agents_celery.testing import ScriptResponder
+
+from .api_support import ApiServer
+from .cluster import Deployment
+from .conftest import TEST_REDIS_URL, all_events
+from .invariants import assert_run_sound, counter_of
+from .test_a2a import ask, collect, connect, folded, run, texts
+from .test_matrix import ANSWER, kill_and_replace
+
+pytestmark = [pytest.mark.timeout(150), pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def crash(fake_openai: Any) -> Iterator[tuple[Deployment, dict[str, ApiServer]]]:
+    dep = Deployment("a2a", fake_openai.url)
+    servers: dict[str, ApiServer] = {}
+    try:
+        dep.start(1)
+        env = {**dep.env, "AGENTS_CELERY_KEEPALIVE_SECONDS": "0.3"}
+        servers = {"flask": ApiServer(env).wait_ready(), "django": ApiServer(env, django=True).wait_ready()}
+        yield dep, servers
+    finally:
+        for server in servers.values():
+            server.stop()
+        dep.close()
+
+
+def script(fake_openai: Any) -> None:
+    first = ScriptedTurn("Looking.", [ScriptedToolCall("add", {"a": 2, "b": 3})])
+    fake_openai.responder = ScriptResponder([first, ANSWER], token_delay=0.02)
+
+
+@pytest.mark.parametrize("front", ["flask", "django"])
+def test_subscribe_after_a_kill_9_mid_answer_loses_and_repeats_nothing(
+    crash: tuple[Deployment, dict[str, ApiServer]], fake_openai: Any, front: str
+) -> None:
+    dep, servers = crash
+    base = servers[front].url
+    with redis.Redis.from_url(TEST_REDIS_URL) as r:
+        count = counter_of(r, dep.prefix)
+        before = count("add")
+
+        async def clean() -> dict[str, str]:
+            c = await connect(base)
+            try:
+                return texts(folded(await collect(c.client.send_message(ask("Go.", context_id=uuid.uuid4().hex)))))
+            finally:
+                await c.close()
+
+        script(fake_openai)
+        reference = run(clean())
+        assert reference == {"text-0": "Looking.", "text-1": ANSWER}
+        assert count("add") - before == 1
+        script(fake_openai)
+        calls = fake_openai.calls
+
+        async def killed_then_subscribed() -> tuple[str, list[StreamResponse]]:
+            c = await connect(base)
+            try:
+                task_id = ""
+                async for ev in c.client.send_message(ask("Go.")):
+                    task_id = task_id or ev.task.id
+                    update = ev.artifact_update
+                    if ev.HasField("artifact_update") and update.artifact.artifact_id == "text-1":
+                        break  # the first piece of the answer: drop the stream here
+            finally:
+                await c.close()
+            kill_and_replace(dep)  # the worker answering dies, a fresh one takes over
+            again = await connect(base)
+            try:
+                return task_id, await collect(again.client.subscribe(SubscribeToTaskRequest(id=task_id)))
+            finally:
+                await again.close()
+
+        task_id, events = run(killed_then_subscribed())
+        assert events[0].HasField("task") and events[0].task.id == task_id  # the Task first
+        assert events[0].task.status.state == TaskState.TASK_STATE_WORKING
+        assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED  # then the rest, to the end
+        assert texts(folded(events)) == reference  # nothing lost, nothing twice
+        assert count("add") - before == 2  # once per task: the crashed one's tool ran before the kill, not again
+    assert fake_openai.calls - calls == 3  # the killed model turn once more
+    log = all_events(dep.runtime, task_id)
+    assert_run_sound(log)
+    assert [e.data.get("name") for e in log if e.type.value == "CUSTOM"].count("attempt_abandoned") == 1
