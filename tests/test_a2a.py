@@ -32,7 +32,8 @@ from a2a.types import (
     Task,
     TaskState,
 )
-from a2a.utils.errors import TaskNotFoundError, UnsupportedOperationError
+from a2a.utils.errors import InvalidParamsError, TaskNotFoundError, UnsupportedOperationError
+from google.protobuf import json_format, struct_pb2
 
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 
@@ -341,3 +342,84 @@ def test_another_user_gets_task_not_found_for_every_method(host: str) -> None:
         TaskState.TASK_STATE_SUBMITTED,
     )
     assert len(refused) == 4 and all("does not exist" in r for r in refused), refused  # worded as for no task at all
+
+
+# -- a tool that needs a human: INPUT_REQUIRED, answered by a follow-up message on the task ------------------------
+
+
+def decisions(*entries: dict[str, Any], task_id: str, context_id: str) -> SendMessageRequest:
+    value = json_format.ParseDict({"decisions": list(entries)}, struct_pb2.Value())
+    message = Message(
+        message_id=uuid.uuid4().hex,
+        role=Role.ROLE_USER,
+        parts=[Part(data=value)],
+        task_id=task_id,
+        context_id=context_id,
+    )
+    return SendMessageRequest(message=message)
+
+
+@pytest.mark.parametrize("streaming", [True, False], ids=["streaming", "blocking"])
+def test_input_required_is_answered_by_a_message_on_the_task_and_the_tool_runs_once(
+    api: ApiServer, script: Any, rdb: redis.Redis, key_prefix: str, streaming: bool
+) -> None:
+    path = f"/tmp/{uuid.uuid4().hex}"
+    script(ScriptedTurn("Deleting.", [ScriptedToolCall("delete_file", {"path": path})]), "Done, it is gone.")
+
+    async def scenario() -> tuple[list[StreamResponse], list[StreamResponse], Task]:
+        c = await connect(api.url, streaming=streaming)
+        try:
+            asked = await collect(c.client.send_message(ask("delete it")))
+            paused = asked[-1].status_update.status if streaming else asked[-1].task.status
+            task_id = asked[0].task.id
+            pending = json_format.MessageToDict(paused.message.parts[1].data)["pending"]
+            (call,) = pending
+            answer = decisions(
+                {"tool_call_id": call["tool_call_id"], "confirmed": True},
+                task_id=task_id,
+                context_id=asked[0].task.context_id,
+            )
+            done = await collect(c.client.send_message(answer))
+            return asked, done, await c.client.get_task(GetTaskRequest(id=task_id))
+        finally:
+            await c.close()
+
+    asked, done, final = run(scenario())
+    paused = asked[-1].status_update.status if streaming else asked[-1].task.status
+    assert paused.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    (call,) = json_format.MessageToDict(paused.message.parts[1].data)["pending"]
+    assert call["name"] == "delete_file" and call["arguments"] == {"path": path}
+    assert "decisions" in paused.message.parts[0].text  # it says what to send
+    last = done[-1].status_update.status if streaming else done[-1].task.status
+    assert last.state == TaskState.TASK_STATE_COMPLETED
+    assert final.status.state == TaskState.TASK_STATE_COMPLETED
+    assert texts(final) == {"text-0": "Deleting.", "text-1": "Done, it is gone."}
+    assert counter_of(rdb, key_prefix)(f"delete_file:{path}") == 1
+
+
+def test_a_rejection_with_a_note_reaches_the_model_and_a_message_without_decisions_is_refused(
+    api: ApiServer, script: Any, rdb: redis.Redis, key_prefix: str, fake_openai: Any
+) -> None:
+    path = f"/tmp/{uuid.uuid4().hex}"
+    script(ScriptedTurn("", [ScriptedToolCall("delete_file", {"path": path})]), "Understood, I kept it.")
+
+    async def scenario() -> Task:
+        c = await connect(api.url, streaming=False)
+        try:
+            (asked,) = await collect(c.client.send_message(ask("delete it")))
+            task = asked.task
+            with pytest.raises(InvalidParamsError) as refused:  # text only: which calls to decide is the question
+                await collect(c.client.send_message(ask("yes please", task_id=task.id, context_id=task.context_id)))
+            assert "decisions" in str(refused.value)
+            cid = json_format.MessageToDict(task.status.message.parts[1].data)["pending"][0]["tool_call_id"]
+            note = {"tool_call_id": cid, "confirmed": False, "confirmation_note": "keep that file"}
+            (done,) = await collect(c.client.send_message(decisions(note, task_id=task.id, context_id=task.context_id)))
+            return done.task
+        finally:
+            await c.close()
+
+    done = run(scenario())
+    assert done.status.state == TaskState.TASK_STATE_COMPLETED and texts(done) == {"text-0": "Understood, I kept it."}
+    told = [m["content"] for m in fake_openai.requests[-1]["messages"] if m["role"] == "tool"]
+    assert any("keep that file" in t for t in told), told
+    assert counter_of(rdb, key_prefix)(f"delete_file:{path}") == 0
