@@ -14,10 +14,11 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 import redis
-from a2a.client import ClientConfig, create_client
+from a2a.client import ClientConfig, ClientFactory, create_client
 from a2a.client.client import Client
 from a2a.server.tasks.task_manager import append_artifact_to_task
 from a2a.types import (
+    AgentCard,
     CancelTaskRequest,
     GetExtendedAgentCardRequest,
     GetTaskRequest,
@@ -423,3 +424,105 @@ def test_a_rejection_with_a_note_reaches_the_model_and_a_message_without_decisio
     told = [m["content"] for m in fake_openai.requests[-1]["messages"] if m["role"] == "tool"]
     assert any("keep that file" in t for t in told), told
     assert counter_of(rdb, key_prefix)(f"delete_file:{path}") == 0
+
+
+# -- ListTasks; A2A 0.3's method names ------------------------------------------------------------------------------
+
+
+def test_list_tasks_filters_by_context_and_state_and_pages(api: ApiServer, script: Any) -> None:
+    context = uuid.uuid4().hex
+
+    async def scenario() -> tuple[list[list[Task]], list[Task], list[Task]]:
+        c = await connect(api.url, streaming=False)
+        try:
+            for n in range(3):
+                script(f"Answer {n}.")
+                await collect(c.client.send_message(ask(f"q{n}", context_id=context)))
+            pages, token = [], ""
+            while True:
+                page = await c.client.list_tasks(ListTasksRequest(context_id=context, page_size=2, page_token=token))
+                pages.append(list(page.tasks))
+                token = page.next_page_token
+                if not token:
+                    break
+            done = await c.client.list_tasks(
+                ListTasksRequest(context_id=context, status=TaskState.TASK_STATE_COMPLETED, include_artifacts=True)
+            )
+            paused = await c.client.list_tasks(
+                ListTasksRequest(context_id=context, status=TaskState.TASK_STATE_INPUT_REQUIRED)
+            )
+            return pages, list(done.tasks), list(paused.tasks)
+        finally:
+            await c.close()
+
+    pages, done, paused = run(scenario())
+    assert [len(p) for p in pages] == [2, 1]
+    listed = [t for p in pages for t in p]
+    assert all(t.context_id == context and not t.artifacts for t in listed)  # no artifacts unless asked
+    assert [texts(t) for t in done] == [{"text-0": f"Answer {n}."} for n in (2, 1, 0)]  # newest first
+    assert [t.id for t in done] == [t.id for t in listed] and paused == []
+
+
+async def legacy_client(base: str, agent: str = "fake") -> Connected:
+    """The SDK's 0.3 JSON-RPC transport (``CompatJsonRpcTransport``): what it picks for a card whose interface
+    says 0.3; it sends 0.3's method names and shapes with ``A2A-Version: 0.3``."""
+    http = httpx.AsyncClient(timeout=60)
+    card = json_format.ParseDict(
+        (await http.get(f"{base}/a2a/{agent}/.well-known/agent-card.json")).json(), AgentCard()
+    )
+    card.supported_interfaces[0].protocol_version = "0.3"
+    client = ClientFactory(ClientConfig(httpx_client=http)).create(card)
+    assert type(client._transport).__name__ == "CompatJsonRpcTransport"  # noqa: SLF001
+    return Connected(client, http)
+
+
+def test_a_0_3_client_streams_gets_and_cancels_by_0_3_names(
+    api: ApiServer, script: Any, rdb: redis.Redis, key_prefix: str
+) -> None:
+    script(ScriptedTurn("Adding.", [ScriptedToolCall("add", {"a": 2, "b": 3})]), "It is 5.")
+    before = counter_of(rdb, key_prefix)("add")
+
+    async def scenario() -> tuple[list[StreamResponse], Task]:
+        c = await legacy_client(api.url)
+        try:
+            events = await collect(c.client.send_message(ask("2+3?")))  # message/stream
+            return events, await c.client.get_task(GetTaskRequest(id=events[0].task.id))  # tasks/get
+        finally:
+            await c.close()
+
+    events, got = run(scenario())
+    task = folded(events)
+    assert task.status.state == got.status.state == TaskState.TASK_STATE_COMPLETED
+    assert texts(task) == texts(got) == {"text-0": "Adding.", "text-1": "It is 5."}
+    assert counter_of(rdb, key_prefix)("add") - before == 1
+    script(" ".join(f"w{i}" for i in range(400)), token_delay=0.02)
+
+    async def canceled() -> Task:
+        c = await legacy_client(api.url)
+        try:
+            async for ev in c.client.send_message(ask("talk")):
+                if ev.HasField("artifact_update"):
+                    return await c.client.cancel_task(CancelTaskRequest(id=ev.artifact_update.task_id))  # tasks/cancel
+            raise AssertionError("no answer came")
+        finally:
+            await c.close()
+
+    assert run(canceled()).status.state == TaskState.TASK_STATE_CANCELED
+
+
+def test_0_3_names_need_an_empty_or_0_3_version_header(api: ApiServer, script: Any) -> None:
+    script("Old school.")
+    message = {
+        "kind": "message",
+        "messageId": uuid.uuid4().hex,
+        "role": "user",
+        "parts": [{"kind": "text", "text": "hi"}],
+    }
+    body = {"jsonrpc": "2.0", "id": 3, "method": "message/send", "params": {"message": message}}
+    answer = httpx.post(f"{api.url}/a2a/fake", json=body, timeout=60).json()  # no A2A-Version: 0.3, as the spec says
+    task = answer["result"]
+    assert task["kind"] == "task" and task["status"]["state"] == "completed", answer
+    assert task["artifacts"] == [{"artifactId": "text-0", "parts": [{"kind": "text", "text": "Old school."}]}]
+    assert {m["role"] for m in task["history"]} == {"user", "agent"}
+    current = httpx.post(f"{api.url}/a2a/fake", json=body, headers={"A2A-Version": "1.0"}).json()
+    assert current["error"]["code"] == -32601  # a 1.0 client gets 1.0's names only

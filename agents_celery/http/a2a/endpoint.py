@@ -27,7 +27,7 @@ from ..access import Access
 from ..bodies import ToolDecisionBody
 from ..messages import Reply, Request, Wait
 from ..sse import LogStream
-from . import wire
+from . import compat, wire
 from .render import TaskFold, TaskPresenter, frame
 
 #: The idempotency key of the task a message started (scoped to the caller, as every key): a message sent again
@@ -48,6 +48,8 @@ class A2AEndpoint:
         self.store = runtime.store
         self.keepalive_seconds = keepalive_seconds
         self.block_seconds = block_seconds
+        #: This request speaks A2A 0.3 (its method names, and its shapes in the answer: :mod:`.compat`).
+        self.legacy = False
 
     # -- the card -------------------------------------------------------------------------------------------
 
@@ -91,6 +93,10 @@ class A2AEndpoint:
             call = wire.params_of(wire.RpcRequest, body)
         except wire.A2AError as exc:
             return _error(rpc_id, wire.A2AError(wire.INVALID_REQUEST, f"not a JSON-RPC 2.0 request: {exc}"))
+        if call.method in compat.METHODS and compat.speaks_0_3(req.headers.get("A2A-Version")):
+            self.legacy = True
+            name = compat.METHODS[call.method]
+            call = call.model_copy(update={"method": name, "params": compat.params(name, call.params)})
         method = METHODS.get(call.method)
         if method is None:
             known = ", ".join(METHODS)
@@ -113,8 +119,8 @@ class A2AEndpoint:
         if streaming:
             return self._stream(run_id, call.id, config.history_length)
         if config.return_immediately:
-            return Reply(200, wire.response(call.id, {"task": self._fold(run_id).task(config.history_length)}))
-        answer = lambda: Reply(200, wire.response(call.id, {"task": self._fold(run_id).task(config.history_length)}))  # noqa: E731
+            return self._ok(call, {"task": self._fold(run_id).task(config.history_length)})
+        answer = lambda: self._ok(call, {"task": self._fold(run_id).task(config.history_length)})  # noqa: E731
         return Reply(200, wait=Wait(run_id, after, self.block_seconds, answer=answer))
 
     def send_streaming(self, req: Request, agent_id: str, call: wire.RpcRequest) -> Reply:
@@ -123,7 +129,7 @@ class A2AEndpoint:
     def get_task(self, req: Request, agent_id: str, call: wire.RpcRequest) -> Reply:
         params = wire.params_of(wire.TaskParams, call.params)
         self.access.run(req, params.id, "read", agent_id)
-        return Reply(200, wire.response(call.id, self._fold(params.id).task(params.history_length)))
+        return self._ok(call, self._fold(params.id).task(params.history_length))
 
     def cancel(self, req: Request, agent_id: str, call: wire.RpcRequest) -> Reply:
         params = wire.params_of(wire.TaskParams, call.params)
@@ -133,7 +139,7 @@ class A2AEndpoint:
             state = _state_of(view)
             raise wire.A2AError(wire.TASK_NOT_CANCELABLE, f"task {params.id!r} has ended ({state}): nothing to cancel")
         self.runtime.stop(params.id, "canceled by the A2A client")
-        answer = lambda: Reply(200, wire.response(call.id, self._fold(params.id).task()))  # noqa: E731
+        answer = lambda: self._ok(call, self._fold(params.id).task())  # noqa: E731
         return Reply(200, wait=Wait(params.id, info.last_offset, CANCEL_WAIT_SECONDS, answer=answer))
 
     def subscribe(self, req: Request, agent_id: str, call: wire.RpcRequest) -> Reply:
@@ -167,7 +173,7 @@ class A2AEndpoint:
             self._fold(v.run_id).task(params.history_length, artifacts=params.include_artifacts) for v in page.runs
         ]
         result = {"tasks": tasks, "nextPageToken": page.next_cursor or "", "pageSize": len(tasks)}
-        return Reply(200, wire.response(call.id, result))
+        return self._ok(call, result)
 
     def unsupported(self, req: Request, agent_id: str, call: wire.RpcRequest) -> Reply:
         if "PushNotification" in call.method:
@@ -175,6 +181,10 @@ class A2AEndpoint:
         raise wire.A2AError(wire.UNSUPPORTED_OPERATION, f"{call.method} is not supported by this agent")
 
     # -- helpers ----------------------------------------------------------------------------------------------
+
+    def _ok(self, call: wire.RpcRequest, result: Any) -> Reply:
+        """The JSON-RPC answer of ``call`` (in 0.3's shapes for a 0.3 request)."""
+        return Reply(200, wire.response(call.id, compat.result(call.method, result) if self.legacy else result))
 
     def _start(self, req: Request, agent_id: str, message: wire.MessageIn) -> tuple[str, int]:
         """A new task for the message (the same one again for a message sent again): its run id, and -1."""
@@ -224,8 +234,9 @@ class A2AEndpoint:
     def _stream(self, run_id: str, rpc_id: Any, history_length: int | None) -> Reply:
         """The ``Task`` as it stands, then every update after it, to the end or the next pause."""
         fold = self._fold(run_id)
-        prelude = frame(rpc_id, {"task": fold.task(history_length)})
-        presenter = TaskPresenter(fold, rpc_id, ends_after=fold.offset)
+        shape = compat.stream_result if self.legacy else None
+        prelude = frame(rpc_id, {"task": fold.task(history_length)}, shape)
+        presenter = TaskPresenter(fold, rpc_id, ends_after=fold.offset, shape=shape)
         if fold.state in wire.TERMINAL:
             presenter.finished = True
         stream = LogStream(

@@ -28,6 +28,7 @@ Mapping (stored event -> A2A):
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -158,10 +159,13 @@ class TaskFold:
             part = wire.text_part(str(ev.data.get("delta", "")))
             first = aid not in self._sent
             self._sent.add(aid)
+            held = self.artifacts.setdefault(aid, [])
             if first:
-                self.artifacts[aid] = [part]
+                held[:] = [dict(part)]
+            elif held and "text" in held[-1]:  # the snapshot holds the text so far as one part
+                held[-1]["text"] += part["text"]
             else:
-                self.artifacts.setdefault(aid, []).append(part)
+                held.append(dict(part))
             artifact = {"artifactId": aid, "parts": [part]}
             return [wire.artifact_update(self.run_id, self.session_id, artifact, append=not first, last_chunk=False)]
         del self._texts[mid]
@@ -229,9 +233,14 @@ class TaskFold:
         return [wire.status_update(self.run_id, self.session_id, task_status)]
 
 
-def frame(rpc_id: Any, result: dict[str, Any]) -> str:
-    """One SSE frame: a JSON-RPC response whose result is one ``StreamResponse``."""
-    return f"data: {json.dumps(wire.response(rpc_id, result), separators=(',', ':'), ensure_ascii=False)}\n\n"
+#: How a stream's results are spelled on the wire (A2A 0.3's, :func:`.compat.stream_result`); None: as 1.0's.
+Shape = Callable[[dict[str, Any]], dict[str, Any]] | None
+
+
+def frame(rpc_id: Any, result: dict[str, Any], shape: Shape = None) -> str:
+    """One SSE frame: a JSON-RPC response whose result is one ``StreamResponse`` (``shape``d)."""
+    body = wire.response(rpc_id, result if shape is None else shape(result))
+    return f"data: {json.dumps(body, separators=(',', ':'), ensure_ascii=False)}\n\n"
 
 
 class TaskPresenter:
@@ -239,8 +248,9 @@ class TaskPresenter:
     result a JSON-RPC response frame; ``finished`` once the task reached a state a stream ends at (past
     ``ends_after``: an earlier pause of a run followed whole does not end it)."""
 
-    def __init__(self, fold: TaskFold, rpc_id: Any, ends_after: int = -1) -> None:
+    def __init__(self, fold: TaskFold, rpc_id: Any, ends_after: int = -1, shape: Shape = None) -> None:
         self.fold = fold
+        self.shape = shape
         self.rpc_id = rpc_id
         self.ends_after = ends_after
         self.finished = False
@@ -248,7 +258,7 @@ class TaskPresenter:
     def frames(self, events: list[Event]) -> str:
         out = []
         for ev in events:
-            out += [frame(self.rpc_id, r) for r in self.fold.feed(ev)]
+            out += [frame(self.rpc_id, r, self.shape) for r in self.fold.feed(ev)]
             if ev.offset > self.ends_after and self.fold.state in wire.STREAM_ENDS and _ends(ev):
                 self.finished = True
                 break
