@@ -472,7 +472,7 @@ async def legacy_client(base: str, agent: str = "fake") -> Connected:
     )
     card.supported_interfaces[0].protocol_version = "0.3"
     client = ClientFactory(ClientConfig(httpx_client=http)).create(card)
-    assert type(client._transport).__name__ == "CompatJsonRpcTransport"  # noqa: SLF001
+    assert type(client._transport).__name__ == "CompatJsonRpcTransport"  # the SDK chose its 0.3 transport
     return Connected(client, http)
 
 
