@@ -17,6 +17,7 @@ A2A agent lives at that URL.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from ... import __version__
@@ -144,14 +145,14 @@ class A2AEndpoint:
 
     def subscribe(self, req: Request, agent_id: str, call: wire.RpcRequest) -> Reply:
         params = wire.params_of(wire.TaskParams, call.params)
-        self.access.run(req, params.id, "read", agent_id)
-        view = self.runtime.get(params.id)
-        if view.status.is_final:
+        info = self.access.run(req, params.id, "read", agent_id)
+        if info.status == "ended":
             raise wire.A2AError(
                 wire.UNSUPPORTED_OPERATION,
-                f"task {params.id!r} is in a terminal state ({_state_of(view)}): GetTask reads it",
+                f"task {params.id!r} is in a terminal state ({_state_of(self.runtime.get(params.id))}): "
+                "GetTask reads it",
             )
-        return self._stream(params.id, call.id, params.history_length)
+        return self._stream(params.id, call.id, params.history_length, info.session_id)
 
     def list_tasks(self, req: Request, agent_id: str, call: wire.RpcRequest) -> Reply:
         params = wire.params_of(wire.ListParams, call.params)
@@ -221,19 +222,21 @@ class A2AEndpoint:
             self.runtime.send_message(run_id, _text_of(message))
         return run_id, before
 
-    def _fold(self, run_id: str) -> TaskFold:
-        """The task as its whole log so far says (its history: the run's messages)."""
-        view = self.runtime.get(run_id)
-        fold = TaskFold(run_id, view.session_id, history=_history(view))
+    def _fold(self, run_id: str, session_id: str | None = None, *, history: bool = True) -> TaskFold:
+        """The task as its whole log so far says; its history the run's messages (``history``: read them; a
+        stream's Task has them only when asked, its first frame sooner for it)."""
+        view = self.runtime.get(run_id) if history or session_id is None else None
+        session = view.session_id if view is not None else str(session_id)
+        fold = TaskFold(run_id, session, history=_history(view) if view is not None and history else [])
         for ev in self.store.log.read(run_id, -1):
             fold.feed(ev)
         if fold.offset < 0:
-            fold.updated_at = view.created_at
+            fold.updated_at = view.created_at if view is not None else int(time.time() * 1000)
         return fold
 
-    def _stream(self, run_id: str, rpc_id: Any, history_length: int | None) -> Reply:
+    def _stream(self, run_id: str, rpc_id: Any, history_length: int | None, session_id: str | None = None) -> Reply:
         """The ``Task`` as it stands, then every update after it, to the end or the next pause."""
-        fold = self._fold(run_id)
+        fold = self._fold(run_id, session_id, history=bool(history_length))
         shape = compat.stream_result if self.legacy else None
         prelude = frame(rpc_id, {"task": fold.task(history_length)}, shape)
         presenter = TaskPresenter(fold, rpc_id, ends_after=fold.offset, shape=shape)
