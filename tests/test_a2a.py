@@ -526,3 +526,33 @@ def test_0_3_names_need_an_empty_or_0_3_version_header(api: ApiServer, script: A
     assert {m["role"] for m in task["history"]} == {"user", "agent"}
     current = httpx.post(f"{api.url}/a2a/fake", json=body, headers={"A2A-Version": "1.0"}).json()
     assert current["error"]["code"] == -32601  # a 1.0 client gets 1.0's names only
+
+
+# -- the SDK's defaults: its httpx client gives up on a read after 5 s -------------------------------------------
+
+
+@pytest.fixture(scope="module", params=["flask", "django"])
+def default_api(request: pytest.FixtureRequest, worker: Any, worker_env: dict[str, str]) -> Iterator[ApiServer]:
+    """An API with its default keep-alive (15 s), longer than the SDK's default read timeout."""
+    env = {k: v for k, v in worker_env.items() if k != "AGENTS_CELERY_KEEPALIVE_SECONDS"}
+    server = ApiServer(env, django=request.param == "django").wait_ready()
+    yield server
+    server.stop()
+
+
+@pytest.mark.slow
+def test_the_sdk_with_its_defaults_waits_out_a_silent_model(default_api: ApiServer, script: Any) -> None:
+    """The model says nothing for 6 s: the stream's keep-alives, and the spaces before a blocking answer, come
+    often enough for the SDK's own httpx client (5 s timeouts), created by ``create_client`` itself."""
+
+    async def scenario(streaming: bool) -> Task:
+        client = await create_client(f"{default_api.url}/a2a/fake", ClientConfig(streaming=streaming))
+        try:
+            return folded(await collect(client.send_message(ask("wait for it"))))
+        finally:
+            await client.close()
+
+    for streaming in (True, False):
+        script("Finally.", token_delay=6.0)
+        task = run(scenario(streaming))
+        assert task.status.state == TaskState.TASK_STATE_COMPLETED and texts(task) == {"text-0": "Finally."}

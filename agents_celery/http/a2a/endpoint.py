@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ... import __version__
@@ -36,6 +37,10 @@ from .render import TaskFold, TaskPresenter, frame
 KEY = "a2a:{agent}:{message}"
 #: The longest a ``CancelTask`` waits for the run to end before it answers the task as it stands.
 CANCEL_WAIT_SECONDS = 10.0
+#: The longest an A2A answer goes without sending a byte: the SDK's default httpx client gives up on a read after
+#: 5 s, so a stream's keep-alive comments, and the spaces before a blocking answer's JSON (JSON allows leading
+#: whitespace), come at least this often, whatever the API's own keep-alive.
+KEEPALIVE_SECONDS = 4.0
 
 
 class A2AEndpoint:
@@ -47,7 +52,7 @@ class A2AEndpoint:
         self.runtime = runtime
         self.access = access
         self.store = runtime.store
-        self.keepalive_seconds = keepalive_seconds
+        self.keepalive_seconds = min(keepalive_seconds, KEEPALIVE_SECONDS)
         self.block_seconds = block_seconds
         #: This request speaks A2A 0.3 (its method names, and its shapes in the answer: :mod:`.compat`).
         self.legacy = False
@@ -121,8 +126,8 @@ class A2AEndpoint:
             return self._stream(run_id, call.id, config.history_length)
         if config.return_immediately:
             return self._ok(call, {"task": self._fold(run_id).task(config.history_length)})
-        answer = lambda: self._ok(call, {"task": self._fold(run_id).task(config.history_length)})  # noqa: E731
-        return Reply(200, wait=Wait(run_id, after, self.block_seconds, answer=answer))
+        answer = self._later(call, lambda: {"task": self._fold(run_id).task(config.history_length)})
+        return Reply(200, wait=Wait(run_id, after, self.block_seconds, answer=answer, keepalive=self.keepalive_seconds))
 
     def send_streaming(self, req: Request, agent_id: str, call: wire.RpcRequest) -> Reply:
         return self.send(req, agent_id, call, streaming=True)
@@ -140,8 +145,9 @@ class A2AEndpoint:
             state = _state_of(view)
             raise wire.A2AError(wire.TASK_NOT_CANCELABLE, f"task {params.id!r} has ended ({state}): nothing to cancel")
         self.runtime.stop(params.id, "canceled by the A2A client")
-        answer = lambda: self._ok(call, self._fold(params.id).task())  # noqa: E731
-        return Reply(200, wait=Wait(params.id, info.last_offset, CANCEL_WAIT_SECONDS, answer=answer))
+        answer = self._later(call, lambda: self._fold(params.id).task())
+        wait = Wait(params.id, info.last_offset, CANCEL_WAIT_SECONDS, answer=answer, keepalive=self.keepalive_seconds)
+        return Reply(200, wait=wait)
 
     def subscribe(self, req: Request, agent_id: str, call: wire.RpcRequest) -> Reply:
         params = wire.params_of(wire.TaskParams, call.params)
@@ -182,6 +188,17 @@ class A2AEndpoint:
         raise wire.A2AError(wire.UNSUPPORTED_OPERATION, f"{call.method} is not supported by this agent")
 
     # -- helpers ----------------------------------------------------------------------------------------------
+
+    def _later(self, call: wire.RpcRequest, result: Callable[[], Any]) -> Callable[[], Reply]:
+        """The answer a :class:`Wait` gives once the run ended or paused (an error as a JSON-RPC error too)."""
+
+        def answer() -> Reply:
+            try:
+                return self._ok(call, result())
+            except AgentsCeleryError as exc:
+                return _error(call.id, wire.rpc_error_of(exc))
+
+        return answer
 
     def _ok(self, call: wire.RpcRequest, result: Any) -> Reply:
         """The JSON-RPC answer of ``call`` (in 0.3's shapes for a 0.3 request)."""
