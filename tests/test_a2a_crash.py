@@ -2,6 +2,10 @@
 answer, then ``subscribe(task_id)`` (a2a-sdk 1.3's client) gets the Task first and every later update to
 COMPLETED; the task it builds with the SDK's own artifact merge equals a clean run's, and the tool ran once.
 
+And the A2A column of tests/test_matrix.py: each agent kind (ours, pydantic-ai) streamed through the SDK, clean and
+with the worker killed -9 at the first piece of the answer while the client keeps reading: the same artifacts, each
+tool once.
+
 One private deployment for the module (its workers are the ones killed), a Flask and a Django API in front."""
 
 from __future__ import annotations
@@ -22,14 +26,14 @@ from .cluster import Deployment
 from .conftest import TEST_REDIS_URL, all_events
 from .invariants import assert_run_sound, counter_of
 from .test_a2a import ask, collect, connect, folded, run, texts
-from .test_matrix import ANSWER, kill_and_replace
+from .test_matrix import ANSWER, KINDS, answering, kill_and_replace
 
 pytestmark = [pytest.mark.timeout(150), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
 def crash(fake_openai: Any) -> Iterator[tuple[Deployment, dict[str, ApiServer]]]:
-    dep = Deployment("a2a", fake_openai.url)
+    dep = Deployment("a2a", fake_openai.url, {"AGENTS_CELERY_AGENTS": "tests.agents_fixture,tests.agents_pydantic"})
     servers: dict[str, ApiServer] = {}
     try:
         dep.start(1)
@@ -99,3 +103,44 @@ def test_subscribe_after_a_kill_9_mid_answer_loses_and_repeats_nothing(
     log = all_events(dep.runtime, task_id)
     assert_run_sound(log)
     assert [e.data.get("name") for e in log if e.type.value == "CUSTOM"].count("attempt_abandoned") == 1
+
+
+@pytest.mark.parametrize("killing", [pytest.param(False, id="clean"), pytest.param(True, id="kill-9")])
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_the_matrix_column_the_same_answer_and_each_tool_once(
+    crash: tuple[Deployment, dict[str, ApiServer]], fake_openai: Any, kind: str, killing: bool
+) -> None:
+    dep, servers = crash
+    spec = KINDS[kind]
+    first = ScriptedTurn("Looking.", [ScriptedToolCall(spec.tool, spec.args)])
+    fake_openai.responder = ScriptResponder([first, ANSWER], token_delay=0.02 if killing else 0.0)
+    kills: list[int] = []
+    with redis.Redis.from_url(TEST_REDIS_URL) as r:
+        count = counter_of(r, dep.prefix)
+        before, calls = count(spec.counter), fake_openai.calls
+
+        async def read() -> list[StreamResponse]:
+            c = await connect(servers["flask"].url, spec.agent)
+            try:
+                events = []
+                async for ev in c.client.send_message(ask("Go.")):
+                    events.append(ev)
+                    parts = ev.artifact_update.artifact.parts if ev.HasField("artifact_update") else []
+                    if killing and not kills and parts and answering(parts[0].text):
+                        kills.append(1)
+                        kill_and_replace(dep)  # the client keeps reading the same stream
+                return events
+            finally:
+                await c.close()
+
+        events = run(read())
+        task = folded(events)
+        assert task.status.state == TaskState.TASK_STATE_COMPLETED
+        assert list(texts(task).values()) == ["Looking.", ANSWER]  # nothing partial, nothing twice
+        assert count(spec.counter) - before == 1  # the tool ran once, killed or not
+    assert len(kills) == int(killing)
+    assert fake_openai.calls - calls == 2 + int(killing)  # the killed model turn once more
+    log = all_events(dep.runtime, task.id)
+    assert_run_sound(log)
+    abandoned = [e for e in log if e.type.value == "CUSTOM" and e.data.get("name") == "attempt_abandoned"]
+    assert len(abandoned) == int(killing)
