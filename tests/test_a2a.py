@@ -6,6 +6,7 @@ artifact merge (``append_artifact_to_task``)."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import threading
 import uuid
 from collections.abc import AsyncIterator, Coroutine, Iterator
@@ -260,13 +261,39 @@ def test_bad_requests_are_json_rpc_errors_never_a_500(api: ApiServer, body: byte
     assert answer["id"] == (1 if b'"id": 1' in body else None)
 
 
-def test_a_file_part_is_refused_and_starts_nothing(api: ApiServer) -> None:
+def test_a_file_by_url_that_is_no_image_is_refused_and_starts_nothing(api: ApiServer) -> None:
     context = uuid.uuid4().hex
-    message = {"messageId": "m1", "role": "ROLE_USER", "contextId": context, "parts": [{"url": "https://x/y.png"}]}
+    part = {"url": "https://x/report.pdf", "mediaType": "application/pdf"}
+    message = {"messageId": "m1", "role": "ROLE_USER", "contextId": context, "parts": [part]}
     body = {"jsonrpc": "2.0", "method": "SendMessage", "id": "a", "params": {"message": message}}
     answer = httpx.post(f"{api.url}/a2a/fake", json=body).json()
-    assert answer["error"]["code"] == -32005, answer
+    assert answer["error"]["code"] == -32005 and "raw" in answer["error"]["message"], answer
     assert httpx.get(f"{api.url}/runs", params={"session_id": context}).json()["runs"] == []
+
+
+def test_an_image_sent_raw_reaches_the_model(api: ApiServer, script: Any, fake_openai: Any) -> None:
+    script("A very small picture.")
+    png = b"\x89PNG\r\n\x1a\n" + bytes(64)
+    image = Part(raw=png, media_type="image/png", filename="dot.png")
+
+    async def scenario() -> Task:
+        c = await connect(api.url, streaming=False)
+        try:
+            message = Message(message_id=uuid.uuid4().hex, role=Role.ROLE_USER, parts=[Part(text="What is it?"), image])
+            (done,) = await collect(c.client.send_message(SendMessageRequest(message=message)))
+            return done.task
+        finally:
+            await c.close()
+
+    seen = len(fake_openai.requests)
+    task = run(scenario())
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    (user,) = [m for m in fake_openai.requests[seen]["messages"] if m["role"] == "user"]
+    encoded = base64.b64encode(png).decode()
+    assert user["content"] == [
+        {"type": "text", "text": "What is it?"},
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{encoded}"}},
+    ]
 
 
 def test_a_message_sent_again_is_the_same_task(api: ApiServer, script: Any) -> None:

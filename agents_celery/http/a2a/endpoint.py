@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ... import __version__
+from ...content import UserContent, check_parts
 from ...errors import AgentsCeleryError, BadRequestError, PayloadTooLargeError, RunNotFoundError
 from ...runs import RunStatus, RunView
 from ...runtime import Runtime
@@ -207,7 +208,8 @@ class A2AEndpoint:
     def _start(self, req: Request, agent_id: str, message: wire.MessageIn) -> tuple[str, int]:
         """A new task for the message (the same one again for a message sent again): its run id, and -1."""
         self.access.allow(req, "start", agent_id=agent_id)
-        text = _text_of(message)
+        content = _content_of(message)
+        check_parts(content, self.runtime.settings)  # before the session check records an owner: a 413 makes nothing
         key = KEY.format(agent=agent_id, message=message.message_id)
         existing = self.runtime.idempotent_run(key, req.user_id)
         if existing is not None:  # the same message again: a retried request
@@ -215,7 +217,7 @@ class A2AEndpoint:
             return existing, -1
         self.access.session(req, message.context_id, "start", agent_id)
         stream = self.runtime.stream(
-            agent_id, text, session_id=message.context_id, user_id=req.user_id, idempotency_key=key
+            agent_id, content, session_id=message.context_id, user_id=req.user_id, idempotency_key=key
         )
         return stream.run_id, -1
 
@@ -236,7 +238,7 @@ class A2AEndpoint:
                 f"context {view.session_id!r}, to start a new task",
             )
         else:
-            self.runtime.send_message(run_id, _text_of(message))
+            self.runtime.send_message(run_id, _content_of(message))
         return run_id, before
 
     def _fold(self, run_id: str, session_id: str | None = None, *, history: bool = True) -> TaskFold:
@@ -293,19 +295,42 @@ def _state_of(view: RunView) -> str:
     }.get(view.status, view.status.value)
 
 
-def _text_of(message: wire.MessageIn) -> str:
-    """The message as our run takes it: its text parts, a data part as its JSON. Files are not taken (yet)."""
-    out = []
+def _content_of(message: wire.MessageIn) -> UserContent:
+    """The message as our run takes it: its text parts (a data part as its JSON), or content parts when it carries
+    files: an image by URL or inline (``raw``, as a data URL), another file inline only (the model cannot fetch a
+    URL)."""
+    texts, parts = [], []
     for n, part in enumerate(message.parts):
-        if part.text is not None:
-            out.append(part.text)
-        elif part.data is not None:
-            out.append(json.dumps(part.data, ensure_ascii=False))
+        if part.text is not None or part.data is not None:
+            text = part.text if part.text is not None else json.dumps(part.data, ensure_ascii=False)
+            texts.append(text)
+            parts.append({"type": "text", "text": text})
         else:
+            parts.append(_file(part, n))
+    if all(p["type"] == "text" for p in parts):
+        return "\n".join(texts)
+    return parts
+
+
+def _file(part: wire.PartIn, n: int) -> dict[str, Any]:
+    where = f"params.message.parts.{n}"
+    media = part.media_type or ""
+    if part.raw is not None:
+        if not media:
+            raise wire.A2AError(wire.INVALID_PARAMS, f"{where}: an inline file needs its mediaType")
+        url = f"data:{media};base64,{part.raw}"
+    elif part.url is not None:
+        url = part.url
+        if not (media.startswith("image/") or url.startswith("data:image/")):
             raise wire.A2AError(
-                wire.CONTENT_TYPE_NOT_SUPPORTED, f"params.message.parts.{n}: only text and data parts are taken"
+                wire.CONTENT_TYPE_NOT_SUPPORTED,
+                f"{where}: a file by URL is taken for images only (the model cannot fetch {url[:60]!r}); send it raw",
             )
-    return "\n".join(out)
+    else:
+        raise wire.A2AError(wire.INVALID_PARAMS, f"{where}: a part needs text, data, url or raw")
+    if media.startswith("image/") or url.startswith("data:image/"):
+        return {"type": "image_url", "image_url": {"url": url}}
+    return {"type": "file", "file": {"filename": part.filename or "file", "file_data": url}}
 
 
 def _decisions_of(message: wire.MessageIn, view: RunView) -> list[dict[str, Any]]:
