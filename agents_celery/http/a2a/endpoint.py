@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ... import __version__
+from ...a2atask import TaskFold
 from ...content import UserContent, check_parts
 from ...errors import AgentsCeleryError, BadRequestError, PayloadTooLargeError, RunNotFoundError
 from ...runs import RunStatus, RunView
@@ -31,7 +32,7 @@ from ..bodies import ToolDecisionBody
 from ..messages import Reply, Request, Wait
 from ..sse import LogStream
 from . import compat, wire
-from .render import TaskFold, TaskPresenter, frame
+from .render import TaskPresenter, frame
 
 #: The idempotency key of the task a message started (scoped to the caller, as every key): a message sent again
 #: with the same ``messageId`` (a retried request) is the same task.

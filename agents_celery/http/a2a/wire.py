@@ -11,14 +11,46 @@ wrong type is ``InvalidParams``.
 
 from __future__ import annotations
 
-import time
-from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticError
 from pydantic.alias_generators import to_camel
 
+# The task objects are written in the core (the worker's push deliveries need them too): named here for the door.
+from ...a2atask import (
+    RUN_STATUSES as RUN_STATUSES,
+)
+from ...a2atask import (
+    STREAM_ENDS as STREAM_ENDS,
+)
+from ...a2atask import (
+    TERMINAL as TERMINAL,
+)
+from ...a2atask import (
+    TaskState as TaskState,
+)
+from ...a2atask import (
+    artifact_update as artifact_update,
+)
+from ...a2atask import (
+    data_part as data_part,
+)
+from ...a2atask import (
+    message as message,
+)
+from ...a2atask import (
+    status as status,
+)
+from ...a2atask import (
+    status_update as status_update,
+)
+from ...a2atask import (
+    text_part as text_part,
+)
+from ...a2atask import (
+    timestamp as timestamp,
+)
 from ...errors import (
     AgentsCeleryError,
     DecisionError,
@@ -61,37 +93,12 @@ REASONS = {
     CONTENT_TYPE_NOT_SUPPORTED: "CONTENT_TYPE_NOT_SUPPORTED",
 }
 
-TaskState = Literal[
-    "TASK_STATE_SUBMITTED",
-    "TASK_STATE_WORKING",
-    "TASK_STATE_INPUT_REQUIRED",
-    "TASK_STATE_COMPLETED",
-    "TASK_STATE_CANCELED",
-    "TASK_STATE_FAILED",
-    "TASK_STATE_REJECTED",
-]
-#: The states a task never leaves.
-TERMINAL: frozenset[str] = frozenset(
-    {"TASK_STATE_COMPLETED", "TASK_STATE_CANCELED", "TASK_STATE_FAILED", "TASK_STATE_REJECTED"}
-)
-#: The states a stream ends at (a task waiting for input is interrupted: its stream closes, it goes on later).
-STREAM_ENDS: frozenset[str] = TERMINAL | {"TASK_STATE_INPUT_REQUIRED"}
-#: Our run statuses that a ``ListTasks`` status filter names.
-RUN_STATUSES = {
-    "TASK_STATE_SUBMITTED": "queued",
-    "TASK_STATE_WORKING": "running",
-    "TASK_STATE_INPUT_REQUIRED": "paused",
-    "TASK_STATE_COMPLETED": "completed",
-    "TASK_STATE_CANCELED": "cancelled",
-    "TASK_STATE_FAILED": "failed",
-}
-
 
 class A2AError(AgentsCeleryError):
     """A JSON-RPC error answer: ``code`` (an A2A or JSON-RPC code) and the message."""
 
-    def __init__(self, rpc_code: int, message: str) -> None:
-        super().__init__(message)
+    def __init__(self, rpc_code: int, text: str) -> None:
+        super().__init__(text)
         self.rpc_code = rpc_code
 
 
@@ -115,10 +122,10 @@ def rpc_error_of(exc: AgentsCeleryError) -> A2AError:
     return A2AError(INTERNAL_ERROR, str(exc))
 
 
-def error_object(rpc_code: int, message: str) -> dict[str, Any]:
+def error_object(rpc_code: int, text: str) -> dict[str, Any]:
     """A JSON-RPC error object, its ``data`` the ``google.rpc.ErrorInfo`` A2A 1.0 adds."""
     info = {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": REASONS.get(rpc_code, "UNKNOWN")}
-    return {"code": rpc_code, "message": message, "data": [{**info, "domain": "a2a-protocol.org"}]}
+    return {"code": rpc_code, "message": text, "data": [{**info, "domain": "a2a-protocol.org"}]}
 
 
 def response(rpc_id: Any, result: Any) -> dict[str, Any]:
@@ -127,12 +134,6 @@ def response(rpc_id: Any, result: Any) -> dict[str, Any]:
 
 def error_response(rpc_id: Any, err: A2AError) -> dict[str, Any]:
     return {"jsonrpc": JSONRPC, "id": rpc_id, "error": error_object(err.rpc_code, str(err))}
-
-
-def timestamp(ms: int | None = None) -> str:
-    """A ProtoJSON ``Timestamp``: RFC 3339 in UTC with a ``Z``."""
-    when = datetime.fromtimestamp((time.time() * 1000 if ms is None else ms) / 1000, UTC)
-    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
 
 
 # -- requests ------------------------------------------------------------------------------------------------
@@ -214,38 +215,3 @@ def params_of(model: type[M], params: dict[str, Any] | None) -> M:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "params"
         raise A2AError(INVALID_PARAMS, f"params.{where}: {first['msg']}") from None
-
-
-# -- objects we write ---------------------------------------------------------------------------------------
-
-
-def text_part(text: str) -> dict[str, Any]:
-    return {"text": text}
-
-
-def data_part(value: Any) -> dict[str, Any]:
-    return {"data": value}
-
-
-def message(message_id: str, role: str, parts: list[dict[str, Any]], task_id: str, context_id: str) -> dict[str, Any]:
-    return {"messageId": message_id, "contextId": context_id, "taskId": task_id, "role": role, "parts": parts}
-
-
-def status(state: str, at_ms: int, msg: dict[str, Any] | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"state": state, "timestamp": timestamp(at_ms)}
-    if msg is not None:
-        out["message"] = msg
-    return out
-
-
-def status_update(task_id: str, context_id: str, task_status: dict[str, Any]) -> dict[str, Any]:
-    """A ``StreamResponse`` holding a ``TaskStatusUpdateEvent``."""
-    return {"statusUpdate": {"taskId": task_id, "contextId": context_id, "status": task_status}}
-
-
-def artifact_update(
-    task_id: str, context_id: str, artifact: dict[str, Any], *, append: bool, last_chunk: bool
-) -> dict[str, Any]:
-    """A ``StreamResponse`` holding a ``TaskArtifactUpdateEvent``."""
-    event = {"taskId": task_id, "contextId": context_id, "artifact": artifact, "append": append}
-    return {"artifactUpdate": {**event, "lastChunk": last_chunk}}
