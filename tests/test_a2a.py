@@ -250,7 +250,8 @@ def test_an_unknown_task_is_task_not_found(api: ApiServer) -> None:
         (b'{"jsonrpc": "2.0", "method": "SendMessage", "id": 1, "params": {"message": {"parts": []}}}', -32602),
         (b'{"jsonrpc": "2.0", "method": "GetTask", "id": 1, "params": {"id": "x", "historyLength": -1}}', -32602),
         (b'{"jsonrpc": "2.0", "method": "ListTasks", "id": 1, "params": {"status": "TASK_STATE_NAPPING"}}', -32602),
-        (b'{"jsonrpc": "2.0", "method": "CreateTaskPushNotificationConfig", "id": 1, "params": {}}', -32003),
+        (b'{"jsonrpc": "2.0", "method": "CreateTaskPushNotificationConfig", "id": 1, "params": {"url": "x"}}', -32602),
+        (b'{"jsonrpc": "2.0", "method": "GetExtendedAgentCard", "id": 1}', -32004),
     ],
 )
 def test_bad_requests_are_json_rpc_errors_never_a_500(api: ApiServer, body: bytes, code: int) -> None:

@@ -10,20 +10,33 @@ One private deployment for the module (its workers are the ones killed), a Flask
 
 from __future__ import annotations
 
+import json
+import threading
 import uuid
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 import redis
-from a2a.types import StreamResponse, SubscribeToTaskRequest, TaskState
+from a2a.types import (
+    DeleteTaskPushNotificationConfigRequest,
+    GetTaskPushNotificationConfigRequest,
+    ListTaskPushNotificationConfigsRequest,
+    StreamResponse,
+    SubscribeToTaskRequest,
+    TaskPushNotificationConfig,
+    TaskState,
+)
+from a2a.utils.errors import InvalidParamsError
 
+from agents_celery.a2atask import TaskFold
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.testing import ScriptResponder
 
 from .api_support import ApiServer
 from .cluster import Deployment
-from .conftest import TEST_REDIS_URL, all_events
+from .conftest import TEST_REDIS_URL, all_events, wait_for
 from .invariants import assert_run_sound, counter_of
 from .test_a2a import ask, collect, connect, folded, run, texts
 from .test_matrix import ANSWER, KINDS, answering, kill_and_replace
@@ -33,7 +46,9 @@ pytestmark = [pytest.mark.timeout(150), pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def crash(fake_openai: Any) -> Iterator[tuple[Deployment, dict[str, ApiServer]]]:
-    dep = Deployment("a2a", fake_openai.url, {"AGENTS_CELERY_AGENTS": "tests.agents_fixture,tests.agents_pydantic"})
+    agents = {"AGENTS_CELERY_AGENTS": "tests.agents_fixture,tests.agents_pydantic"}
+    receivers = {"AGENTS_CELERY_WEBHOOK_ALLOW": "127.0.0.1", "AGENTS_CELERY_WEBHOOK_BACKOFF_SECONDS": "0.2"}
+    dep = Deployment("a2a", fake_openai.url, {**agents, **receivers})
     servers: dict[str, ApiServer] = {}
     try:
         dep.start(1)
@@ -144,3 +159,104 @@ def test_the_matrix_column_the_same_answer_and_each_tool_once(
     assert_run_sound(log)
     abandoned = [e for e in log if e.type.value == "CUSTOM" and e.data.get("name") == "attempt_abandoned"]
     assert len(abandoned) == int(killing)
+
+
+# -- push notifications, to a receiver that fails its first delivery ------------------------------------------------
+
+
+class Receiver:
+    """An HTTP receiver on 127.0.0.1 that answers 500 to its first ``fail`` POSTs, then 200; it keeps every POST."""
+
+    def __init__(self, fail: int = 1) -> None:
+        self.posts: list[tuple[int, dict[str, str], dict[str, Any]]] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                status = 500 if len(receiver.posts) < fail else 200
+                receiver.posts.append((status, dict(self.headers), body))
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def taken(self) -> list[dict[str, Any]]:
+        return [body for status, _, body in self.posts if status == 200]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.close()
+
+
+def test_push_gets_every_status_in_order_with_its_token_after_a_failed_delivery(
+    crash: tuple[Deployment, dict[str, ApiServer]], fake_openai: Any, receiver: Receiver
+) -> None:
+    dep, servers = crash
+    fake_openai.responder = ScriptResponder(
+        [ScriptedTurn("Adding.", [ScriptedToolCall("add", {"a": 2, "b": 3})]), "5."]
+    )
+
+    async def scenario() -> tuple[list[StreamResponse], list[Any], list[Any]]:
+        c = await connect(servers["flask"].url)
+        try:
+            request = ask("Go.")
+            config = TaskPushNotificationConfig(url=receiver.url, token="s3cret")
+            request.configuration.task_push_notification_config.CopyFrom(config)
+            events = await collect(c.client.send_message(request))
+            task_id = events[0].task.id
+            listed = await c.client.list_task_push_notification_configs(
+                ListTaskPushNotificationConfigsRequest(task_id=task_id)
+            )
+            (one,) = listed.configs
+            got = await c.client.get_task_push_notification_config(
+                GetTaskPushNotificationConfigRequest(task_id=task_id, id=one.id)
+            )
+            assert got.url == receiver.url and got.token == "s3cret"
+            with pytest.raises(InvalidParamsError):  # the SSRF guard: an address inside the network
+                await c.client.create_task_push_notification_config(
+                    TaskPushNotificationConfig(task_id=task_id, url="http://10.1.2.3/hook")
+                )
+            wait_for(lambda: any(_state(b) == "TASK_STATE_COMPLETED" for b in receiver.taken()), timeout=30)
+            await c.client.delete_task_push_notification_config(
+                DeleteTaskPushNotificationConfigRequest(task_id=task_id, id=one.id)
+            )
+            after = await c.client.list_task_push_notification_configs(
+                ListTaskPushNotificationConfigsRequest(task_id=task_id)
+            )
+            return events, list(listed.configs), list(after.configs)
+        finally:
+            await c.close()
+
+    events, listed, after = run(scenario())
+    streamed = [TaskState.Name(e.status_update.status.state) for e in events if e.HasField("status_update")]
+    delivered = [_state(b) for b in receiver.taken()]
+    fold = TaskFold(events[0].task.id, events[0].task.context_id)
+    results = [r for ev in all_events(dep.runtime, fold.run_id) for r in fold.feed(ev)]
+    logged = [r["statusUpdate"]["status"]["state"] for r in results if "statusUpdate" in r]
+    assert delivered == logged  # every status change, in order, none lost, none twice
+    assert delivered[-len(streamed) :] == streamed  # what the stream showed after its Task, the same
+    assert delivered[0] == "TASK_STATE_WORKING" and delivered[-1] == "TASK_STATE_COMPLETED"
+    assert receiver.posts[0][0] == 500 and len(receiver.posts) == len(delivered) + 1  # the first was tried again
+    assert {headers["X-A2A-Notification-Token"] for _, headers, _ in receiver.posts} == {"s3cret"}
+    assert all(b["statusUpdate"]["taskId"] == events[0].task.id for b in receiver.taken())
+    assert len(listed) == 1 and after == []
+
+
+def _state(body: dict[str, Any]) -> str:
+    return str(body["statusUpdate"]["status"]["state"])

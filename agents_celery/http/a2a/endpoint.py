@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +28,8 @@ from ...content import UserContent, check_parts
 from ...errors import AgentsCeleryError, BadRequestError, PayloadTooLargeError, RunNotFoundError
 from ...runs import RunStatus, RunView
 from ...runtime import Runtime
+from ...storage.pushes import PushConfigs
+from ...webhook import check_url
 from ..access import Access
 from ..bodies import ToolDecisionBody
 from ..messages import Reply, Request, Wait
@@ -75,7 +78,7 @@ class A2AEndpoint:
             "supportedInterfaces": [
                 {"url": _base_url(req, agent_id), "protocolBinding": "JSONRPC", "protocolVersion": wire.VERSION}
             ],
-            "capabilities": {"streaming": True, "pushNotifications": False},
+            "capabilities": {"streaming": True, "pushNotifications": True},
             "defaultInputModes": ["text/plain", "application/json"],
             "defaultOutputModes": ["text/plain", "application/json"],
             "skills": skills,
@@ -124,6 +127,9 @@ class A2AEndpoint:
             run_id, after = self._follow_up(req, agent_id, params.message)
         else:
             run_id, after = self._start(req, agent_id, params.message)
+        if config.task_push_notification_config is not None:
+            push = wire.params_of(wire.PushConfigParams, config.task_push_notification_config)
+            self._push(run_id, push)
         if streaming:
             return self._stream(run_id, call.id, config.history_length)
         if config.return_immediately:
@@ -184,9 +190,54 @@ class A2AEndpoint:
         result = {"tasks": tasks, "nextPageToken": page.next_cursor or "", "pageSize": len(tasks)}
         return self._ok(call, result)
 
+    # -- push notifications ------------------------------------------------------------------------------------
+
+    def push_create(self, req: Request, agent_id: str, call: wire.RpcRequest) -> Reply:
+        params = wire.params_of(wire.PushConfigParams, call.params)
+        if not params.task_id:
+            raise wire.A2AError(wire.INVALID_PARAMS, "params.taskId: the task the config is for")
+        self.access.run(req, params.task_id, "continue", agent_id)
+        return self._ok(call, self._push(params.task_id, params))
+
+    def push_get(self, req: Request, agent_id: str, call: wire.RpcRequest) -> Reply:
+        params = wire.params_of(wire.PushConfigRef, call.params)
+        self.access.run(req, params.task_id, "read", agent_id)
+        found = self._pushes().get(params.task_id, params.id or "")
+        if found is None:
+            raise wire.A2AError(wire.TASK_NOT_FOUND, f"task {params.task_id!r} has no push config {params.id!r}")
+        return self._ok(call, _config_view(params.task_id, found))
+
+    def push_list(self, req: Request, agent_id: str, call: wire.RpcRequest) -> Reply:
+        params = wire.params_of(wire.PushConfigRef, call.params)
+        self.access.run(req, params.task_id, "read", agent_id)
+        configs = [_config_view(params.task_id, c) for c in self._pushes().all(params.task_id)]
+        return self._ok(call, {"configs": configs, "nextPageToken": ""})
+
+    def push_delete(self, req: Request, agent_id: str, call: wire.RpcRequest) -> Reply:
+        params = wire.params_of(wire.PushConfigRef, call.params)
+        self.access.run(req, params.task_id, "continue", agent_id)
+        if not self._pushes().delete(params.task_id, params.id or ""):
+            raise wire.A2AError(wire.TASK_NOT_FOUND, f"task {params.task_id!r} has no push config {params.id!r}")
+        return self._ok(call, {})
+
+    def _pushes(self) -> PushConfigs:
+        return PushConfigs(self.runtime.redis, self.store.keys, self.runtime.settings.retention_ms)
+
+    def _push(self, run_id: str, params: wire.PushConfigParams) -> dict[str, Any]:
+        """Store a push config for the task and start its deliveries (a config replaced keeps its deliveries)."""
+        check_url(params.url, self.runtime.settings.webhook_allow)
+        config_id = params.id or uuid.uuid4().hex
+        config: dict[str, Any] = {"id": config_id, "url": params.url, "token": params.token}
+        if params.authentication is not None:
+            config["authentication"] = params.authentication.model_dump(exclude_none=True)
+        pushes = self._pushes()
+        known = pushes.get(run_id, config_id) is not None
+        pushes.put(run_id, config)
+        if not known:  # one chain of deliveries per config: in order
+            self.runtime.follow_push(run_id, config_id)
+        return _config_view(run_id, config)
+
     def unsupported(self, req: Request, agent_id: str, call: wire.RpcRequest) -> Reply:
-        if "PushNotification" in call.method:
-            raise wire.A2AError(wire.PUSH_NOT_SUPPORTED, "push notifications are not supported by this agent (yet)")
         raise wire.A2AError(wire.UNSUPPORTED_OPERATION, f"{call.method} is not supported by this agent")
 
     # -- helpers ----------------------------------------------------------------------------------------------
@@ -276,16 +327,26 @@ METHODS = {
     "ListTasks": "list_tasks",
     "CancelTask": "cancel",
     "SubscribeToTask": "subscribe",
-    "CreateTaskPushNotificationConfig": "unsupported",
-    "GetTaskPushNotificationConfig": "unsupported",
-    "ListTaskPushNotificationConfigs": "unsupported",
-    "DeleteTaskPushNotificationConfig": "unsupported",
+    "CreateTaskPushNotificationConfig": "push_create",
+    "GetTaskPushNotificationConfig": "push_get",
+    "ListTaskPushNotificationConfigs": "push_list",
+    "DeleteTaskPushNotificationConfig": "push_delete",
     "GetExtendedAgentCard": "unsupported",
 }
 
 
 def _error(rpc_id: Any, err: wire.A2AError) -> Reply:
     return Reply(200, wire.error_response(rpc_id, err))
+
+
+def _config_view(run_id: str, config: dict[str, Any]) -> dict[str, Any]:
+    """A stored push config as ``TaskPushNotificationConfig``."""
+    view = {"id": config["id"], "taskId": run_id, "url": config["url"]}
+    if config.get("token"):
+        view["token"] = config["token"]
+    if config.get("authentication"):
+        view["authentication"] = config["authentication"]
+    return view
 
 
 def _state_of(view: RunView) -> str:

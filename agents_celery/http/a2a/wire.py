@@ -195,6 +195,28 @@ class TaskParams(_In):
     history_length: int | None = Field(default=None, ge=0)
 
 
+class PushAuth(_In):
+    scheme: str = Field(min_length=1, max_length=100)
+    credentials: str | None = Field(default=None, max_length=4000)
+
+
+class PushConfigParams(_In):
+    """``CreateTaskPushNotificationConfig`` (and a ``SendMessage``'s ``taskPushNotificationConfig``)."""
+
+    task_id: str | None = None
+    id: str | None = Field(default=None, max_length=200)
+    url: str = Field(min_length=1, max_length=2000)
+    token: str | None = Field(default=None, max_length=4000)
+    authentication: PushAuth | None = None
+
+
+class PushConfigRef(_In):
+    """``Get``/``Delete``/``ListTaskPushNotificationConfig(s)``."""
+
+    task_id: str = Field(min_length=1)
+    id: str | None = None
+
+
 class ListParams(_In):
     context_id: str | None = None
     status: str | None = None
