@@ -38,7 +38,7 @@ from .api_support import ApiServer
 from .cluster import Deployment
 from .conftest import TEST_REDIS_URL, all_events, wait_for
 from .invariants import assert_run_sound, counter_of
-from .test_a2a import ask, collect, connect, folded, run, texts
+from .test_a2a import ask, collect, connect, folded, legacy_client, run, texts
 from .test_matrix import ANSWER, KINDS, answering, kill_and_replace
 
 pytestmark = [pytest.mark.timeout(150), pytest.mark.slow]
@@ -260,3 +260,43 @@ def test_push_gets_every_status_in_order_with_its_token_after_a_failed_delivery(
 
 def _state(body: dict[str, Any]) -> str:
     return str(body["statusUpdate"]["status"]["state"])
+
+
+def test_a_0_3_client_sets_reads_and_deletes_push_configs(
+    crash: tuple[Deployment, dict[str, ApiServer]], fake_openai: Any, receiver: Receiver
+) -> None:
+    _dep, servers = crash
+    fake_openai.responder = ScriptResponder(["Old school push."])
+
+    async def scenario() -> tuple[str, list[Any], Any, list[Any]]:
+        c = await legacy_client(servers["flask"].url)
+        try:
+            request = ask("Go.")
+            config = TaskPushNotificationConfig(url=receiver.url, token="t0k", id="first")
+            request.configuration.task_push_notification_config.CopyFrom(config)
+            (done,) = [e async for e in c.client.send_message(request) if e.HasField("task")][:1]  # message/stream
+            task_id = done.task.id
+            more = TaskPushNotificationConfig(task_id=task_id, url=receiver.url, token="t0k", id="second")
+            await c.client.create_task_push_notification_config(more)  # tasks/pushNotificationConfig/set
+            listed = await c.client.list_task_push_notification_configs(
+                ListTaskPushNotificationConfigsRequest(task_id=task_id)
+            )
+            got = await c.client.get_task_push_notification_config(
+                GetTaskPushNotificationConfigRequest(task_id=task_id, id="second")
+            )
+            await c.client.delete_task_push_notification_config(
+                DeleteTaskPushNotificationConfigRequest(task_id=task_id, id="first")
+            )
+            after = await c.client.list_task_push_notification_configs(
+                ListTaskPushNotificationConfigsRequest(task_id=task_id)
+            )
+            return task_id, list(listed.configs), got, list(after.configs)
+        finally:
+            await c.close()
+
+    task_id, listed, got, after = run(scenario())
+    assert sorted(c.id for c in listed) == ["first", "second"] and {c.task_id for c in listed} == {task_id}
+    assert got.url == receiver.url and got.token == "t0k"
+    assert [c.id for c in after] == ["second"]
+    wait_for(lambda: any(_state(b) == "TASK_STATE_COMPLETED" for b in receiver.taken()), timeout=30)
+    assert {headers["X-A2A-Notification-Token"] for _, headers, _ in receiver.posts} == {"t0k"}

@@ -38,7 +38,17 @@ def speaks_0_3(version: str | None) -> bool:
 
 def params(method: str, given: dict[str, Any] | None) -> dict[str, Any] | None:
     """The params of a 0.3 request (``method`` its 1.0 name now) in 1.0's shape."""
-    if given is None or method not in ("SendMessage", "SendStreamingMessage"):
+    if given is None:
+        return given
+    if method == "CreateTaskPushNotificationConfig":
+        return {"taskId": given.get("taskId"), **_push_in(given.get("pushNotificationConfig"))}
+    if method in (
+        "GetTaskPushNotificationConfig",
+        "DeleteTaskPushNotificationConfig",
+        "ListTaskPushNotificationConfigs",
+    ):
+        return {"taskId": given.get("id"), "id": given.get("pushNotificationConfigId")}
+    if method not in ("SendMessage", "SendStreamingMessage"):
         return given
     out = dict(given)
     message = given.get("message")
@@ -49,7 +59,20 @@ def params(method: str, given: dict[str, Any] | None) -> dict[str, Any] | None:
         config = dict(config)
         if config.get("blocking") is False:
             config["returnImmediately"] = True
+        if isinstance(config.get("pushNotificationConfig"), dict):
+            config["taskPushNotificationConfig"] = _push_in(config.pop("pushNotificationConfig"))
         out["configuration"] = config
+    return out
+
+
+def _push_in(config: Any) -> dict[str, Any]:
+    """0.3's ``PushNotificationConfig`` (``authentication.schemes``, a list) as 1.0's fields."""
+    if not isinstance(config, dict):
+        return {}
+    out: dict[str, Any] = {k: config.get(k) for k in ("id", "url", "token") if config.get(k) is not None}
+    auth = config.get("authentication")
+    if isinstance(auth, dict) and auth.get("schemes"):
+        out["authentication"] = {"scheme": auth["schemes"][0], "credentials": auth.get("credentials")}
     return out
 
 
@@ -85,7 +108,21 @@ def result(method: str, value: Any) -> Any:
         return task(value["task"])
     if method in ("GetTask", "CancelTask") and isinstance(value, dict):
         return task(value)
+    if method in ("CreateTaskPushNotificationConfig", "GetTaskPushNotificationConfig"):
+        return _push(value)
+    if method == "ListTaskPushNotificationConfigs":
+        return [_push(c) for c in value.get("configs", [])]
+    if method == "DeleteTaskPushNotificationConfig":
+        return None
     return value
+
+
+def _push(config: dict[str, Any]) -> dict[str, Any]:
+    inner: dict[str, Any] = {k: config[k] for k in ("id", "url", "token") if k in config}
+    auth = config.get("authentication")
+    if auth:
+        inner["authentication"] = {"schemes": [auth["scheme"]], "credentials": auth.get("credentials")}
+    return {"taskId": config["taskId"], "pushNotificationConfig": inner}
 
 
 def stream_result(value: dict[str, Any]) -> dict[str, Any]:

@@ -202,7 +202,8 @@ class A2AEndpoint:
     def push_get(self, req: Request, agent_id: str, call: wire.RpcRequest) -> Reply:
         params = wire.params_of(wire.PushConfigRef, call.params)
         self.access.run(req, params.task_id, "read", agent_id)
-        found = self._pushes().get(params.task_id, params.id or "")
+        pushes = self._pushes()
+        found = pushes.get(params.task_id, params.id) if params.id else next(iter(pushes.all(params.task_id)), None)
         if found is None:
             raise wire.A2AError(wire.TASK_NOT_FOUND, f"task {params.task_id!r} has no push config {params.id!r}")
         return self._ok(call, _config_view(params.task_id, found))
