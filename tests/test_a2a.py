@@ -146,7 +146,8 @@ def test_a_streamed_task_runs_to_completion_with_its_tool_once(
     task = folded(events)
     assert task.context_id == context and task.status.state == TaskState.TASK_STATE_COMPLETED
     assert texts(task) == {"text-0": "Adding.", "text-1": "It is 5."}
-    assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED  # the stream ends there
+    last = events[-1].status_update.status if len(events) > 1 else events[0].task.status
+    assert last.state == TaskState.TASK_STATE_COMPLETED  # the stream ends there
     updates = [e.status_update.status.message for e in events if e.HasField("status_update")]
     datas = [dict(m.parts[0].data.struct_value) for m in updates if m.parts and m.parts[0].HasField("data")]
     assert [sorted(d) for d in datas] == [["tool_call"], ["tool_result"]]
@@ -399,7 +400,7 @@ def test_input_required_is_answered_by_a_message_on_the_task_and_the_tool_runs_o
         c = await connect(api.url, streaming=streaming)
         try:
             asked = await collect(c.client.send_message(ask("delete it")))
-            paused = asked[-1].status_update.status if streaming else asked[-1].task.status
+            paused = folded(asked).status  # a run that paused before the stream began: the Task alone says so
             task_id = asked[0].task.id
             pending = json_format.MessageToDict(paused.message.parts[1].data)["pending"]
             (call,) = pending
@@ -414,13 +415,12 @@ def test_input_required_is_answered_by_a_message_on_the_task_and_the_tool_runs_o
             await c.close()
 
     asked, done, final = run(scenario())
-    paused = asked[-1].status_update.status if streaming else asked[-1].task.status
+    paused = folded(asked).status
     assert paused.state == TaskState.TASK_STATE_INPUT_REQUIRED
     (call,) = json_format.MessageToDict(paused.message.parts[1].data)["pending"]
     assert call["name"] == "delete_file" and call["arguments"] == {"path": path}
     assert "decisions" in paused.message.parts[0].text  # it says what to send
-    last = done[-1].status_update.status if streaming else done[-1].task.status
-    assert last.state == TaskState.TASK_STATE_COMPLETED
+    assert folded(done).status.state == TaskState.TASK_STATE_COMPLETED
     assert final.status.state == TaskState.TASK_STATE_COMPLETED
     assert texts(final) == {"text-0": "Deleting.", "text-1": "Done, it is gone."}
     assert counter_of(rdb, key_prefix)(f"delete_file:{path}") == 1

@@ -61,9 +61,9 @@ def crash(fake_openai: Any) -> Iterator[tuple[Deployment, dict[str, ApiServer]]]
         dep.close()
 
 
-def script(fake_openai: Any) -> None:
+def script(fake_openai: Any, token_delay: float = 0.02) -> None:
     first = ScriptedTurn("Looking.", [ScriptedToolCall("add", {"a": 2, "b": 3})])
-    fake_openai.responder = ScriptResponder([first, ANSWER], token_delay=0.02)
+    fake_openai.responder = ScriptResponder([first, ANSWER], token_delay=token_delay)
 
 
 @pytest.mark.parametrize("front", ["flask", "django"])
@@ -87,7 +87,7 @@ def test_subscribe_after_a_kill_9_mid_answer_loses_and_repeats_nothing(
         reference = run(clean())
         assert reference == {"text-0": "Looking.", "text-1": ANSWER}
         assert count("add") - before == 1
-        script(fake_openai)
+        script(fake_openai, token_delay=0.1)  # the retried answer takes 4 s: the subscription comes before its end
         calls = fake_openai.calls
 
         async def killed_then_subscribed() -> tuple[str, list[StreamResponse]]:
@@ -250,7 +250,7 @@ def test_push_gets_every_status_in_order_with_its_token_after_a_failed_delivery(
     results = [r for ev in all_events(dep.runtime, fold.run_id) for r in fold.feed(ev)]
     logged = [r["statusUpdate"]["status"]["state"] for r in results if "statusUpdate" in r]
     assert delivered == logged  # every status change, in order, none lost, none twice
-    assert delivered[-len(streamed) :] == streamed  # what the stream showed after its Task, the same
+    assert delivered[len(delivered) - len(streamed) :] == streamed  # what the stream showed after its Task, the same
     assert delivered[0] == "TASK_STATE_WORKING" and delivered[-1] == "TASK_STATE_COMPLETED"
     assert receiver.posts[0][0] == 500 and len(receiver.posts) == len(delivered) + 1  # the first was tried again
     assert {headers["X-A2A-Notification-Token"] for _, headers, _ in receiver.posts} == {"s3cret"}
