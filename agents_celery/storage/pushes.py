@@ -27,7 +27,7 @@ class PushConfigs:
 
     def put(self, run_id: str, config: dict[str, Any]) -> None:
         key = self.key(run_id)
-        with self.redis.pipeline(transaction=True) as pipe:
+        with self.redis.pipeline(transaction=False) as pipe:  # one key: no MULTI (a cluster client refuses it)
             pipe.hset(key, f"cfg:{config['id']}", json.dumps(config, separators=(",", ":")))
             pipe.pexpire(key, self.ttl_ms)
             pipe.execute()
@@ -53,7 +53,7 @@ class PushConfigs:
         """The receiver took the update of the event at ``offset`` (only if the config still exists)."""
         key = self.key(run_id)
         if self.redis.hexists(key, f"cfg:{config_id}"):
-            with self.redis.pipeline(transaction=True) as pipe:
+            with self.redis.pipeline(transaction=False) as pipe:  # one key: no MULTI (a cluster client refuses it)
                 pipe.hset(key, f"at:{config_id}", offset)
                 pipe.pexpire(key, self.ttl_ms)
                 pipe.execute()
