@@ -14,7 +14,7 @@ behind the same URL answers the old session with 404: the request is sent again,
 server never acted on it); a listing is also sent again when the connection died under it. A connection that
 cannot be opened raises :class:`ServerUnreachable`: nothing reached the server.
 
-Imported only by :mod:`agents_celery.mcptools` when a toolset is used: agents modules without MCP tools load no
+Imported only by :mod:`agents_celery.mcp` when a toolset is used: agents modules without MCP tools load no
 ``mcp`` package.
 """
 
@@ -40,7 +40,7 @@ from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from .greening import process_loop
+from ..greening import process_loop
 
 log = logging.getLogger(__name__)
 
