@@ -11,7 +11,7 @@ from typing import Any
 
 from .admission import DELETING, Admission, idempotent_run_id
 from .agent import Agent
-from .chatmessages import as_chat
+from .conversation import as_chat
 from .errors import (
     RunExpiredError,
     RunLiveError,

@@ -1,5 +1,6 @@
 """Schedules of the :class:`~agents_celery.runtime.Runtime` (a mixin): runs started on a cron expression or
-every so many seconds, fired by Celery beat (:mod:`agents_celery.beat`) through :meth:`Scheduling.fire_schedules`.
+every so many seconds, fired by Celery beat (:mod:`agents_celery.broker.beat`) through
+:meth:`Scheduling.fire_schedules`.
 """
 
 from __future__ import annotations

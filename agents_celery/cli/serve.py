@@ -69,7 +69,7 @@ def beat(args: argparse.Namespace, rest: list[str]) -> int:
     app = sender_app(load_settings())
     argv = ["beat"]
     if not _given(rest, "-S", "--scheduler"):
-        argv += ["-S", "agents_celery.beat:RunScheduler"]
+        argv += ["-S", "agents_celery.broker.beat:RunScheduler"]
     app.start(argv + rest)
     return 0
 

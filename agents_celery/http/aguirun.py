@@ -34,8 +34,8 @@ from typing import Any
 import ag_ui.core as agui
 import pydantic
 
-from ..chatmessages import as_chat
 from ..content import check_parts
+from ..conversation import as_chat
 from ..decisions import Decision
 from ..errors import (
     BodyValidationError,

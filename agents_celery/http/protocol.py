@@ -29,8 +29,8 @@ import hmac
 from importlib import resources
 from typing import Any
 
-from ..chatmessages import user_messages
 from ..content import check_parts
+from ..conversation import user_messages
 from ..errors import (
     AuthenticationError,
     BadRequestError,
