@@ -11,11 +11,11 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from .agent import Agent
-from .errors import PayloadTooLargeError, ScheduleNotFoundError, SessionBusyError, UnknownAgentError, ValidationError
-from .inspection import Inspection
-from .schedule import Schedule
-from .storage.schedules import ScheduleStore
+from ..agent import Agent
+from ..errors import PayloadTooLargeError, ScheduleNotFoundError, SessionBusyError, UnknownAgentError, ValidationError
+from ..schedule import Schedule
+from ..storage.schedules import ScheduleStore
+from .reads import Inspection
 
 log = logging.getLogger(__name__)
 
