@@ -45,7 +45,7 @@ SLOW_JOBS ?= 2
 # The whole suite, slow crash and browser tests included (CI runs exactly this), in three tiers. Starts a Redis
 # if none answers and RabbitMQ (the RabbitMQ-broker tests); installs what is missing of Debian's redis-server
 # and redis-cli (tests/test_rewind.py), chromium, rabbitmq-server, the pinned AG-UI JS client and npm's MCP
-# reference server and the AI SDK chat client (npm ci).
+# reference server and the AI SDK chat client (npm ci), and bundles the useChat example page (the browser test).
 test: install
 	PY=$(PY) scripts/ensure-redis
 	scripts/ensure-redis-tools
@@ -54,6 +54,7 @@ test: install
 	scripts/ensure-agui-client
 	scripts/ensure-mcp-everything
 	scripts/ensure-aisdk-client
+	scripts/ensure-aisdk-page
 	$(PY) -m pytest -n $(TEST_JOBS) --dist worksteal -m "not slow and not browser and not serial"
 	$(PY) -m pytest -n $(SLOW_JOBS) --dist worksteal -m "(slow or browser) and not serial"
 	$(PY) -m pytest -m serial

@@ -10,6 +10,9 @@ The hop chain's client blocks on one BLPOP for the last hop; the durable run's c
 run's final event alone (and checks every event afterwards). A second figure has the client read every event as
 it comes, as a run's reader would: on a 2-core machine that reader competes with the worker and Redis for CPU.
 
+The same interleaved measure runs again beside a process spinning on one core (``burner``): a controlled load,
+the same from run to run, under which a durable step should still cost no more than a hop.
+
 A profile pass (Redis ``MONITOR`` read through redis-py, our database only) counts the Redis commands per step and
 per hop.
 """
@@ -18,6 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -318,6 +323,19 @@ def prefork_pair(prefix: str, n: int, runs: int) -> dict[str, Any]:
         configure(prefix, f"{prefix}-hop")
 
 
+@contextlib.contextmanager
+def burner() -> Iterator[None]:
+    """A process spinning on one core while the block runs: a load the same from run to run, unlike the other
+    processes of a busy machine (#44 point 1)."""
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.5)  # let it take its core before the measure starts
+        yield
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
 def run(quick: bool) -> list[Row]:
     n = int(os.environ.get("BENCH_STEPS_N", DEFAULT_N))
     runs = 3 if quick else 9
@@ -327,6 +345,10 @@ def run(quick: bool) -> list[Row]:
         try:
             result = measure(prefix, queue, n, runs, pids=(worker.pid, hop_worker.pid))
             steps = result["steps"]
+            log("steps: the same with one core burnt by another process (the controlled load)")
+            with burner():
+                loaded = measure(prefix, queue, n, runs, pids=(worker.pid, hop_worker.pid))
+            loaded["rt"].close()
             loop = median([set_loop(prefix, 2000) for _ in range(3)])
             in_process(prefix, 5)  # warm-up
             engine = median([in_process(prefix, n).per_step for _ in range(3)])
@@ -352,6 +374,10 @@ def run(quick: bool) -> list[Row]:
     return [
         Row(f"durable step (run of {steps} steps)", result["durable"] * ms, "ms",
             "bare Celery chain hop", result["hop"] * ms, "<=", 1.0, readme=True),
+        Row("durable step, one core burnt by another process", loaded["durable"] * ms, "ms",
+            "bare Celery chain hop, same load", loaded["hop"] * ms, "<=", 1.0),
+        Row("worker CPU per durable step, one core burnt (info)", loaded["cpu"][0] * ms, "ms",
+            "hop worker CPU per hop, same load", loaded["cpu"][1] * ms, "<=", None),
         Row("durable step, client reading every event (info)", result["durable_reading"] * ms, "ms",
             "bare Celery chain hop", result["hop"] * ms, "<=", None),
         Row("durable step, both workers on the prefork pool (info)", prefork["durable"] * ms, "ms",

@@ -55,14 +55,20 @@ def free_port() -> int:
 
 class ApiServer:
     """An API server in its own process, on a free port, its output in a temp file: ``agents-celery api``
-    (Flask's server), gunicorn (``gunicorn=True``), or the Django example project under uvicorn (``django=True``,
-    the reusable app mounted at ``/ai``: ``url`` includes it)."""
+    (Flask's server), gunicorn (``gunicorn=True``), the Django example project under uvicorn (``django=True``,
+    the reusable app mounted at ``/ai``: ``url`` includes it), or a Flask app of the user's own under ``flask run``
+    (``flask_app="examples.flask_app"``, the blueprint at ``/ai``; ``root`` is the app's own root)."""
 
     def __init__(
-        self, env: dict[str, str], gunicorn: bool = False, django: bool = False, port: int | None = None
+        self,
+        env: dict[str, str],
+        gunicorn: bool = False,
+        django: bool = False,
+        port: int | None = None,
+        flask_app: str | None = None,
     ) -> None:
         self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.root = self.url = f"http://127.0.0.1:{self.port}"
         self.log = Path(tempfile.mkstemp(prefix="api-", suffix=".log")[1])
         self._out = self.log.open("wb")
         cmd = [sys.executable, "-m", "agents_celery.cli", "api", "--host", "127.0.0.1", "--port", str(self.port)]
@@ -72,6 +78,10 @@ class ApiServer:
             subprocess.run(migrate, env=env, cwd=ROOT, check=True, capture_output=True, timeout=120)
             cmd = [sys.executable, "-m", "uvicorn", "examples.django_app.asgi:application", "--host", "127.0.0.1"]
             cmd += ["--port", str(self.port), "--no-access-log", "--lifespan", "off"]
+            self.url += "/ai"
+        if flask_app:  # Flask's threaded development server, as ``flask --app ... run`` in the example's docstring
+            cmd = [sys.executable, "-m", "flask", "--app", flask_app, "run", "--host", "127.0.0.1"]
+            cmd += ["--port", str(self.port), "--no-reload", "--no-debugger"]
             self.url += "/ai"
         if gunicorn:  # the production command documented in agents_celery/api/serve.py
             cmd = [

@@ -32,7 +32,15 @@ if TYPE_CHECKING:
 # `make test` runs the suite on several pytest-xdist processes (gw0, gw1, ...): each gets Redis databases of its
 # own for run state and for the separate broker, so one process's CLIENT KILL, key scans or broker queues never
 # touch another's. A single process (no xdist) keeps databases 9 and 10.
-_DATABASES = {"gw0": (9, 10), "gw1": (13, 14), "gw2": (7, 8), "gw3": (5, 6), "gw4": (3, 4), "gw5": (1, 2)}
+_DATABASES = {
+    "gw0": (9, 10),
+    "gw1": (13, 14),
+    "gw2": (7, 8),
+    "gw3": (5, 6),
+    "gw4": (3, 4),
+    "gw5": (1, 2),
+    "gw6": (12, 15),
+}
 _XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
 if _XDIST_WORKER not in _DATABASES:
     raise RuntimeError(f"no Redis databases assigned to pytest-xdist worker {_XDIST_WORKER} (tests/conftest.py)")

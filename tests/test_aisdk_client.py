@@ -227,3 +227,48 @@ def test_bad_input_is_a_clear_4xx_and_changes_nothing(api: ApiServer) -> None:
     assert httpx.post(f"{api.url}/aisdk/nobody", json={"id": chat, "messages": [odd_part]}).status_code == 404
     assert httpx.get(f"{api.url}/aisdk/fake/{chat}/stream").status_code == 204
     assert httpx.get(f"{api.url}/runs", params={"session_id": chat}).json()["runs"] == []
+
+
+def test_the_workflow_transport_reconnects_by_chunk_index_with_its_defaults(api: ApiServer, script: Any) -> None:
+    """``@ai-sdk/workflow``'s ``WorkflowChatTransport`` as it comes: its POST carries only the messages; its stream
+    drops after four frames and it reconnects to ``{api}/{x-workflow-run-id}/stream?startIndex=<chunks it has>``;
+    a page reloaded later asks for the last three chunks (``initialStartIndex: -3``)."""
+    words = [f"w{i}" for i in range(40)]
+    script(" ".join(words), token_delay=0.01)
+    got = node(f"{api.url}/aisdk/fake", "workflow", uuid.uuid4().hex, cutAfter=4, tail=-3)
+    assert got["errors"] == [] and got["status"] == "ready", got
+    _user, answer = got["messages"]
+    assert text_of(answer) == " ".join(words)  # no chunk lost or repeated across the reconnect
+    post, reconnect, tail = got["requests"]
+    run_id = got["runId"]
+    assert post["method"] == "POST" and post["headers"]["x-workflow-run-id"] == run_id
+    whole = chunks({"body": httpx.get(f"{api.url}/aisdk/fake/{run_id}/stream?startIndex=0").text})
+    assert whole[0]["type"] == "start" and whole[-2:] == [{"type": "finish", "finishReason": "stop"}, "[DONE]"]
+    had = int(reconnect["url"].rsplit("?startIndex=", 1)[1])  # the chunks the client had parsed before the drop
+    assert reconnect["url"].endswith(f"/{run_id}/stream?startIndex={had}") and reconnect["status"] == 200
+    assert 1 <= had < len(whole) - 2 and chunks(reconnect) == whole[had:]  # the rest of the same stream, no more
+    assert tail["url"].endswith(f"/{run_id}/stream?startIndex=-3") and tail["status"] == 200
+    assert chunks(tail) == whole[-4:]  # its last three chunks (and [DONE])
+    session = httpx.get(f"{api.url}/runs/{run_id}").json()["session_id"]
+    assert answer["metadata"]["session_id"] == session  # no chat id sent: a new session, named to the page
+
+
+def test_a_second_workflow_message_finds_its_chat_from_the_history(api: ApiServer, fake_openai: Any) -> None:
+    replies = iter(["First.", "Second."])
+    fake_openai.responder = lambda request: FakeReply(text=next(replies))
+    got = node(f"{api.url}/aisdk/fake", "workflowTwice", uuid.uuid4().hex)
+    assert got["errors"] == [] and got["status"] == "ready", got
+    assert [text_of(m) for m in got["messages"] if m["role"] == "assistant"] == ["First.", "Second."]
+    first, second = (r["headers"]["x-workflow-run-id"] for r in got["requests"])
+    sessions = {httpx.get(f"{api.url}/runs/{r}").json()["session_id"] for r in (first, second)}
+    assert len(sessions) == 1  # the second run is in the first one's session: its history holds the first answer
+    said = [m for m in fake_openai.requests[-1]["messages"] if m["role"] in ("user", "assistant")]
+    assert [m["content"] for m in said] == ["go", "First.", "again"]
+
+
+def test_a_bad_start_index_is_a_400_naming_it(api: ApiServer, script: Any) -> None:
+    script("Short.")
+    chat = uuid.uuid4().hex
+    node(f"{api.url}/aisdk/fake", "text", chat)
+    resp = httpx.get(f"{api.url}/aisdk/fake/{chat}/stream", params={"startIndex": "two"})
+    assert resp.status_code == 400 and "startIndex" in resp.json()["detail"], resp.text

@@ -357,6 +357,8 @@ def test_a_session_carries_the_pydantic_ai_history(shared: Deployment, fake_open
     assert said == [("user", "My name is Ada."), ("assistant", "Nice to meet you, Ada."), ("user", "What is my name?")]
     from pydantic_ai.messages import ModelMessagesTypeAdapter
 
+    # The session takes a run's messages just after its status reads completed (the next run waits for that).
+    wait_for(lambda: len(rt.store.sessions.history(session)) == 4, timeout=10, what="the second run's messages")
     history = rt.store.sessions.history(session)
     assert len(ModelMessagesTypeAdapter.validate_python(history)) == 4  # stored as pydantic-ai's messages
 

@@ -306,9 +306,10 @@ ROUTES: tuple[Route, ...] = (
         "/aisdk/{agent_id}/{chat_id}/stream",
         "aisdk_stream",
         "sse",
-        "resume a chat's live run (useChat resume): its message from the start; 204 when nothing is live",
+        "resume a chat's live run (useChat resume): its message from the start; 204 when nothing is live; "
+        "?startIndex=N (WorkflowChatTransport): the run's latest POST stream from chunk N",
         returns="UI message stream chunks (SSE)",
-        errors=(404,),
+        errors=(400, 404),
     ),
     Route(
         "POST",

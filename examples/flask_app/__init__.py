@@ -8,18 +8,25 @@ blueprint is mounted under ``/ai``. Run it::
     flask --app examples.flask_app run
 
 then ``curl -N -X POST localhost:5000/ai/agents/assistant/runs -F message='What time is it?'``.
+
+The AI SDK chat page of ``examples/aisdk_chat`` (``useChat``, bundled by ``scripts/ensure-aisdk-page``) is served
+at ``/chat/?agent=assistant``, from the app's own routes like any static page: it talks to ``/ai/aisdk/<agent>``.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from celery import Celery, Task, shared_task
-from flask import Flask, jsonify
+from flask import Flask, abort, jsonify, send_from_directory
 
 from agents_celery import Runtime, Settings, configure, load_settings
 from agents_celery.contrib.flask import init_app, make_blueprint
 from agents_celery.contrib.flask.tracing import instrument
+
+#: The useChat example page: its index.html, and the bundle ``scripts/ensure-aisdk-page`` builds into ``dist/``.
+CHAT_PAGE = Path(__file__).resolve().parent.parent / "aisdk_chat"
 
 
 def celery_init_app(app: Flask) -> Celery:
@@ -60,6 +67,21 @@ def create_app(settings: Settings | None = None) -> Flask:
 
     @app.get("/")
     def index() -> Any:
-        return jsonify(app="flask example", agents_api="/ai/agents")
+        return jsonify(app="flask example", agents_api="/ai/agents", chat_page="/chat/")
 
+    add_chat_page(app)
     return app
+
+
+def add_chat_page(app: Flask) -> None:
+    """The useChat page at ``/chat/``: two static files of the app's own, beside the API it calls."""
+
+    @app.get("/chat/")
+    def chat_page() -> Any:
+        return send_from_directory(CHAT_PAGE, "index.html")
+
+    @app.get("/chat/chat.js")
+    def chat_bundle() -> Any:
+        if not (CHAT_PAGE / "dist" / "chat.js").is_file():
+            abort(404, description="the chat page is not bundled: run scripts/ensure-aisdk-page")
+        return send_from_directory(CHAT_PAGE / "dist", "chat.js")

@@ -7,6 +7,7 @@ import {
   lastAssistantMessageIsCompleteWithApprovalResponses,
   lastAssistantMessageIsCompleteWithToolCalls,
 } from "ai";
+import { WorkflowChatTransport } from "@ai-sdk/workflow/client";
 
 const [scenario, api, chatId, rawArgs] = process.argv.slice(2);
 const args = JSON.parse(rawArgs || "{}");
@@ -97,7 +98,79 @@ async function settle(chat, requestsAtLeast = 1) {
   await sleep(20); // the recording tee reads its last bytes
 }
 
+// A fetch whose POST responses break after `cutAfter` SSE frames (a dropped connection, a function timeout):
+// the transport sees an error mid-stream, as when the network goes.
+function cuttingFetch(cutAfter) {
+  return async (url, init = {}) => {
+    const res = await recordingFetch(url, init);
+    if ((init.method || "GET") !== "POST" || !res.body) return res;
+    const reader = res.body.getReader();
+    const decoder = new TextDecoder();
+    let frames = 0;
+    const body = new ReadableStream({
+      async pull(controller) {
+        const { value, done } = await reader.read();
+        if (done) return controller.close();
+        const piece = decoder.decode(value, { stream: true });
+        frames += (piece.match(/\n\n/g) || []).length;
+        controller.enqueue(value);
+        if (frames >= cutAfter) {
+          reader.cancel();
+          controller.error(new Error("connection dropped"));
+        }
+      },
+    });
+    return new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers });
+  };
+}
+
 const scenarios = {
+  // @ai-sdk/workflow's WorkflowChatTransport with its defaults (the POST body is only the messages): the POST's
+  // stream drops after a few frames and the transport reconnects by chunk index (GET {api}/{runId}/stream
+  // ?startIndex=N); then a reloaded page resumes the run's tail (initialStartIndex < 0).
+  async workflow() {
+    let runId = null;
+    const chat = new Chat({
+      id: chatId,
+      transport: new WorkflowChatTransport({
+        api,
+        fetch: cuttingFetch(args.cutAfter || 4),
+        onChatSendMessage: (res) => { runId = res.headers.get("x-workflow-run-id"); },
+      }),
+      onError: (e) => errors.push(String(e)),
+    });
+    await chat.sendMessage({ text: args.text || "go" });
+    await settle(chat, 2);
+    const tail = new Chat({
+      id: chatId,
+      messages: chat.messages.slice(0, 1),
+      transport: new WorkflowChatTransport({
+        api,
+        fetch: recordingFetch,
+        initialStartIndex: args.tail || -3,
+        prepareReconnectToStreamRequest: ({ api: base }) => ({ api: `${api}/${runId}/stream` }),
+      }),
+      onError: (e) => errors.push(String(e)),
+    });
+    await tail.resumeStream();
+    await settle(tail, 3);
+    report(chat, { runId, tail: { status: tail.status, messages: tail.messages } });
+  },
+
+  // The second message of a WorkflowChatTransport chat: only the messages again; ours finds the chat from them.
+  async workflowTwice() {
+    const chat = new Chat({
+      id: chatId,
+      transport: new WorkflowChatTransport({ api, fetch: recordingFetch }),
+      onError: (e) => errors.push(String(e)),
+    });
+    await chat.sendMessage({ text: args.text || "go" });
+    await settle(chat);
+    await chat.sendMessage({ text: args.again || "again" });
+    await settle(chat, 2);
+    report(chat);
+  },
+
   // One message, streamed to its end.
   async text() {
     const chat = newChat();

@@ -21,6 +21,7 @@ from ...errors import RunNotFoundError, RunNotPausedError, SessionBusyError, Val
 from ...runs import RunStatus, RunView
 from ...runtime import Runtime
 from ..access import Access
+from ..bodies import int_param
 from ..messages import Reply, Request
 from ..responses import starts_segment
 from ..sse import LogStream
@@ -52,32 +53,49 @@ class ChatEndpoint:
         if last.role != "user":
             raise ValidationError("messages must end with the new user message (or an assistant message with answers)")
         message = user_content(last)
-        self.access.session(req, body.id, "start", agent_id)  # another user's chat: 404, as a hidden run
+        chat = body.id or self._chat_of(body)
+        if chat is not None:
+            self.access.session(req, chat, "start", agent_id)  # another user's chat: 404, as a hidden run
         name = last.id if body.trigger == "submit-message" else f"regenerate:{body.messageId or last.id}"
-        key = KEY.format(chat=body.id, message=name)
+        key = KEY.format(chat=chat or "new", message=name)
         existing = self.runtime.idempotent_run(key, req.user_id)
         if existing is not None:  # the same message again: a retried POST
-            return self._reply(self.access.run(req, existing, "read").run_id, body.id, -1)
-        active = self._live(body.id)
+            view = self.access.run(req, existing, "read")
+            return self._reply(view.run_id, view.session_id, -1)
+        active = self._live(chat) if chat is not None else None
         if active is not None and active.status == RunStatus.PAUSED:
             ids = ", ".join(c.id for c in active.pending)
             raise SessionBusyError(
-                f"chat {body.id!r} waits for answers to its tool calls ({ids}): answer them (addToolApprovalResponse, "
+                f"chat {chat!r} waits for answers to its tool calls ({ids}): answer them (addToolApprovalResponse, "
                 "addToolOutput) or stop the run before sending a new message"
             )
         stream = self.runtime.stream(
             agent_id,
             message,
-            session_id=body.id,
+            session_id=chat,
             user_id=req.user_id,
             idempotency_key=key,
             client_tools=[t.model_dump() for t in body.tools or []],
         )
-        return self._reply(stream.run_id, body.id, -1)
+        return self._reply(stream.run_id, stream.session_id, -1)
+
+    def _chat_of(self, body: ChatBody) -> str | None:
+        """A body without the chat's id (``WorkflowChatTransport`` sends only the messages): the session of the
+        history's last assistant message that names one of our runs, else None (a new chat)."""
+        for message in reversed(body.messages):
+            if message.role == "assistant" and message.id.startswith("msg-"):
+                try:
+                    return self.store.log.info(message.id[4:]).session_id
+                except RunNotFoundError:
+                    continue
+        return None
 
     def _answer(self, req: Request, agent_id: str, body: ChatBody) -> Reply:
-        self.access.session(req, body.id, "continue", agent_id)
-        run_id = self._run_of_message(body.id, body.messages[-1].id)
+        chat = body.id or self._chat_of(body)
+        if chat is None:
+            raise RunNotFoundError("the last message answers no run of ours: send the chat's id")
+        self.access.session(req, chat, "continue", agent_id)
+        run_id = self._run_of_message(chat, body.messages[-1].id)
         view = self.runtime.get(run_id)
         self.access.allow(req, "continue", view, view.agent_id)
         if view.agent_id != agent_id:
@@ -85,7 +103,7 @@ class ChatEndpoint:
         decisions = answers(body.messages[-1], view.pending) if view.status == RunStatus.PAUSED else None
         if decisions is None:
             if not view.status.is_final and view.status != RunStatus.PAUSED:  # answered already: a retry
-                return self._reply(run_id, body.id, self._segment_base(run_id) - 1, fold_before=True)
+                return self._reply(run_id, chat, self._segment_base(run_id) - 1, fold_before=True)
             raise RunNotPausedError(
                 f"the chat's run {run_id!r} is {view.status.value}: the last message answers none of its calls"
             )
@@ -93,8 +111,8 @@ class ChatEndpoint:
         try:
             self.runtime.continue_run(run_id, decisions)
         except RunNotPausedError:  # the same answers, racing this request, went first
-            return self._reply(run_id, body.id, self._segment_base(run_id) - 1, fold_before=True)
-        return self._reply(run_id, body.id, before, fold_before=True)
+            return self._reply(run_id, chat, self._segment_base(run_id) - 1, fold_before=True)
+        return self._reply(run_id, chat, before, fold_before=True)
 
     def _run_of_message(self, chat: str, message_id: str) -> str:
         """The run an assistant message is (its id names it), else the chat's newest run."""
@@ -113,7 +131,12 @@ class ChatEndpoint:
     # -- GET: resume ----------------------------------------------------------------------------------------
 
     def resume(self, req: Request, agent_id: str, ident: str) -> Reply:
+        start_index = int_param(req.query.get("startIndex"), "startIndex")
         view = self._find(req, agent_id, ident, "read")
+        if start_index is not None:
+            if view is None:
+                raise RunNotFoundError(f"chat or run {ident!r} has no run of agent {agent_id!r}")
+            return self._by_index(view, start_index)
         if view is None or view.status.is_final or view.status == RunStatus.PAUSED:
             return Reply(204)
         base = self._segment_base(view.run_id)
@@ -125,6 +148,23 @@ class ChatEndpoint:
         presenter = ChatPresenter(fold, prefix)
         stream = LogStream(view.run_id, base - 1, "aisdk", True, self.keepalive_seconds, presenter=presenter)
         return Reply(200, stream=stream, headers=_headers(view.run_id))
+
+    def _by_index(self, view: RunView, start_index: int) -> Reply:
+        """``@ai-sdk/workflow``'s reconnect: the chunks of the run's latest POST stream (its newest segment: the
+        message's start, or the continue's) from chunk ``start_index`` on, live or replayed; a negative index counts
+        from the end, and ``x-workflow-stream-tail-index`` names the last chunk so far."""
+        base = self._segment_base(view.run_id)
+        after = base - 1 if base > 0 else -1
+        skip = start_index
+        headers = _headers(view.run_id)
+        if start_index < 0:  # the chunks so far, counted: a pure fold of the log, as the stream renders it
+            sofar = self._fold(view.run_id, view.session_id, after)
+            total = sum(len(sofar.feed(ev)) for ev in self.store.log.read(view.run_id, after))
+            headers["x-workflow-stream-tail-index"] = str(total - 1)
+            skip = max(0, total + start_index)
+        presenter = ChatPresenter(self._fold(view.run_id, view.session_id, after), skip=skip)
+        stream = LogStream(view.run_id, after, "aisdk", True, self.keepalive_seconds, presenter=presenter)
+        return Reply(200, stream=stream, headers=headers)
 
     # -- POST: stop -----------------------------------------------------------------------------------------
 
@@ -176,13 +216,18 @@ class ChatEndpoint:
                 base = ev.offset
         return base
 
-    def _reply(self, run_id: str, chat: str, after: int, fold_before: bool = False) -> Reply:
-        """The run's stream after ``after``; ``fold_before``: the message's earlier segments are taken in (the
-        page has them), so the results of the calls they made show."""
+    def _fold(self, run_id: str, chat: str, after: int) -> ChatFold:
+        """A fold for a stream after ``after``: the message's earlier segments taken in (the page has them), so
+        the results of the calls they made show."""
         fold = ChatFold(run_id, chat)
-        if fold_before and after >= 0:
+        if after >= 0:
             for ev in self.store.log.read(run_id, -1, limit=after + 1):
                 fold.take_in(ev)
+        return fold
+
+    def _reply(self, run_id: str, chat: str, after: int, fold_before: bool = False) -> Reply:
+        """The run's stream after ``after`` (``fold_before``: see :meth:`_fold`)."""
+        fold = self._fold(run_id, chat, after) if fold_before else ChatFold(run_id, chat)
         stream = LogStream(run_id, after, "aisdk", True, self.keepalive_seconds, presenter=ChatPresenter(fold))
         return Reply(200, stream=stream, headers=_headers(run_id))
 

@@ -45,7 +45,13 @@ class ChatBody(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    id: str = Field(min_length=1, max_length=200, description="the chat: our session id")
+    id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="the chat: our session id (absent, as @ai-sdk/workflow sends it: the session of the history's "
+        "last assistant message, else a new one)",
+    )
     messages: list[UIMessage] = Field(min_length=1, max_length=10_000)
     trigger: Literal["submit-message", "regenerate-message"] = "submit-message"
     messageId: str | None = Field(default=None, max_length=200)  # the SDK's spelling

@@ -280,16 +280,21 @@ class ChatPresenter:
     :class:`ChatFold`, ``prefix`` (the earlier segments of a replayed message, already folded) first, and
     ``data: [DONE]`` once the fold finished."""
 
-    def __init__(self, fold: ChatFold, prefix: str = "") -> None:
+    def __init__(self, fold: ChatFold, prefix: str = "", skip: int = 0) -> None:
         self.fold = fold
         self._prefix = prefix
+        #: Chunks not to send (a reconnect by chunk index: the client has them).
+        self._skip = skip
         self.finished = False
 
     def frames(self, events: list[Event]) -> str:
         out = [self._prefix] if self._prefix else []
         self._prefix = ""
         for ev in events:
-            out += [chunk_frame(c) for c in self.fold.feed(ev)]
+            chunks = self.fold.feed(ev)
+            dropped = min(self._skip, len(chunks))
+            self._skip -= dropped
+            out += [chunk_frame(c) for c in chunks[dropped:]]
             if self.fold.finished:
                 out.append(DONE)
                 self.finished = True
