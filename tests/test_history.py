@@ -29,7 +29,7 @@ from agents_celery.history import (
     prompt_messages,
     prompt_tokens,
 )
-from agents_celery.http import agui
+from agents_celery.http.agui import render as agui
 from agents_celery.models import TextDelta, Usage
 from agents_celery.models.scripted import word_count
 from agents_celery.testing import InlineRunner

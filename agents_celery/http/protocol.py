@@ -47,12 +47,12 @@ from ..runtime import Runtime
 from ..schedule import Schedule
 from ..storage.eventlog import LogInfo
 from .access import Access
-from .agentos import AGNO_STATUS, tool_object
-from .aguirun import AguiEndpoint
+from .agentos.render import AGNO_STATUS, tool_object
+from .agui.endpoint import AguiEndpoint
 from .aisdk.endpoint import ChatEndpoint
 from .bodies import ContinueBody, Limits, MessageBody, ResumeBody, RunBody, ScheduleBody, int_param, parse
 from .messages import Action, Authorize, Headers, Reply, Request, Resource, Wait, error_reply, position_param, status_of
-from .openairesponses import ResponsesEndpoint
+from .responses.endpoint import ResponsesEndpoint
 from .sse import LogStream
 from .streams import Streams
 from .uploads import message_of, part_bytes
@@ -319,7 +319,7 @@ class API:
         self.runtime.delete_schedule(schedule_id)
         return Reply(204)
 
-    # -- the AG-UI endpoint (http/aguirun.py) -----------------------------------------------------------
+    # -- the AG-UI endpoint (http/agui/endpoint.py) -----------------------------------------------------------
 
     def _agui(self) -> AguiEndpoint:
         return AguiEndpoint(self.runtime, self.access, self.keepalive_seconds, self.child_log)
@@ -349,7 +349,7 @@ class API:
         """``POST /aisdk/<agent_id>/<chat_id>/stop``: stop the chat's live run."""
         return self._aisdk().stop(req, agent_id, chat_id)
 
-    # -- the OpenAI Responses API under /v1 (http/openairesponses.py) --------------------------------------
+    # -- the OpenAI Responses API under /v1 (http/responses/endpoint.py) --------------------------------------
 
     def _v1(self) -> ResponsesEndpoint:
         return ResponsesEndpoint(self.runtime, self.access, self.limits, self.keepalive_seconds, self.block_seconds)

@@ -320,7 +320,7 @@ ROUTES: tuple[Route, ...] = (
         returns="{run_id, status}",
         errors=(404,),
     ),
-    # -- the OpenAI Responses API (http/openairesponses.py) --
+    # -- the OpenAI Responses API (http/responses/endpoint.py) --
     Route("GET", "/v1/models", "list_models", "json", "the agents, as Responses API models", returns="{data}"),
     Route("GET", "/v1/models/{model}", "get_model", "json", "one agent as a model", returns="model", errors=(404,)),
     Route(
