@@ -201,7 +201,8 @@ def test_server_killed_mid_call_gives_an_error_result(mcp_deploy: tuple[Deployme
     own.worker()
     rt, count = own.runtime, counter_of(r, own.prefix)
     waiting = rt.stream("mcp_http", "m_delete:/tmp/w")  # listed its tools, then paused for a confirmation
-    assert all_events(rt, waiting.id)[-1].is_pause
+    got = all_events(rt, waiting.id)
+    assert got[-1].is_pause, [e.data for e in got if e.type is EventType.CUSTOM]  # an mcp_unavailable says why
     stream = rt.stream("mcp_http", "m_slow_count:mid:1:30")
     wait_for(lambda: count("mid") == 1, timeout=30, what="the MCP call to reach the server")
     killed = time.monotonic()

@@ -46,6 +46,7 @@ from ..runs import RunView, SessionInfo, SessionView, ToolCall
 from ..runtime import Runtime
 from ..schedule import Schedule
 from ..storage.eventlog import LogInfo
+from .a2a.endpoint import A2AEndpoint
 from .access import Access
 from .agentos.render import AGNO_STATUS, tool_object
 from .agui.endpoint import AguiEndpoint
@@ -58,7 +59,7 @@ from .streams import Streams
 from .uploads import message_of, part_bytes
 
 #: The routes (API methods) whose body may carry a message's images and files.
-CONTENT_ROUTES = frozenset({"create_run", "agui_run", "send_message", "create_response", "aisdk_chat"})
+CONTENT_ROUTES = frozenset({"create_run", "agui_run", "send_message", "create_response", "aisdk_chat", "a2a_rpc"})
 
 #: Names the front ends and tests import from here (they live in :mod:`.messages` and :mod:`.access`).
 __all__ = [
@@ -348,6 +349,14 @@ class API:
     def aisdk_stop(self, req: Request, agent_id: str, chat_id: str) -> Reply:
         """``POST /aisdk/<agent_id>/<chat_id>/stop``: stop the chat's live run."""
         return self._aisdk().stop(req, agent_id, chat_id)
+
+    # -- A2A (http/a2a/): the agent card, and one JSON-RPC request ---------------------------------------
+
+    def a2a_card(self, req: Request, agent_id: str) -> Reply:
+        return A2AEndpoint(self.runtime, self.access, self.keepalive_seconds, self.block_seconds).card(req, agent_id)
+
+    def a2a_rpc(self, req: Request, agent_id: str) -> Reply:
+        return A2AEndpoint(self.runtime, self.access, self.keepalive_seconds, self.block_seconds).rpc(req, agent_id)
 
     # -- the OpenAI Responses API under /v1 (http/responses/endpoint.py) --------------------------------------
 

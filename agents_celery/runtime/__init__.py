@@ -420,6 +420,11 @@ class Runtime(Scheduling):
             self.store.parts.add(run_id, stored)
         return self.store.inbox_push(run_id, content)
 
+    def follow_push(self, run_id: str, config_id: str) -> None:
+        """Start delivering the status updates of the run (an A2A task) to the push config ``config_id`` stored for
+        it (:mod:`agents_celery.storage.pushes`): a worker follows the log and POSTs them in order, with retries."""
+        self._publisher.push(run_id, config_id)
+
     # -- stopping ---------------------------------------------------------------------------------------
 
     def stop(self, run_id: str, reason: str = "stopped by request") -> RunView:
