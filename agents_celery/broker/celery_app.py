@@ -28,7 +28,7 @@ from celery.concurrency import get_implementation
 from ..agent import Agent, load_agents
 from ..engine.calls import SHUTTING_DOWN
 from ..errors import ConfigurationError
-from ..greening import green
+from ..greenlets import green
 from ..hooks import Hooks, LoggingHooks
 from ..settings import Settings, load_settings, settings_from
 from . import a2apush, webhooks

@@ -29,8 +29,8 @@ import hmac
 from importlib import resources
 from typing import Any
 
-from ..chatmessages import user_messages
 from ..content import check_parts
+from ..conversation import user_messages
 from ..errors import (
     AuthenticationError,
     BadRequestError,
@@ -48,12 +48,12 @@ from ..schedule import Schedule
 from ..storage.eventlog import LogInfo
 from .a2a.endpoint import A2AEndpoint
 from .access import Access
-from .agentos import AGNO_STATUS, tool_object
-from .aguirun import AguiEndpoint
+from .agentos.render import AGNO_STATUS, tool_object
+from .agui.endpoint import AguiEndpoint
 from .aisdk.endpoint import ChatEndpoint
 from .bodies import ContinueBody, Limits, MessageBody, ResumeBody, RunBody, ScheduleBody, int_param, parse
 from .messages import Action, Authorize, Headers, Reply, Request, Resource, Wait, error_reply, position_param, status_of
-from .openairesponses import ResponsesEndpoint
+from .responses.endpoint import ResponsesEndpoint
 from .sse import LogStream
 from .streams import Streams
 from .uploads import message_of, part_bytes
@@ -320,7 +320,7 @@ class API:
         self.runtime.delete_schedule(schedule_id)
         return Reply(204)
 
-    # -- the AG-UI endpoint (http/aguirun.py) -----------------------------------------------------------
+    # -- the AG-UI endpoint (http/agui/endpoint.py) -----------------------------------------------------------
 
     def _agui(self) -> AguiEndpoint:
         return AguiEndpoint(self.runtime, self.access, self.keepalive_seconds, self.child_log)
@@ -358,7 +358,7 @@ class API:
     def a2a_rpc(self, req: Request, agent_id: str) -> Reply:
         return A2AEndpoint(self.runtime, self.access, self.keepalive_seconds, self.block_seconds).rpc(req, agent_id)
 
-    # -- the OpenAI Responses API under /v1 (http/openairesponses.py) --------------------------------------
+    # -- the OpenAI Responses API under /v1 (http/responses/endpoint.py) --------------------------------------
 
     def _v1(self) -> ResponsesEndpoint:
         return ResponsesEndpoint(self.runtime, self.access, self.limits, self.keepalive_seconds, self.block_seconds)

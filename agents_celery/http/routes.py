@@ -342,7 +342,7 @@ ROUTES: tuple[Route, ...] = (
         errors=(404, 413),
         body=RpcRequest,
     ),
-    # -- the OpenAI Responses API (http/openairesponses.py) --
+    # -- the OpenAI Responses API (http/responses/endpoint.py) --
     Route("GET", "/v1/models", "list_models", "json", "the agents, as Responses API models", returns="{data}"),
     Route("GET", "/v1/models/{model}", "get_model", "json", "one agent as a model", returns="model", errors=(404,)),
     Route(

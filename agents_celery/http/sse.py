@@ -28,8 +28,8 @@ from ..errors import AgentsCeleryError
 from ..events import Event, EventType, WireJSON, tag_of
 from ..storage.eventlog import AsyncEventLog, ChildPage, Entry, EventLog, Idle, LogInfo, Watching
 from ..storage.keys import Keys
-from . import agui as agui_mod
-from .agentos import AgentOSRenderer
+from .agentos.render import AgentOSRenderer
+from .agui import render as agui_mod
 
 #: Response headers of every event stream: no caching, no proxy buffering (nginx honours X-Accel-Buffering).
 HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -99,7 +99,7 @@ def error_frame(exc: BaseException) -> str:
 
 
 class Presenter(Protocol):
-    """A dialect that renders pages of decoded events itself (the Responses API, :mod:`.openairesponses`): it reads
+    """A dialect that renders pages of decoded events itself (the Responses API, :mod:`.responses.endpoint`): it reads
     the log from the start and keeps its own state; ``finished`` once its stream should end."""
 
     finished: bool
@@ -313,7 +313,7 @@ class LogStream:
     #: Reads a child run's log (sync), so an AG-UI stream shows a child's work attributed to it before its
     #: parent's SUBAGENT_FINISHED / SUBAGENT_ERROR (None: it does not).
     child_log: Callable[[str], list[Event]] | None = None
-    #: Renders the pages itself (dialects ``responses``, ``aisdk`` and ``a2a``: :mod:`.openairesponses`,
+    #: Renders the pages itself (dialects ``responses``, ``aisdk`` and ``a2a``: :mod:`.responses.endpoint`,
     #: :mod:`.aisdk`, :mod:`.a2a`).
     presenter: Presenter | None = None
     #: SSE text sent first, before any event (A2A: the ``Task`` as it stood when the stream's read began).

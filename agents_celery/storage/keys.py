@@ -100,7 +100,7 @@ Global:
 - ``<p>:sweeper`` *string* — lock so one sweeper runs per interval across workers. ``PX interval``.
 - ``<p>:idem:<key>`` *string* — run id created for an ``Idempotency-Key``. ``PX retention``.
 - ``<p>:v1retry:<fingerprint>`` *string* — the response a ``POST /v1/responses`` made, by a fingerprint of its
-  caller and body (``-`` while it is being made), so an identical retry joins it (:mod:`..http.responsesretry`).
+  caller and body (``-`` while it is being made), so an identical retry joins it (:mod:`..http.responses.retry`).
   ``PX`` the retry window (10 min).
 """
 
