@@ -143,6 +143,12 @@ history (`git log -p docs/benchmarks.md`), not repeated here.
 - **Worker threads keep one Redis connection each** for claims, commits and appends, checked for a close with
   one `poll` before each command: redis-py's pool made nine system calls per script call, which on a VM doubled
   the CPU of a small call after an idle gap.
+- **1,000 runs on one gevent worker are CPU-bound on the HTTP client** (py-spy, 2026-12-04, 100 Hz over 25 s of
+  the gevent bench): reading the model's stream is 40% of the worker's CPU (httpx2 -> httpcore2 -> h11 per chunk
+  on gevent sockets), our commit 7.6%, event appends 4.5%, claims 3.6%, the lease keeper 2.7%. The openai SDK's
+  typed `create` re-walked the whole request body every turn (7.8%) and its pool kept 100 of 1,000 connections
+  (new TCP connections 3.9%): `OpenAIChat` now posts the body as built through the SDK's `client.post` and keeps
+  1,000 connections (28.9 s -> 24.1-25.5 s for the 1,000 runs); httpcore's scan of its pool per request is 5%.
 - **hiredis** is not a dependency: it made the step ~3% faster but the readers slower, and an SSE subscriber
   cost about twice the memory (its parser keeps a 64 KiB buffer per connection).
 - With a real model (hundreds of ms per turn) the per-step overhead measured here is noise; it matters for
