@@ -58,18 +58,24 @@ class Server:
     """``agents_celery.testing.mcp_server`` over streamable HTTP, in a subprocess of its own."""
 
     def __init__(self, prefix: str, port: int | None = None) -> None:
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
         env = {**os.environ, "MCP_TEST_REDIS": TEST_REDIS_URL, "MCP_TEST_PREFIX": prefix, "PYTHONPATH": str(ROOT)}
-        cmd = [sys.executable, "-m", "agents_celery.testing.mcp_server", "http", str(self.port)]
-        self.proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for(self._listening, timeout=30, what="the MCP server to listen")
+        # A free port can be taken before the server binds it (any process's outgoing connection may get it as
+        # its local port): the server then exits, and a new port is tried. A given port (a restart) is kept.
+        for _ in range(1 if port else 3):
+            self.port = port or free_port()
+            self.url = f"http://127.0.0.1:{self.port}/mcp"
+            cmd = [sys.executable, "-m", "agents_celery.testing.mcp_server", "http", str(self.port)]
+            self.proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            wait_for(self._listening_or_exited, timeout=30, what="the MCP server to listen")
+            if self.proc.poll() is None:
+                return
+        raise AssertionError(f"the MCP server exited (port {self.port})")
 
-    def _listening(self) -> bool:
+    def _listening_or_exited(self) -> bool:
         if self.proc.poll() is not None:
-            raise AssertionError("the MCP server exited")
+            return True
         with socket.socket() as s:
-            return s.connect_ex(("127.0.0.1", self.port)) == 0
+            return s.connect_ex(("127.0.0.1", self.port)) == 0 and self.proc.poll() is None
 
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)

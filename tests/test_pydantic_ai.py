@@ -64,33 +64,14 @@ def in_process(fake_openai: Any, agent_name: str, message: str, turns: list[Any]
 def mcp_server() -> Iterator[tuple[int, str]]:
     """agents_celery.testing.mcp_server (the mcp package's server) over streamable HTTP: its port and the key
     prefix it counts under."""
-    import subprocess
-    import sys
+    from .test_mcp import Server
 
-    from .api_support import free_port
-    from .cluster import ROOT
-
-    port, prefix = free_port(), f"paimcp-{os.urandom(4).hex()}"
-    env = {**os.environ, "MCP_TEST_REDIS": TEST_REDIS_URL, "MCP_TEST_PREFIX": prefix, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "agents_celery.testing.mcp_server", "http", str(port)],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    prefix = f"paimcp-{os.urandom(4).hex()}"
+    server = Server(prefix)
     try:
-        import socket
-
-        def listening() -> bool:
-            with socket.socket() as s:
-                return s.connect_ex(("127.0.0.1", port)) == 0
-
-        wait_for(listening, timeout=30, what="the MCP server")
-        yield port, prefix
+        yield server.port, prefix
     finally:
-        proc.kill()
-        proc.wait(timeout=10)
+        server.kill()
         with redis.Redis.from_url(TEST_REDIS_URL) as r:
             for key in r.scan_iter(match=f"{prefix}:*"):
                 r.delete(key)
