@@ -22,7 +22,7 @@ _EXPORTS: dict[str, str] = {
     "Tool": "tools",
     "ToolContext": "tools",
     "tool": "tools",
-    "MCPTools": "mcptools",
+    "MCPTools": "mcp",
     # models
     "Model": "models",
     "OpenAIChat": "models",
@@ -165,7 +165,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from .events import Event, EventType
     from .history import LastTurns, Summarize
     from .hooks import Hooks, LoggingHooks, MetricsHooks, StepInfo
-    from .mcptools import MCPTools
+    from .mcp import MCPTools
     from .models import Model, OpenAIChat, ScriptedModel, ScriptedToolCall, ScriptedTurn
     from .runs import RunPage, RunState, RunStatus, RunView, SessionInfo, SessionPage, SessionView
     from .runtime import RunStream, Runtime

@@ -20,7 +20,7 @@ from .output import OutputSpec, output_spec
 from .tools import Tool
 
 if TYPE_CHECKING:
-    from .mcptools import MCPTools
+    from .mcp import MCPTools
     from .models import Model
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -38,7 +38,7 @@ class Agent:
         instructions: The system prompt.
         model: An :class:`~agents_celery.models.OpenAIChat`, a ``ScriptedModel`` or any ``Model``.
         tools: Functions decorated with :func:`~agents_celery.tools.tool`, other agents as :meth:`as_tool` makes
-            them (each call runs that agent as a child run), and :class:`~agents_celery.mcptools.MCPTools`
+            them (each call runs that agent as a child run), and :class:`~agents_celery.mcp.MCPTools`
             toolsets (the tools of an MCP server, listed once per run).
         description: Shown in ``GET /agents``.
         hooks: :class:`~agents_celery.hooks.Hooks` run around its steps, on the worker.
@@ -125,7 +125,7 @@ class Agent:
             self.handoffs[tool_name] = other
 
     def _add_toolset(self, toolset: Any) -> None:
-        from .mcptools import MCPTools
+        from .mcp import MCPTools
 
         if not isinstance(toolset, MCPTools):
             raise ConfigurationError(

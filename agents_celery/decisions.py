@@ -13,7 +13,7 @@ from typing import Any
 import jsonschema
 
 from .errors import DecisionError, ToolArgumentsError
-from .mcptools import exposed_name
+from .mcp import exposed_name
 from .runs import RunState, ToolCall
 
 

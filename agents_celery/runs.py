@@ -134,7 +134,7 @@ class RunState(BaseModel):
     client: dict[str, Any] = Field(default_factory=dict)
     #: The tool lists of the agent's MCP toolsets, as this run fetched them (toolset name -> ``listed_at`` ms and
     #: ``tools``: ``name``, ``description``, ``input_schema``): every step of the run, on any worker, offers and
-    #: calls these tools (:mod:`agents_celery.mcptools`).
+    #: calls these tools (:mod:`agents_celery.mcp`).
     toolsets: dict[str, dict[str, Any]] = Field(default_factory=dict)
     #: The agent the conversation was handed to (None: the run's own ``agent_id``); its next turns use it.
     active_agent: str | None = None

@@ -1,6 +1,6 @@
 """Schedules: an agent run started on a cron expression or every N seconds (plain data and time math, no I/O).
 
-``Runtime.schedule`` stores them in Redis; Celery beat with :class:`agents_celery.beat.RunScheduler`
+``Runtime.schedule`` stores them in Redis; Celery beat with :class:`agents_celery.broker.beat.RunScheduler`
 fires them. Times are UTC. A cron expression has the five usual fields (minute, hour, day of month, month,
 day of week; ``*``, ``*/n``, ``a-b``, ``a-b/n``, lists, ``jan``..``dec``, ``sun``..``sat``, 0 or 7 for Sunday);
 when both day fields are restricted, a day matching either is due (as cron does).

@@ -37,7 +37,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import ConfigurationError, ToolArgumentsError
-from .greening import green, run_coroutine
+from .greenlets import green, run_coroutine
 
 __all__ = ["Tool", "ToolContext", "tool"]
 
@@ -155,7 +155,7 @@ class Tool:
     def invoke(self, arguments: dict[str, Any] | str, context: ToolContext) -> str:
         """Validate the arguments, call the tool and return its result as a string.
 
-        An async tool runs on the process's one asyncio loop (:mod:`agents_celery.greening`), which MCP connections
+        An async tool runs on the process's one asyncio loop (:mod:`agents_celery.greenlets`), which MCP connections
         and pydantic-ai agents share, and this thread waits for it; from async code use :meth:`ainvoke`.
 
         Args:

@@ -25,7 +25,7 @@ from .common import Row, log, missing, print_table, stop_all
 from .report import RunInfo, document, readme_section, write_readme
 
 BENCHES = [
-    "eventlog", "steps", "latency", "tokens", "sse", "responses", "aisdk", "recovery", "pool", "gevent",
+    "eventlog", "steps", "latency", "tokens", "sse", "responses", "aisdk", "a2a", "recovery", "pool", "gevent",
     "langgraph_side", "listing", "schedules", "subagents", "history", "pydantic_ai", "cluster", "mcp", "parts",
 ]  # fmt: skip
 #: Exit statuses.

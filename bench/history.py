@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from agents_celery.history import is_summary_request
-from agents_celery.models import word_count
+from agents_celery.models.scripted import word_count
 
 from .agents import HISTORY_BUDGET
 from .common import Row, agents_worker, cli_main, log, prefixed, runtime_for

@@ -30,7 +30,7 @@ def responses_token_latencies(port: int, tokens: int) -> tuple[list[float], str,
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     try:
         # each create its own input: an identical body from the same caller within the retry window joins the
-        # first request's response (http/responsesretry.py), and its stream would be a replay of that run
+        # first request's response (http/responses/retry.py), and its stream would be a replay of that run
         body = json.dumps({"model": "streamer", "input": f"go {uuid.uuid4().hex}", "stream": True, "background": True})
         conn.request("POST", "/v1/responses", body, {"Content-Type": "application/json"})
         resp = conn.getresponse()

@@ -1,6 +1,6 @@
 """Scheduled runs: how late a schedule's run starts after its tick, against bare Celery beat -> task.
 
-- figure: a schedule ``every=1`` second fired by ``agents_celery.beat:RunScheduler`` (in ``celery -A
+- figure: a schedule ``every=1`` second fired by ``agents_celery.broker.beat:RunScheduler`` (in ``celery -A
   bench.worker beat``, so its messages reach the bench worker's prefixed queue) starts runs of the ``steps``
   agent (one model turn); per tick, its run's first STEP_STARTED (a worker took the first step) minus the
   tick's time, and its RUN_STARTED (the run was created) minus the tick's time;
@@ -50,7 +50,7 @@ def ours(prefix: str, ticks: int) -> tuple[list[float], list[float]]:
     """(tick -> first step started, tick -> run created) in ms, one per tick."""
     queue = f"{prefix}-runs"
     worker = agents_worker(prefix, queue, "sched").wait_ready()
-    beat = _beat("bench.worker", "agents_celery.beat:RunScheduler", bench_env(prefix, queue), "beat-ours")
+    beat = _beat("bench.worker", "agents_celery.broker.beat:RunScheduler", bench_env(prefix, queue), "beat-ours")
     runtime = runtime_for(prefix, queue)
     try:
         _wait("the agents to be published", lambda: runtime.store.agents.get("steps") is not None, 60)

@@ -4,7 +4,7 @@ It proves the durability rules a stream must keep whatever happened to the run (
 
 - **offsets** are contiguous, ``first``, ``first + 1``, ... with no gap and no duplicate;
 - **AG-UI well-formed**, as the official JS client verifies a stream: every event valid for its type (rendered
-  with ``ag-ui-protocol``'s models by :func:`agents_celery.http.agui.render`, the renderer of ``?format=agui``);
+  with ``ag-ui-protocol``'s models by :func:`agents_celery.http.agui.render.render`, the renderer of ``?format=agui``);
   the first event is RUN_STARTED; nothing after RUN_FINISHED / RUN_ERROR but a new RUN_STARTED; every CONTENT
   and ARGS inside its START/END; no END of something not open; steps, messages, tool calls and subagents all
   closed before RUN_FINISHED; a subagent started once per segment and finished only while active;
@@ -115,7 +115,7 @@ class _Sequence:
         self.results: set[str] = set()
 
     def check(self, events: list[Event]) -> None:
-        from agents_celery.http.agui import render
+        from agents_celery.http.agui.render import render
 
         if self.started and events:
             assert events[0].type is EventType.RUN_STARTED, f"the log starts with {events[0].type}, not RUN_STARTED"

@@ -353,3 +353,26 @@ def test_images_and_files_through_django(project: dict[str, Any], script: Any, f
     big = {"message": [{"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 3_000_000}}]}
     refused = client().post("/ai/agents/fake/runs", big, content_type="application/json", **key)
     assert refused.status_code == 413 and "DATA_UPLOAD_MAX_MEMORY_SIZE" in refused.json()["detail"], refused.content
+
+
+def test_another_django_user_gets_task_not_found_over_a2a(project: dict[str, Any]) -> None:
+    """The A2A door asks the same access check: eve's every method on bob's task answers TaskNotFound (-32001)."""
+    bob, eve = project["bob"], project["eve"]
+
+    def rpc(user: Any, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+        resp = client(user).post("/ai/a2a/offline", body, content_type="application/json")
+        assert resp.status_code == 200
+        text = b"".join(resp.streaming_content) if resp.streaming else resp.content  # a wait sends spaces first
+        answer: dict[str, Any] = json.loads(text)
+        return answer
+
+    message = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": "What time is it?"}]}
+    task = rpc(bob, "SendMessage", {"message": message})["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED", task
+    for method in ("GetTask", "CancelTask"):
+        assert rpc(eve, method, {"id": task["id"]})["error"]["code"] == -32001
+    steer = {**message, "messageId": uuid.uuid4().hex, "taskId": task["id"]}
+    assert rpc(eve, "SendMessage", {"message": steer})["error"]["code"] == -32001
+    assert task["id"] not in [t["id"] for t in rpc(eve, "ListTasks", {})["result"]["tasks"]]
+    assert rpc(bob, "GetTask", {"id": task["id"]})["result"]["id"] == task["id"]

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from agents_celery import ScriptedToolCall
-from agents_celery.models import turn_index
+from agents_celery.models.scripted import turn_index
 from agents_celery.testing.openai_server import FakeReply, server_process
 
 from .conftest import all_events, wait_for

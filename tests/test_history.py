@@ -29,8 +29,9 @@ from agents_celery.history import (
     prompt_messages,
     prompt_tokens,
 )
-from agents_celery.http import agui
-from agents_celery.models import TextDelta, Usage, word_count
+from agents_celery.http.agui import render as agui
+from agents_celery.models import TextDelta, Usage
+from agents_celery.models.scripted import word_count
 from agents_celery.testing import InlineRunner
 from agents_celery.testing.openai_server import FakeReply, SummaryResponder
 

@@ -12,7 +12,7 @@ from flask import Flask
 
 from agents_celery import Runtime
 from agents_celery.contrib.flask import close_app, init_app, make_blueprint
-from agents_celery.runtime import _idempotent_run_id
+from agents_celery.runtime.admission import idempotent_run_id
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -21,7 +21,7 @@ def test_a_retry_that_loses_the_session_to_its_own_run_gets_that_run(runtime: Ru
     """Both racing retries read the session free; the first took it for the run id both derive. The second's
     check-and-set fails, and it must see that the holder is its own run, not another one."""
     key, session = uuid.uuid4().hex, f"s-{uuid.uuid4().hex[:8]}"
-    run_id = _idempotent_run_id(key, None)
+    run_id = idempotent_run_id(key, None)
     assert runtime.store.sessions.take(session, run_id, None)  # the racing first call, not yet created the run
     reads = iter([None])
     real = runtime.store.sessions.active
@@ -52,4 +52,4 @@ def test_concurrent_retries_over_http_all_get_the_same_run(app: Flask) -> None:
         answers = list(pool.map(post, [k for k in keys for _ in range(8)]))
     assert [s for s, _ in answers if s != 202] == [], answers
     for i, key in enumerate(keys):
-        assert {r for _, r in answers[i * 8 : (i + 1) * 8]} == {_idempotent_run_id(key, None)}
+        assert {r for _, r in answers[i * 8 : (i + 1) * 8]} == {idempotent_run_id(key, None)}

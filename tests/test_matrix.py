@@ -26,7 +26,7 @@ import pytest
 import redis
 
 from agents_celery.events import Event
-from agents_celery.http.responses import parse_response_id
+from agents_celery.http.responses.render import parse_response_id
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.testing import ScriptResponder
 

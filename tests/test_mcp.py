@@ -26,7 +26,7 @@ import redis
 from agents_celery import Agent, MCPTools, ScriptedModel, ScriptedToolCall
 from agents_celery.errors import ConfigurationError, ToolArgumentsError
 from agents_celery.events import EventType
-from agents_celery.models import turn_index
+from agents_celery.models.scripted import turn_index
 from agents_celery.testing.openai_server import FakeReply
 
 from .api_support import free_port
@@ -284,7 +284,7 @@ def test_a_call_takes_the_step_s_timeout_not_300_s() -> None:
     (AGENTS_CELERY_TOOL_TIMEOUT_SECONDS reaches it as ToolContext.timeout), not by a fixed 300 s."""
     import threading
 
-    from agents_celery.mcptools import MCPTools, MCPUnavailable
+    from agents_celery.mcp import MCPTools, MCPUnavailable
     from agents_celery.tools import ToolContext
 
     server = Server(f"mcpt-{os.urandom(4).hex()}")
@@ -318,7 +318,7 @@ def _names(listing: dict[str, Any]) -> set[str]:
 def test_an_http_server_restarted_behind_the_same_url_is_used_again_at_once(r: redis.Redis) -> None:
     """The restarted server answers the old session with 404 ("Session not found"): the next listing and the
     next call (not idempotent: the server never acted on the refused request) go out again on a new session."""
-    from agents_celery.mcptools import MCPTools
+    from agents_celery.mcp import MCPTools
     from agents_celery.tools import ToolContext
 
     prefix = f"mcpr-{os.urandom(4).hex()}"
@@ -344,7 +344,7 @@ def test_a_stdio_server_that_died_lists_its_tools_at_the_next_run() -> None:
 
     import psutil
 
-    from agents_celery.mcptools import MCPTools
+    from agents_celery.mcp import MCPTools
 
     env = {"MCP_TEST_REDIS": TEST_REDIS_URL, "MCP_TEST_PREFIX": f"mcps-{os.urandom(4).hex()}", "PYTHONPATH": str(ROOT)}
     command = [sys.executable, "-m", "agents_celery.testing.mcp_server", "stdio"]

@@ -27,7 +27,7 @@ import psutil
 import pytest
 
 from agents_celery.events import EventType
-from agents_celery.models import turn_index
+from agents_celery.models.scripted import turn_index
 from agents_celery.testing.openai_server import FakeReply
 from agents_celery.testing.responders import ScriptedToolCall
 

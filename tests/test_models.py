@@ -24,8 +24,8 @@ from agents_celery.models import (
     ToolCallDelta,
     TurnAccumulator,
     Usage,
-    split_tokens,
 )
+from agents_celery.models.scripted import split_tokens
 from agents_celery.testing.openai_server import FailingResponder, FakeOpenAIServer, FakeReply, ScriptResponder
 
 USER = {"role": "user", "content": "what is two plus three"}
@@ -356,7 +356,7 @@ def test_fake_server_survives_client_disconnect_and_stops_with_open_connections(
 def test_stream_lines_are_parsed_raw_and_errors_inside_the_stream_raise() -> None:
     import openai
 
-    from agents_celery.models import _chunk_deltas, _sse_data
+    from agents_celery.models.openai import _chunk_deltas, _sse_data
 
     lines = iter(
         [

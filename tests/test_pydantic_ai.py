@@ -365,7 +365,7 @@ def test_a_stop_while_the_model_streams_cancels_the_run(shared: Deployment, fake
 def test_a_journal_that_does_not_fit_fails_the_run_naming_the_unit(shared: Deployment, fake_openai: Any) -> None:
     import json
 
-    from agents_celery.admission import idempotent_run_id
+    from agents_celery.runtime.admission import idempotent_run_id
 
     rt = shared.runtime
     key = f"mismatch-{os.urandom(4).hex()}"

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from agents_celery import ScriptedToolCall
-from agents_celery.models import turn_index
+from agents_celery.models.scripted import turn_index
 from agents_celery.testing import ScriptResponder
 from agents_celery.testing.openai_server import FakeReply
 

@@ -31,12 +31,12 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.toolsets import FunctionToolset
 
-from agents_celery.chatmessages import as_chat, user_messages
 from agents_celery.content import refs_in
 from agents_celery.contrib.pydantic_ai import CeleryDurability
 from agents_celery.contrib.pydantic_ai.guest import _tool_manifests
 from agents_celery.contrib.pydantic_ai.prompt import Prompt, restored, stored_form
 from agents_celery.contrib.pydantic_ai.segment import _CURRENT, _call_of, _tool_call_id, _tool_names, identity
+from agents_celery.conversation import as_chat, user_messages
 from agents_celery.testing import ScriptResponder
 
 pytestmark = pytest.mark.timeout(60)
@@ -160,7 +160,7 @@ def test_pin_function_toolset_tools() -> None:
 
 
 def test_pin_the_message_json_layout() -> None:
-    """chatmessages.as_chat / user_messages, content.refs_in and prompt.stored_form / restored read the JSON of
+    """conversation.as_chat / user_messages, content.refs_in and prompt.stored_form / restored read the JSON of
     ``ModelMessagesTypeAdapter``: ``kind`` request / response, ``parts`` with ``part_kind``, a user prompt's
     ``content`` list in order (``kind`` binary / image-url), a tool call's ``tool_call_id``, ``tool_name``, ``args``."""
     image = BinaryContent(PNG, media_type="image/png")

@@ -456,7 +456,7 @@ def test_an_expired_response_answers_404(client: openai.OpenAI, script: Any, fas
     import httpx
     import redis
 
-    from agents_celery.http.responses import parse_response_id
+    from agents_celery.http.responses.render import parse_response_id
     from agents_celery.storage.keys import Keys
 
     script("soon gone")

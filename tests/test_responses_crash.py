@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from agents_celery import Runtime, ScriptedToolCall, ScriptedTurn
-from agents_celery.http.responses import parse_response_id
+from agents_celery.http.responses.render import parse_response_id
 
 from .conftest import TEST_REDIS_URL
 from .invariants import assert_run_sound, counter_of

@@ -1,5 +1,5 @@
-"""The Responses renderer (agents_celery/http/responses.py) on logs written by hand: no Redis, no server. What the
-live tests cannot force at will: a retried model call, a run error, an abandoned step, a replay from any point."""
+"""The Responses renderer (agents_celery/http/responses/render.py) on logs written by hand: no Redis, no server. What
+the live tests cannot force at will: a retried model call, a run error, an abandoned step, a replay from any point."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import openai
 import pytest
 
 from agents_celery.events import Event, EventType
-from agents_celery.http.openairesponses import Presenter
-from agents_celery.http.responses import ResponseFold, Segment, parse_response_id, response_id
+from agents_celery.http.responses.endpoint import Presenter
+from agents_celery.http.responses.render import ResponseFold, Segment, parse_response_id, response_id
 
 RUN = "ab" * 16
 

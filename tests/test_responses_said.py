@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from agents_celery import Runtime, ScriptedToolCall, ScriptedTurn
-from agents_celery.http.responses import parse_response_id
+from agents_celery.http.responses.render import parse_response_id
 
 from .test_responses import MATH, MathResponse, Server, check_sequence, events_of
 

@@ -1,4 +1,4 @@
-"""What a ``POST /v1/responses`` is (agents_celery/http/responsesturn.py), case by case, as docs/responses.md's table
+"""What a ``POST /v1/responses`` is (agents_celery/http/responses/turn.py), case by case, as docs/responses.md's table
 says: no I/O, the input parsed as the route parses it and an anchor run as the route would gather it."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from agents_celery.errors import BadRequestError, StateError, UnsupportedError
-from agents_celery.http.responses import approval_request_id, client_call_id
-from agents_celery.http.responsesinput import parse_input
-from agents_celery.http.responsesturn import Anchor, anchor_runs, classify
+from agents_celery.http.responses.input import parse_input
+from agents_celery.http.responses.render import approval_request_id, client_call_id
+from agents_celery.http.responses.turn import Anchor, anchor_runs, classify
 
 RUN, OLDER = "a" * 32, "b" * 32
 
@@ -93,7 +93,7 @@ def test_deeply_nested_approval_arguments_are_a_400() -> None:
     import pytest
 
     from agents_celery.errors import BadRequestError
-    from agents_celery.http.responsesinput import approval
+    from agents_celery.http.responses.input import approval
 
     deep = "[" * 5000 + "]" * 5000
     with pytest.raises(BadRequestError, match="nests deeper"):  # was a RecursionError: a 500 the SDK retries

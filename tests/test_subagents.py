@@ -423,7 +423,7 @@ def stored(offset: int, event: Any) -> Event:
 
 def test_a_stream_joining_mid_invocation_reopens_the_subagent_and_attributes_its_work() -> None:
     from agents_celery.events import make_event
-    from agents_celery.http.agui import AguiRenderer, attributed
+    from agents_celery.http.agui.render import AguiRenderer, attributed
 
     started = make_event(EventType.SUBAGENT_STARTED, subagent_run_id="kid", name="researcher", parent_tool_call_id="c1")
     history = [stored(0, make_event(EventType.RUN_STARTED, thread_id="thread", run_id="parent")), stored(1, started)]

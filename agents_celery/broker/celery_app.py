@@ -28,10 +28,10 @@ from celery.concurrency import get_implementation
 from ..agent import Agent, load_agents
 from ..engine.calls import SHUTTING_DOWN
 from ..errors import ConfigurationError
-from ..greening import green
+from ..greenlets import green
 from ..hooks import Hooks, LoggingHooks
 from ..settings import Settings, load_settings, settings_from
-from . import webhooks
+from . import a2apush, webhooks
 from .extension import EXTENSION, AgentsCelery, extension
 from .observability import register_metrics
 from .publisher import OWN_TASK_OPTIONS, STEP_TASK
@@ -178,6 +178,7 @@ def configure(
     setattr(app, EXTENSION, ext)
     _register_step(app, ext)
     webhooks.register(app, settings)
+    a2apush.register(app, settings, lambda: ext.engine.store)
     return ext
 
 

@@ -21,6 +21,8 @@ from .fastpaths import DirectPublisher, FastPaths
 STEP_TASK = "agents_celery.step"
 #: The task that delivers a run's webhook (:mod:`agents_celery.broker.webhooks`).
 WEBHOOK_TASK = "agents_celery.webhook"
+#: The task that delivers an A2A task's push notifications (:mod:`agents_celery.broker.a2apush`).
+A2A_PUSH_TASK = "agents_celery.a2a_push"
 #: Options our tasks carry themselves, so the host app's settings neither change them nor are changed.
 OWN_TASK_OPTIONS: dict[str, Any] = {
     "shared": False,
@@ -81,6 +83,10 @@ class StepPublisher:
         key = event_key(state.run_id, step, state.status.value)
         args = [state.webhook_url, key, summary(state)]
         self.app.send_task(WEBHOOK_TASK, args=args, queue=queue or self.queue, task_id=f"webhook-{key}")
+
+    def push(self, run_id: str, config_id: str) -> None:
+        """Start the deliveries of an A2A push config (:mod:`agents_celery.broker.a2apush`)."""
+        self.app.send_task(A2A_PUSH_TASK, args=[run_id, config_id], queue=self.queue)
 
     def close(self) -> None:
         if self.direct is not None:

@@ -34,9 +34,9 @@ def worker(args: argparse.Namespace, rest: list[str]) -> int:
     # ``--pool gevent`` (or eventlet): monkey-patch now, before anything imports sockets or threads, as the
     # ``celery`` command does. ``app.worker_main`` does not, and an unpatched gevent pool never runs a task:
     # the consumer blocks the hub in its own event loop, so every step stays ``queued``.
-    from celery import maybe_patch_concurrency
+    from ..broker import patch_for_pool
 
-    maybe_patch_concurrency(["worker", *rest])
+    patch_for_pool(["worker", *rest])
     _importable_cwd()
     if args.agents:
         os.environ["AGENTS_CELERY_AGENTS"] = args.agents
@@ -69,7 +69,7 @@ def beat(args: argparse.Namespace, rest: list[str]) -> int:
     app = sender_app(load_settings())
     argv = ["beat"]
     if not _given(rest, "-S", "--scheduler"):
-        argv += ["-S", "agents_celery.beat:RunScheduler"]
+        argv += ["-S", "agents_celery.broker.beat:RunScheduler"]
     app.start(argv + rest)
     return 0
 

@@ -16,7 +16,7 @@ from ..errors import AgentsCeleryError, MCPUnavailable, ModelError, OutputValida
 from ..events import EventType, NewEvent, make_event
 from ..history import Summarize, prompt_messages, with_usage
 from ..hooks import call_hooks
-from ..mcptools import LIST_TIMEOUT
+from ..mcp import LIST_TIMEOUT
 from ..models import TurnAccumulator, Usage, reading_until
 from ..output import prompt_hint, retry_message, spec_for, stream_options
 from ..runs import RunState, ToolCall
@@ -63,7 +63,7 @@ def model_turn(ctx: StepContext) -> StepResult:
 def list_toolsets(ctx: StepContext) -> None:
     """The agent's MCP toolsets as the run sees them: the tool lists the run recorded, fetched now (on the call
     pool, so a stop or a lost lease still ends the wait) for a toolset the run has none of, or whose list went
-    stale (:meth:`~agents_celery.mcptools.MCPTools.stale`). A new list goes into ``ctx.state`` (committed with the
+    stale (:meth:`~agents_celery.mcp.MCPTools.stale`). A new list goes into ``ctx.state`` (committed with the
     turn) and this worker's manifest; a server that does not answer leaves the run with the list it had (none
     at first: its tools are not offered this turn) and a CUSTOM ``mcp_unavailable`` event."""
     agent = ctx.agent

@@ -12,7 +12,7 @@ Order is kept: the emitting thread writes directly only when nothing is pending 
 ``take`` waits for a flush in flight. One thread at a time emits into a writer (the step's, or the call thread
 reading its model while the step's thread waits).
 
-On greenlets (a gevent worker, :mod:`agents_celery.greening`) a process streams hundreds of turns at once, each
+On greenlets (a gevent worker, :mod:`agents_celery.greenlets`) a process streams hundreds of turns at once, each
 token a round trip of its own on the direct path: there every event is kept pending, and the flusher (a
 greenlet) appends what every writer has pending in one pipelined round trip per pass (the same script calls,
 one per run: Redis sees as many commands per step, the process makes a fraction of the system calls and
@@ -26,7 +26,7 @@ import threading
 import time
 
 from ..events import NewEvent
-from ..greening import green
+from ..greenlets import green
 from ..ids import pid
 from ..storage.eventlog import EventLog
 

@@ -1,7 +1,7 @@
 """Who may do what: the one access check every route asks (see :mod:`.protocol` for the rules in words).
 
 :class:`Access` is asked by the routes of :class:`~agents_celery.http.protocol.API` and by the AG-UI endpoint
-(:mod:`.aguirun`) alike, with the resource an action touches, never None when one exists. What the rule refuses on
+(:mod:`.agui.endpoint`) alike, with the resource an action touches, never None when one exists. What the rule refuses on
 a resource answers 404 (its existence is not revealed); a refused start or list of an agent 403.
 """
 

@@ -2,7 +2,7 @@
 SSE stream, or a :class:`Wait` for the run), and the JSON error answer of a library error (:func:`error_reply`).
 
 The front ends (Flask blueprint, Django app) build a ``Request`` from their framework's request and turn a
-``Reply`` into their framework's response; :mod:`.protocol` (the routes) and :mod:`.aguirun` (the AG-UI endpoint)
+``Reply`` into their framework's response; :mod:`.protocol` (the routes) and :mod:`.agui.endpoint` (the AG-UI endpoint)
 answer them. Who may do what is :mod:`.access`.
 """
 

@@ -29,8 +29,8 @@ import hmac
 from importlib import resources
 from typing import Any
 
-from ..chatmessages import user_messages
 from ..content import check_parts
+from ..conversation import user_messages
 from ..errors import (
     AuthenticationError,
     BadRequestError,
@@ -46,19 +46,20 @@ from ..runs import RunView, SessionInfo, SessionView, ToolCall
 from ..runtime import Runtime
 from ..schedule import Schedule
 from ..storage.eventlog import LogInfo
+from .a2a.endpoint import A2AEndpoint
 from .access import Access
-from .agentos import AGNO_STATUS, tool_object
-from .aguirun import AguiEndpoint
+from .agentos.render import AGNO_STATUS, tool_object
+from .agui.endpoint import AguiEndpoint
 from .aisdk.endpoint import ChatEndpoint
 from .bodies import ContinueBody, Limits, MessageBody, ResumeBody, RunBody, ScheduleBody, int_param, parse
 from .messages import Action, Authorize, Headers, Reply, Request, Resource, Wait, error_reply, position_param, status_of
-from .openairesponses import ResponsesEndpoint
+from .responses.endpoint import ResponsesEndpoint
 from .sse import LogStream
 from .streams import Streams
 from .uploads import message_of, part_bytes
 
 #: The routes (API methods) whose body may carry a message's images and files.
-CONTENT_ROUTES = frozenset({"create_run", "agui_run", "send_message", "create_response", "aisdk_chat"})
+CONTENT_ROUTES = frozenset({"create_run", "agui_run", "send_message", "create_response", "aisdk_chat", "a2a_rpc"})
 
 #: Names the front ends and tests import from here (they live in :mod:`.messages` and :mod:`.access`).
 __all__ = [
@@ -319,7 +320,7 @@ class API:
         self.runtime.delete_schedule(schedule_id)
         return Reply(204)
 
-    # -- the AG-UI endpoint (http/aguirun.py) -----------------------------------------------------------
+    # -- the AG-UI endpoint (http/agui/endpoint.py) -----------------------------------------------------------
 
     def _agui(self) -> AguiEndpoint:
         return AguiEndpoint(self.runtime, self.access, self.keepalive_seconds, self.child_log)
@@ -349,7 +350,15 @@ class API:
         """``POST /aisdk/<agent_id>/<chat_id>/stop``: stop the chat's live run."""
         return self._aisdk().stop(req, agent_id, chat_id)
 
-    # -- the OpenAI Responses API under /v1 (http/openairesponses.py) --------------------------------------
+    # -- A2A (http/a2a/): the agent card, and one JSON-RPC request ---------------------------------------
+
+    def a2a_card(self, req: Request, agent_id: str) -> Reply:
+        return A2AEndpoint(self.runtime, self.access, self.keepalive_seconds, self.block_seconds).card(req, agent_id)
+
+    def a2a_rpc(self, req: Request, agent_id: str) -> Reply:
+        return A2AEndpoint(self.runtime, self.access, self.keepalive_seconds, self.block_seconds).rpc(req, agent_id)
+
+    # -- the OpenAI Responses API under /v1 (http/responses/endpoint.py) --------------------------------------
 
     def _v1(self) -> ResponsesEndpoint:
         return ResponsesEndpoint(self.runtime, self.access, self.limits, self.keepalive_seconds, self.block_seconds)

@@ -25,6 +25,7 @@ from typing import Literal
 from ag_ui.core import RunAgentInput
 from pydantic import BaseModel
 
+from .a2a.wire import RpcRequest
 from .aisdk.input import ChatBody
 from .bodies import (
     ContinueBody,
@@ -320,7 +321,28 @@ ROUTES: tuple[Route, ...] = (
         returns="{run_id, status}",
         errors=(404,),
     ),
-    # -- the OpenAI Responses API (http/openairesponses.py) --
+    # -- A2A 1.0, JSON-RPC binding (http/a2a/) --
+    Route(
+        "GET",
+        "/a2a/{agent_id}/.well-known/agent-card.json",
+        "a2a_card",
+        "json",
+        "the agent's A2A agent card (skills, capabilities, its JSON-RPC interface)",
+        returns="AgentCard",
+        errors=(404,),
+    ),
+    Route(
+        "POST",
+        "/a2a/{agent_id}",
+        "a2a_rpc",
+        "sse",
+        "one A2A JSON-RPC request: SendMessage, SendStreamingMessage (SSE), GetTask, ListTasks, CancelTask, "
+        "SubscribeToTask (SSE); errors are JSON-RPC errors (HTTP 200)",
+        returns="a JSON-RPC response, or SSE of JSON-RPC responses",
+        errors=(404, 413),
+        body=RpcRequest,
+    ),
+    # -- the OpenAI Responses API (http/responses/endpoint.py) --
     Route("GET", "/v1/models", "list_models", "json", "the agents, as Responses API models", returns="{data}"),
     Route("GET", "/v1/models/{model}", "get_model", "json", "one agent as a model", returns="model", errors=(404,)),
     Route(

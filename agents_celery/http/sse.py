@@ -28,8 +28,8 @@ from ..errors import AgentsCeleryError
 from ..events import Event, EventType, WireJSON, tag_of
 from ..storage.eventlog import AsyncEventLog, ChildPage, Entry, EventLog, Idle, LogInfo, Watching
 from ..storage.keys import Keys
-from . import agui as agui_mod
-from .agentos import AgentOSRenderer
+from .agentos.render import AgentOSRenderer
+from .agui import render as agui_mod
 
 #: Response headers of every event stream: no caching, no proxy buffering (nginx honours X-Accel-Buffering).
 HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -42,7 +42,7 @@ KEEP_ALIVE_LINE = ": keep-alive\n"
 #: Longest XREAD BLOCK, in ms; the stream client's socket timeout must exceed it.
 MAX_BLOCK_MS = 1000
 
-Dialect = Literal["canonical", "agui", "agentos", "responses", "aisdk"]
+Dialect = Literal["canonical", "agui", "agentos", "responses", "aisdk", "a2a"]
 #: The types that end an AG-UI run (a segment of ours).
 TERMINAL = ("RUN_FINISHED", "RUN_ERROR")
 #: Events of the log before a stream's start read per round trip: they are folded (:class:`Prefix`), never all held.
@@ -99,7 +99,7 @@ def error_frame(exc: BaseException) -> str:
 
 
 class Presenter(Protocol):
-    """A dialect that renders pages of decoded events itself (the Responses API, :mod:`.openairesponses`): it reads
+    """A dialect that renders pages of decoded events itself (the Responses API, :mod:`.responses.endpoint`): it reads
     the log from the start and keeps its own state; ``finished`` once its stream should end."""
 
     finished: bool
@@ -160,7 +160,8 @@ class Renderer:
 
     def head(self) -> str:
         """The meta frames that open the stream."""
-        out = [frame(meta, meta["event"]) for meta in self.stream.head]
+        out = [self.stream.prelude] if self.stream.prelude else []
+        out += [frame(meta, meta["event"]) for meta in self.stream.head]
         if self.mark is not None and self.stream.after >= self.mark[0]:
             out.append(frame(self.mark[1], self.mark[1]["event"]))
             self.mark = None
@@ -312,8 +313,11 @@ class LogStream:
     #: Reads a child run's log (sync), so an AG-UI stream shows a child's work attributed to it before its
     #: parent's SUBAGENT_FINISHED / SUBAGENT_ERROR (None: it does not).
     child_log: Callable[[str], list[Event]] | None = None
-    #: Renders the pages itself (dialects ``responses`` and ``aisdk``, :mod:`.openairesponses`, :mod:`.aisdk`).
+    #: Renders the pages itself (dialects ``responses``, ``aisdk`` and ``a2a``: :mod:`.responses.endpoint`,
+    #: :mod:`.aisdk`, :mod:`.a2a`).
     presenter: Presenter | None = None
+    #: SSE text sent first, before any event (A2A: the ``Task`` as it stood when the stream's read began).
+    prelude: str = ""
 
     @property
     def keep_alive(self) -> str:
@@ -328,7 +332,7 @@ class LogStream:
 
     def _first_read(self) -> tuple[int, int] | None:
         """(after, count) of the first read of the log before the stream's start; None: nothing to read."""
-        folded = self.dialect not in ("canonical", "responses", "aisdk")
+        folded = self.dialect not in ("canonical", "responses", "aisdk", "a2a")
         return (-1, min(PREFIX_PAGE, self.after + 1)) if self.after >= 0 and folded else None
 
     def _watching(self, keys: Keys) -> Watching | None:

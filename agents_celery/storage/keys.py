@@ -36,6 +36,8 @@ Per run (``<p>:run:{<run_id>}...``):
   ``<rid>/<n>`` instead: :mod:`.parts`), ``parts`` and ``part_bytes`` (how many part numbers are taken, and the
   bytes of the run's parts: its ``max_input_bytes``). No TTL
   while the run is live or paused; ``retention`` once it ended.
+- ``<p>:run:{<rid>}:a2apush`` *hash* — the run's A2A push notification configs and how far each one's deliveries
+  got (:mod:`.pushes`). ``PX`` the retention, renewed while deliveries go on; deleted with the run.
 - ``<p>:run:{<rid>}:messages`` *list* — the run's conversation (one OpenAI message JSON per element) for
   state schema 2, which stores ``state`` without it: a commit appends the new messages instead of rewriting
   the conversation. Same TTL as the run record.
@@ -98,7 +100,7 @@ Global:
 - ``<p>:sweeper`` *string* — lock so one sweeper runs per interval across workers. ``PX interval``.
 - ``<p>:idem:<key>`` *string* — run id created for an ``Idempotency-Key``. ``PX retention``.
 - ``<p>:v1retry:<fingerprint>`` *string* — the response a ``POST /v1/responses`` made, by a fingerprint of its
-  caller and body (``-`` while it is being made), so an identical retry joins it (:mod:`..http.responsesretry`).
+  caller and body (``-`` while it is being made), so an identical retry joins it (:mod:`..http.responses.retry`).
   ``PX`` the retry window (10 min).
 """
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import redis
 
 from ..errors import RedisUnavailableError
-from ..greening import NativeFlag, Thread, green, native_lock, os_thread, setter_for
+from ..greenlets import NativeFlag, Thread, green, native_lock, os_thread, setter_for
 from ..ids import random_hex
 from .keys import Keys
 from .scripts import pipelined, register
@@ -66,7 +66,7 @@ class Holding:
 
     The step waits on :attr:`stop` and :attr:`lost` (gevent's events on a gevent worker); the keeper, on an OS
     thread of its own there, sets them through :attr:`wake_stop` / :attr:`wake_lost`, which hand the set to the
-    step's hub (:func:`agents_celery.greening.setter_for`).
+    step's hub (:func:`agents_celery.greenlets.setter_for`).
     """
 
     run_id: str
@@ -92,7 +92,7 @@ class LeaseKeeper:
     their leases; both in one pipelined round trip. A step registers with :meth:`hold` and leaves with
     :meth:`drop`, so no thread is started per step.
 
-    On a gevent worker (:func:`agents_celery.greening.green`) the thread is an OS thread, not a greenlet: a
+    On a gevent worker (:func:`agents_celery.greenlets.green`) the thread is an OS thread, not a greenlet: a
     greenlet runs only when the hub gets to it, so a sync tool computing without yielding, or a thousand streams
     on one core, would hold the beat back past the TTL and the sweeper would retry runs that are alive. The OS
     thread gets the interpreter at the GIL's switch interval however busy the hub is. It talks to Redis over a

@@ -493,7 +493,7 @@ class RunStore:
         """Remove an ended run: its keys and its index entries (one round trip)."""
         k = self.keys.run(state.run_id)
         with self.redis.pipeline(transaction=False) as pipe:
-            for key in (k.run, k.events, k.lease, k.effects, k.stop, k.gone, k.messages, k.inbox):
+            for key in (k.run, k.events, k.lease, k.effects, k.stop, k.gone, k.messages, k.inbox, f"{k.run}:a2apush"):
                 pipe.delete(key)  # one key a command: a cluster pipeline takes no other
             pipe.zrem(self.live_key(state.run_id), state.run_id)
             self.index.forget(pipe, entry_of(state))

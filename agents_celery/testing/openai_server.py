@@ -42,8 +42,8 @@ from socket import SHUT_RDWR, socket
 from types import TracebackType
 from typing import Any, Self
 
-from ..models import ScriptedToolCall, ScriptedTurn, split_tokens, word_count
-from ..models import turn_index as turn_index  # tests import it from here
+from ..models.scripted import ScriptedToolCall, ScriptedTurn, split_tokens, word_count
+from ..models.scripted import turn_index as turn_index  # tests import it from here
 from .responders import (
     FailingResponder,
     FakeReply,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..history import is_summary_request
-from ..models import ScriptedToolCall, ScriptedTurn, as_turn, turn_index
+from ..models.scripted import ScriptedToolCall, ScriptedTurn, as_turn, turn_index
 
 __all__ = [
     "FailingResponder",

@@ -1,6 +1,6 @@
 """pydantic-ai is async, our steps are not: a segment runs on the process's one asyncio loop.
 
-That loop (:func:`agents_celery.greening.process_loop`) is the one our async tools and MCP connections use: on a
+That loop (:func:`agents_celery.greenlets.process_loop`) is the one our async tools and MCP connections use: on a
 gevent worker a second loop in the thread would never run, and whichever started second would hang. A step
 submits its segment's coroutine to the loop and waits for it on its own thread (greenlet), watching the run's stop
 request and its lease: on a stop (after the grace) or a lost lease it cancels the coroutine and walks away.
@@ -14,7 +14,7 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from ...greening import submit
+from ...greenlets import submit
 
 T = TypeVar("T")
 

@@ -23,7 +23,7 @@ from ...runtime import Runtime
 from ..access import Access
 from ..bodies import int_param
 from ..messages import Reply, Request
-from ..responses import starts_segment
+from ..responses.render import starts_segment
 from ..sse import LogStream
 from .input import ChatBody, answers, parse_body, user_content
 from .render import HEADER, ChatFold, ChatPresenter, chunk_frame

@@ -20,8 +20,8 @@ from typing import Any
 
 import redis
 
-from ..errors import RunBusyError
-from ..storage.keys import Keys
+from ...errors import RunBusyError
+from ...storage.keys import Keys
 
 #: How long a create's fingerprint is kept: the SDK's retries come within seconds, a client's own within minutes.
 WINDOW_MS = 600_000

@@ -9,10 +9,9 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from .admission import DELETING, Admission, idempotent_run_id
-from .agent import Agent
-from .chatmessages import as_chat
-from .errors import (
+from ..agent import Agent
+from ..conversation import as_chat
+from ..errors import (
     RunExpiredError,
     RunLiveError,
     RunNotFoundError,
@@ -21,10 +20,11 @@ from .errors import (
     UnknownAgentError,
     ValidationError,
 )
-from .runs import RunPage, RunStatus, RunView, SessionInfo, SessionPage, SessionView
-from .settings import Settings
-from .storage.index import Filters
-from .storage.store import RunStore
+from ..runs import RunPage, RunStatus, RunView, SessionInfo, SessionPage, SessionView
+from ..settings import Settings
+from ..storage.index import Filters
+from ..storage.store import RunStore
+from .admission import DELETING, Admission, idempotent_run_id
 
 
 class Inspection:

@@ -20,9 +20,9 @@ from typing import Any
 import ag_ui.core as agui
 import pydantic
 
-from ..chatmessages import as_chat
-from ..content import text_of
-from ..events import AGUI_MODELS, Event, EventType
+from ...content import text_of
+from ...conversation import as_chat
+from ...events import AGUI_MODELS, Event, EventType
 
 
 def _strict(model: pydantic.BaseModel) -> Any:

@@ -6,7 +6,7 @@ hold outputs of calls that were answered long ago next to the answers to the cal
 user message. :func:`classify` sorts that out against the run the request is about (its :class:`Anchor`): an
 answer to a call already answered, with the same output, is history and is skipped; an answer to a pending call is
 a decision; a history whose answers are all old and that ends with a user message is the next turn of the anchor's
-session. The route (:mod:`.openairesponses`) gathers the anchor and carries the :class:`Turn` out.
+session. The route (:mod:`.endpoint`) gathers the anchor and carries the :class:`Turn` out.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..errors import BadRequestError, StateError, UnsupportedError
-from .responses import parse_approval_id, parse_client_call_id
-from .responsesinput import Input
+from ...errors import BadRequestError, StateError, UnsupportedError
+from .input import Input
+from .render import parse_approval_id, parse_client_call_id
 
 
 @dataclass(frozen=True)

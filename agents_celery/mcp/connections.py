@@ -1,7 +1,7 @@
 """MCP connections of a worker process: one asyncio loop on a thread of its own, and one open session per server.
 
 The step's code is synchronous (a Celery task); the ``mcp`` client is async. Its coroutines run on the process's
-one asyncio loop, which async tools and pydantic-ai agents share (:func:`agents_celery.greening.process_loop`:
+one asyncio loop, which async tools and pydantic-ai agents share (:func:`agents_celery.greenlets.process_loop`:
 on greenlets a second loop would never run): :func:`submit` hands it a coroutine and waits for the result. The
 process keeps one :class:`Connection` per server, opened on first use and reused by every later call of every
 run the process serves: a call costs one request on an open session, not a connect and an ``initialize``. A
@@ -14,7 +14,7 @@ behind the same URL answers the old session with 404: the request is sent again,
 server never acted on it); a listing is also sent again when the connection died under it. A connection that
 cannot be opened raises :class:`ServerUnreachable`: nothing reached the server.
 
-Imported only by :mod:`agents_celery.mcptools` when a toolset is used: agents modules without MCP tools load no
+Imported only by :mod:`agents_celery.mcp` when a toolset is used: agents modules without MCP tools load no
 ``mcp`` package.
 """
 
@@ -40,7 +40,7 @@ from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from .greening import process_loop
+from ..greenlets import process_loop
 
 log = logging.getLogger(__name__)
 
@@ -303,7 +303,7 @@ def _errlog() -> Any:
 
 
 class _Loop:
-    """The connections of this process, on its one asyncio loop (:func:`agents_celery.greening.process_loop`)."""
+    """The connections of this process, on its one asyncio loop (:func:`agents_celery.greenlets.process_loop`)."""
 
     def __init__(self) -> None:
         self.pid = os.getpid()

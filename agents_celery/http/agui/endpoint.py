@@ -34,10 +34,10 @@ from typing import Any
 import ag_ui.core as agui
 import pydantic
 
-from ..chatmessages import as_chat
-from ..content import check_parts
-from ..decisions import Decision
-from ..errors import (
+from ...content import check_parts
+from ...conversation import as_chat
+from ...decisions import Decision
+from ...errors import (
     BodyValidationError,
     HistoryMismatchError,
     RunBusyError,
@@ -46,15 +46,15 @@ from ..errors import (
     SessionNotFoundError,
     ValidationError,
 )
-from ..events import Event
-from ..output import check_schema
-from ..runs import RunStatus, RunView
-from ..runtime import Runtime
-from . import agui as agui_mod
-from .access import Access
-from .aguiparts import content_of, upgrade_binary
-from .messages import Reply, Request, position_param
-from .sse import LogStream, Segment
+from ...events import Event
+from ...output import check_schema
+from ...runs import RunStatus, RunView
+from ...runtime import Runtime
+from ..access import Access
+from ..messages import Reply, Request, position_param
+from ..sse import LogStream, Segment
+from . import render as agui_mod
+from .input import content_of, upgrade_binary
 
 #: RunAgentInput's fields, as AG-UI spells them (camelCase).
 FIELDS = frozenset(

@@ -16,8 +16,8 @@ from typing import Any
 
 import ag_ui.core as agui
 
-from ..content import UserContent
-from ..errors import ValidationError
+from ...content import UserContent
+from ...errors import ValidationError
 
 
 def upgrade_binary(body: dict[str, Any]) -> dict[str, Any]:

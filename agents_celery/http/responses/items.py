@@ -1,5 +1,5 @@
 """A session's history as Responses conversation items, and back (no I/O): ``GET`` and ``POST
-/v1/conversations/{id}/items`` (:mod:`.openairesponses`).
+/v1/conversations/{id}/items`` (:mod:`.endpoint`).
 
 A session holds the messages of its completed runs: Chat Completions messages for our own agents, pydantic-ai's
 ``ModelMessagesTypeAdapter`` JSON for a pydantic-ai guest's. :func:`items_of` shows both as items; the items a
@@ -13,8 +13,8 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ..errors import BadRequestError, UnsupportedError
-from .responsesinput import message_item
+from ...errors import BadRequestError, UnsupportedError
+from .input import message_item
 
 #: The most items ``GET .../items`` answers in one page (OpenAI's limit), and its default.
 MAX_PAGE, DEFAULT_PAGE = 100, 20

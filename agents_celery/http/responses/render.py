@@ -1,4 +1,4 @@
-"""Render a run's stored log in the vocabulary of OpenAI's Responses API (the ``/v1`` routes, :mod:`.openairesponses`).
+"""Render a run's stored log in the vocabulary of OpenAI's Responses API (the ``/v1`` routes, :mod:`.endpoint`).
 
 No I/O here. A *response* is one segment of a run, as AG-UI's ``runId`` is: it starts at a RUN_STARTED of the log
 (offset ``base``: 0 for a new run, the continue's RUN_STARTED for a run answered after a pause) and ends at the
@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..events import Event, EventType
+from ...events import Event, EventType
 
 #: The Response statuses.
 TERMINAL_EVENT = {"completed": "response.completed", "cancelled": "response.cancelled", "failed": "response.failed"}

@@ -18,8 +18,8 @@ A server that is down, or whose connection dies during a call, gives the model a
 run: one that could not be reached did not run the call; one lost during the call may have run it, so the call
 is sent again (once, on a new session) only when the tool is declared idempotent.
 
-This module does not import the ``mcp`` package; the first connection does (:mod:`agents_celery.mcpclient`,
-extra ``agents-celery[mcp]``).
+Importing this package does not import the ``mcp`` SDK; the first connection does (:mod:`.connections`, extra
+``agents-celery[mcp]``).
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ from typing import TYPE_CHECKING, Any
 
 import jsonschema
 
-from .errors import ConfigurationError, MCPToolError, MCPUnavailable, ToolArgumentsError
-from .tools import Tool, ToolContext
+from ..errors import ConfigurationError, MCPToolError, MCPUnavailable, ToolArgumentsError
+from ..tools import Tool, ToolContext
 
 if TYPE_CHECKING:
-    from .mcpclient import Target
+    from .connections import Target
 
 __all__ = ["MCPTool", "MCPTools", "exposed_name"]
 
@@ -120,7 +120,7 @@ class MCPTools:
     # -- where the server is ---------------------------------------------------------------------------
 
     def target(self) -> Target:
-        from .mcpclient import Target
+        from .connections import Target
 
         env = tuple(sorted(self.env.items())) if self.env is not None else None
         return Target(self.url, tuple(sorted(self.headers.items())), tuple(self.command), env)
@@ -143,11 +143,11 @@ class MCPTools:
         Raises:
             MCPUnavailable: the server could not be reached or did not answer.
         """
-        from . import mcpclient
+        from . import connections
 
         try:
-            tools = mcpclient.list_tools(self.target(), self._list_changed, LIST_TIMEOUT)
-        except (mcpclient.ServerUnreachable, mcpclient.ConnectionLost, TimeoutError) as exc:
+            tools = connections.list_tools(self.target(), self._list_changed, LIST_TIMEOUT)
+        except (connections.ServerUnreachable, connections.ConnectionLost, TimeoutError) as exc:
             raise MCPUnavailable(f"MCP server {self.name!r} did not list its tools: {exc}") from None
         except Exception as exc:  # an error answer from the server
             raise MCPUnavailable(
@@ -235,7 +235,7 @@ class MCPTool(Tool):
         return {**super().manifest(), "toolset": self.toolset.name, "mcp_name": self.remote_name}
 
     def _call(self, arguments: dict[str, Any], context: ToolContext) -> str:
-        from . import mcpclient
+        from . import connections
 
         toolset = self.toolset
         meta = {"idempotency_key": context.idempotency_key, "run_id": context.run_id, "attempt": context.attempt}
@@ -245,10 +245,10 @@ class MCPTool(Tool):
         tries = 2 if self.idempotent else 1
         for attempt in range(tries):
             try:
-                text, is_error = mcpclient.call_tool(
+                text, is_error = connections.call_tool(
                     toolset.target(), toolset._list_changed, self.remote_name, arguments, meta, limit
                 )
-            except mcpclient.ServerUnreachable as exc:
+            except connections.ServerUnreachable as exc:
                 raise MCPUnavailable(
                     f"MCP server {toolset.name!r} is unreachable; the tool did not run ({exc})"
                 ) from None
@@ -256,7 +256,7 @@ class MCPTool(Tool):
                 raise MCPUnavailable(
                     f"MCP server {toolset.name!r} did not answer the call; it may or may not have run ({exc})"
                 ) from None
-            except mcpclient.ConnectionLost as exc:
+            except connections.ConnectionLost as exc:
                 if attempt + 1 < tries:
                     continue  # idempotent: once more, on a new session
                 raise MCPUnavailable(

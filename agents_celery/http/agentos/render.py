@@ -27,7 +27,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from ..events import Event, EventType
+from ...events import Event, EventType
 
 #: Our run statuses in Agno's ``RunStatus`` spelling.
 AGNO_STATUS = {

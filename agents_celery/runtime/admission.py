@@ -18,12 +18,12 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from .errors import IdempotencyKeyReusedError, PayloadTooLargeError, SessionBusyError, ValidationError
-from .runs import RunState
-from .settings import Settings
-from .storage.index import Filters
-from .storage.store import RunStore
-from .webhook import check_url
+from ..errors import IdempotencyKeyReusedError, PayloadTooLargeError, SessionBusyError, ValidationError
+from ..runs import RunState
+from ..settings import Settings
+from ..storage.index import Filters
+from ..storage.store import RunStore
+from ..webhook import check_url
 
 #: OpenAI's rule for function names (client tools are sent to the model as functions).
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")

@@ -4,7 +4,7 @@ SDK (or anything speaking the Responses API) is a client of our durable runs. Se
 
 How the Responses words map onto ours:
 
-- ``model`` names an agent; a response is one *segment* of a run (:mod:`.responses`): a run that pauses for
+- ``model`` names an agent; a response is one *segment* of a run (:mod:`.render`): a run that pauses for
   approvals or for the client's function calls goes on, after the next request answers them, as a new response
   of the same run (its log, ledger and lease are one).
 - ``input``: a string, or items. The last user message is the run's message; ``system``/``developer`` messages
@@ -12,12 +12,12 @@ How the Responses words map onto ours:
   messages of a history we do not hold are given to the model the same way. ``function_call_output`` and
   ``mcp_approval_response`` items answer the paused run; an approval may carry edited ``arguments`` (JSON text,
   our extension). What a create is (a new run, the next turn, answers; a resent history's old answers skipped)
-  is decided once, by :func:`.responsesturn.classify`.
+  is decided once, by :func:`.turn.classify`.
 - ``previous_response_id`` continues its run (answers) or starts a new run in its session; ``conversation`` is a
   session (``POST .../items`` adds to its history). ``tools`` of type ``function`` are the client's own tools; one
   of type ``mcp`` naming the agent stands for the agent's own (the Agents SDK's ``HostedMCPTool``).
 - ``Idempotency-Key``: a retried create returns the same response; so does an identical retry without one, within
-  the retry window (:mod:`.responsesretry`). A foreground create keeps its connection alive with spaces
+  the retry window (:mod:`.retry`). A foreground create keeps its connection alive with spaces
   (:mod:`.waiting`).
 
 Every route asks the access check with the run or session it names: what a caller may not see answers 404.
@@ -32,8 +32,8 @@ import time
 import uuid
 from typing import Any
 
-from ..decisions import Decision
-from ..errors import (
+from ...decisions import Decision
+from ...errors import (
     BadRequestError,
     NotFoundError,
     ResponseNotFoundError,
@@ -45,22 +45,14 @@ from ..errors import (
     StateError,
     UnsupportedError,
 )
-from ..events import Event, EventType
-from ..runs import RunState
-from ..runtime import Runtime
-from .access import Access
-from .bodies import ConversationBody, ConversationItemsBody, CreateBody, Limits, parse
-from .messages import Reply, Request, Wait
-from .responses import (
-    ResponseFold,
-    Segment,
-    approval_request_id,
-    client_call_id,
-    parse_response_id,
-    response_id,
-    starts_segment,
-)
-from .responsesinput import (
+from ...events import Event, EventType
+from ...runs import RunState
+from ...runtime import Runtime
+from ..access import Access
+from ..bodies import ConversationBody, ConversationItemsBody, CreateBody, Limits, parse
+from ..messages import Reply, Request, Wait
+from ..sse import LogStream, frame
+from .input import (
     Input,
     approval,
     check_create,
@@ -72,10 +64,18 @@ from .responsesinput import (
     output_schema_of,
     parse_input,
 )
-from .responsesitems import items_of, messages_of, page
-from .responsesretry import Retries, fingerprint
-from .responsesturn import Anchor, Turn, anchor_runs, classify
-from .sse import LogStream, frame
+from .items import items_of, messages_of, page
+from .render import (
+    ResponseFold,
+    Segment,
+    approval_request_id,
+    client_call_id,
+    parse_response_id,
+    response_id,
+    starts_segment,
+)
+from .retry import Retries, fingerprint
+from .turn import Anchor, Turn, anchor_runs, classify
 
 #: How long a cancel waits for the response to end before it answers (it ends within the stop's bound).
 CANCEL_WAIT_SECONDS = 10.0
@@ -141,9 +141,9 @@ class ResponsesEndpoint:
     # -- create ----------------------------------------------------------------------------------------------
 
     def create(self, req: Request) -> Reply:
-        """Decide once what the request is (:func:`.responsesturn.classify`), then start or continue a run. An
+        """Decide once what the request is (:func:`.turn.classify`), then start or continue a run. An
         identical retry (same caller, same body, within the retry window) joins the response the first request
-        made (:mod:`.responsesretry`)."""
+        made (:mod:`.retry`)."""
         fields = req.body()
         body = parse(fields, CreateBody, limits=self.limits)
         check_create(fields, max_chars=self.runtime.settings.max_message_chars, max_bytes=self.limits.max_body_bytes)

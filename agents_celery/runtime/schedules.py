@@ -1,5 +1,6 @@
 """Schedules of the :class:`~agents_celery.runtime.Runtime` (a mixin): runs started on a cron expression or
-every so many seconds, fired by Celery beat (:mod:`agents_celery.beat`) through :meth:`Scheduling.fire_schedules`.
+every so many seconds, fired by Celery beat (:mod:`agents_celery.broker.beat`) through
+:meth:`Scheduling.fire_schedules`.
 """
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from .agent import Agent
-from .errors import PayloadTooLargeError, ScheduleNotFoundError, SessionBusyError, UnknownAgentError, ValidationError
-from .inspection import Inspection
-from .schedule import Schedule
-from .storage.schedules import ScheduleStore
+from ..agent import Agent
+from ..errors import PayloadTooLargeError, ScheduleNotFoundError, SessionBusyError, UnknownAgentError, ValidationError
+from ..schedule import Schedule
+from ..storage.schedules import ScheduleStore
+from .reads import Inspection
 
 log = logging.getLogger(__name__)
 

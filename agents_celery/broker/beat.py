@@ -1,4 +1,4 @@
-"""Celery beat fires the stored schedules: ``celery beat -S agents_celery.beat:RunScheduler`` (which
+"""Celery beat fires the stored schedules: ``celery beat -S agents_celery.broker.beat:RunScheduler`` (which
 ``agents-celery beat`` runs).
 
 :class:`RunScheduler` is beat's own persistent scheduler (the app's ``beat_schedule`` entries still run, as
@@ -34,7 +34,7 @@ class RunScheduler(PersistentScheduler):  # type: ignore[misc]
     @property
     def runtime(self) -> Any:
         if self._runtime is None:
-            from .runtime import Runtime
+            from ..runtime import Runtime
 
             self._runtime = Runtime(celery_app=self.app)
         return self._runtime

@@ -2,6 +2,9 @@
 
 ``Runtime()`` reads the environment; ``Runtime(redis_url=..., celery_app=...)`` overrides. It writes to
 Redis and sends step tasks by name, so it works from any process that can reach Redis and the broker.
+
+The package holds the Runtime's parts: :mod:`.admission` (what a new run passes before it is created),
+:mod:`.reads` (reads and deletes of agents, runs and sessions) and :mod:`.schedules` (stored schedules).
 """
 
 from __future__ import annotations
@@ -16,25 +19,16 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from .admission import (
-    Admission,
-    check_strategy,
-    check_webhook,
-    fingerprint,
-    start_ms,
-)
-from .admission import client_tools as check_client_tools
-from .admission import idempotent_run_id as _idempotent_run_id  # (its old name here: tests import it)
-from .agent import Agent
-from .broker.extension import host_app
-from .broker.fastpaths import FastPaths
-from .broker.publisher import StepPublisher, sender_app
-from .content import UserContent, check_for_framework, check_parts, inline_count, stored_form
-from .decisions import Decision, as_decision, decide, route, with_edited_args
-from .engine.children import reopened
-from .engine.lifecycle import Lifecycle
-from .engine.waiting import start_next
-from .errors import (
+from ..agent import Agent
+from ..broker.extension import host_app
+from ..broker.fastpaths import FastPaths
+from ..broker.publisher import StepPublisher, sender_app
+from ..content import UserContent, check_for_framework, check_parts, inline_count, stored_form
+from ..decisions import Decision, as_decision, decide, route, with_edited_args
+from ..engine.children import reopened
+from ..engine.lifecycle import Lifecycle
+from ..engine.waiting import start_next
+from ..errors import (
     OutputValidationError,
     PayloadTooLargeError,
     RedisUnavailableError,
@@ -48,17 +42,26 @@ from .errors import (
     UnsupportedError,
     ValidationError,
 )
-from .events import Event, EventType, make_event, parse_position
-from .output import check_schema
-from .runs import RunState, RunStatus, RunView
-from .scheduling import Scheduling
-from .settings import Settings, load_settings
-from .storage.connections import connect, connect_async
-from .storage.eventlog import AsyncEventLog, check_offset
-from .storage.leases import Leases
-from .storage.parts import record_fields
-from .storage.schedules import ScheduleStore
-from .storage.store import RunStore
+from ..events import Event, EventType, make_event, parse_position
+from ..output import check_schema
+from ..runs import RunState, RunStatus, RunView
+from ..settings import Settings, load_settings
+from ..storage.connections import connect, connect_async
+from ..storage.eventlog import AsyncEventLog, check_offset
+from ..storage.leases import Leases
+from ..storage.parts import record_fields
+from ..storage.schedules import ScheduleStore
+from ..storage.store import RunStore
+from .admission import (
+    Admission,
+    check_strategy,
+    check_webhook,
+    fingerprint,
+    idempotent_run_id,
+    start_ms,
+)
+from .admission import client_tools as check_client_tools
+from .schedules import Scheduling
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -134,8 +137,8 @@ class RunStream:
 
 
 class Runtime(Scheduling):
-    """Start and follow durable agent runs (reads and deletes: :class:`.inspection.Inspection`; schedules:
-    :class:`.scheduling.Scheduling`).
+    """Start and follow durable agent runs (reads and deletes: :class:`.reads.Inspection`; schedules:
+    :class:`.schedules.Scheduling`).
 
     Args:
         redis_url: Overrides ``AGENTS_CELERY_REDIS_URL``.
@@ -247,7 +250,7 @@ class Runtime(Scheduling):
         asked = fingerprint(manifest["name"], message, session_id, user_id, [list(client_tools), client, output_schema])
         own_session = session_id is None
         if idempotency_key:
-            run_id = _idempotent_run_id(idempotency_key, user_id)
+            run_id = idempotent_run_id(idempotency_key, user_id)
             session_id = session_id or run_id  # every retry of the call names the same session
         else:
             run_id, session_id = uuid.uuid4().hex, session_id or uuid.uuid4().hex
@@ -416,6 +419,11 @@ class Runtime(Scheduling):
             content, stored = stored_form(checked, run_id, first)
             self.store.parts.add(run_id, stored)
         return self.store.inbox_push(run_id, content)
+
+    def follow_push(self, run_id: str, config_id: str) -> None:
+        """Start delivering the status updates of the run (an A2A task) to the push config ``config_id`` stored for
+        it (:mod:`agents_celery.storage.pushes`): a worker follows the log and POSTs them in order, with retries."""
+        self._publisher.push(run_id, config_id)
 
     # -- stopping ---------------------------------------------------------------------------------------
 

@@ -3,7 +3,7 @@
 :func:`parse_input` sorts the input items into the new user message (its parts in Chat Completions form, see
 :mod:`agents_celery.content`), the context given to the model, and the answers to a paused run (function call
 outputs, approvals as :class:`~agents_celery.decisions.Decision`); BadRequestError or UnsupportedError name
-what is wrong. The routes (:mod:`.openairesponses`) use these.
+what is wrong. The routes (:mod:`.endpoint`) use these.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..decisions import Decision
-from ..errors import BadRequestError, PayloadTooLargeError, UnsupportedError
-from .bodies import Limits, loads
+from ...decisions import Decision
+from ...errors import BadRequestError, PayloadTooLargeError, UnsupportedError
+from ..bodies import Limits, loads
 
 #: OpenAI's limits on ``metadata``: 16 pairs, keys of 64 characters at most, values of 512.
 MAX_METADATA, MAX_METADATA_KEY, MAX_METADATA_VALUE = 16, 64, 512
@@ -206,7 +206,7 @@ def _as_input_items(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def parse_input(value: str | list[dict[str, Any]], instructions: str | None) -> Input:
     """The request's input, sorted (see :class:`Input`); BadRequestError / UnsupportedError naming the problem.
-    What it is (a new turn, answers, a history replayed) is decided by :func:`.responsesturn.classify`."""
+    What it is (a new turn, answers, a history replayed) is decided by :func:`.turn.classify`."""
     got = Input()
     if instructions:
         got.context.append({"description": "instructions", "value": instructions})
