@@ -37,11 +37,12 @@ def project(worker: Any, worker_env: dict[str, str], tmp_path_factory: pytest.Te
     call_command("migrate", verbosity=0)
     from django.contrib.auth.models import User
 
-    users = {
-        "bob": User.objects.create_user("bob", password="pw"),
-        "eve": User.objects.create_user("eve", password="pw"),
-        "ada": User.objects.create_user("ada", password="pw", is_staff=True),
-    }
+    # pytest-xdist's worksteal may run this module's tests in two spells on one process, so this fixture can be set
+    # up twice there. Django is configured once per process (the first database stays), so the users may exist.
+    def user(name: str, **extra: Any) -> Any:
+        return User.objects.filter(username=name).first() or User.objects.create_user(name, password="pw", **extra)
+
+    users = {"bob": user("bob"), "eve": user("eve"), "ada": user("ada", is_staff=True)}
     yield users
     for name, value in saved.items():
         if value is None:
