@@ -44,6 +44,14 @@ def text_after(runtime: Runtime, run_id: str, after: int) -> str:
     return "".join(e.data["delta"] for e in events if e.type is EventType.TEXT_MESSAGE_CONTENT)
 
 
+def _proc_status(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return status.read().splitlines()
+    except OSError:
+        return ["(the process had exited)"]
+
+
 class LiveCLI:
     """A CLI process whose stdout is read line by line in a thread, so a test can wait on what it printed."""
 
@@ -76,6 +84,16 @@ class LiveCLI:
         code = self.proc.wait(timeout=timeout)
         self._reader.join(timeout=10)
         return code, self.output, self.proc.stderr.read()
+
+    def interrupt(self, prompt: str, timeout: float = 10) -> None:
+        """Ctrl-C, as a terminal sends it, then wait for ``prompt``. A prompt that does not come says what the process
+        printed and how its signals stood (a SIGINT ignored or blocked since its start shows in SigIgn / SigBlk)."""
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            wait_for(lambda: prompt in self.output, timeout, what=f"the prompt {prompt!r}")
+        except AssertionError as exc:
+            masks = [line for line in _proc_status(self.proc.pid) if line.startswith(("SigIgn", "SigBlk", "SigCgt"))]
+            raise AssertionError(f"{exc}; the CLI printed {self.output[-1500:]!r}; {masks}") from None
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -179,8 +197,7 @@ def test_ctrl_c_then_detach_prints_how_to_reattach(
     live.append(proc)
     run_id = wait_for(lambda: re.search(r"^run ([0-9a-f]{32}) ", proc.output, re.M), 30, what="the run line").group(1)
     wait_for(lambda: "w3" in proc.output, 30, what="some streamed text")
-    proc.proc.send_signal(signal.SIGINT)
-    wait_for(lambda: "[d]etach" in proc.output, 10, what="the stop-or-detach prompt")
+    proc.interrupt("[d]etach")
     proc.answer("d\n")
     code, out, err = proc.finish()
     assert code == 0, out + err
@@ -203,8 +220,7 @@ def test_ctrl_c_then_stop_cancels_the_run(
     proc = LiveCLI(worker_env, "run", "fake", "talk for long")
     live.append(proc)
     wait_for(lambda: "s2" in proc.output, 30, what="some streamed text")
-    proc.proc.send_signal(signal.SIGINT)
-    wait_for(lambda: "[s]top" in proc.output, 10, what="the stop-or-detach prompt")
+    proc.interrupt("[s]top")
     proc.answer("s\n")
     code, out, err = proc.finish()
     assert code == 1, out + err
