@@ -45,6 +45,7 @@ def test_cluster_errors_are_outages_and_misuse_is_not() -> None:
         RedisClusterException("Redis Cluster cannot be connected"), ClusterDownError("CLUSTERDOWN"),
         MasterDownError("MASTERDOWN"), TryAgainError("TRYAGAIN"), SlotNotCoveredError("slot 7 is not covered"),
         ClusterError("TTL exhausted."), MaxConnectionsError("Too many connections"), redis.TimeoutError("timed out"),
+        redis.ReadOnlyError("READONLY You can't write against a read only replica."),
     ]:  # fmt: skip
         down = unavailable(exc)
         assert down is not None and down.code == "redis_unavailable" and str(exc) in str(down), exc
@@ -54,6 +55,12 @@ def test_cluster_errors_are_outages_and_misuse_is_not() -> None:
         misuse.append(cross_slot("keys in more than one slot"))
     for exc in misuse:
         assert unavailable(exc) is None, exc
+    # One list: what the engine retries as a blip is what the front ends answer 503 for (a replica's READONLY
+    # after a failover was a blip for the one and a 500 for the other).
+    from agents_celery.engine.engine import BLIPS
+    from agents_celery.storage.connections import UNAVAILABLE
+
+    assert BLIPS is UNAVAILABLE
 
 
 @pytest.mark.slow

@@ -29,7 +29,6 @@ from ..errors import (
     AbandonedRunError,
     ConfigurationError,
     FencedError,
-    RedisUnavailableError,
     RunFinishedError,
     StateError,
     StopStep,
@@ -38,7 +37,7 @@ from ..events import EventType, NewEvent, close_open, make_event
 from ..hooks import Hooks, StepInfo, call_hooks
 from ..runs import RunState, RunStatus
 from ..settings import Settings
-from ..storage.connections import connect
+from ..storage.connections import UNAVAILABLE, connect, is_unavailable
 from ..storage.leases import LeaseKeeper, Leases, new_token
 from ..storage.pending import Pending
 from ..storage.scripts import InboxGrew
@@ -68,19 +67,10 @@ log = logging.getLogger(__name__)
 Enqueue = Callable[[str, int, str], None]
 #: Sends a run's webhook: ``notify(state, committed_steps)``.
 Notify = Callable[[RunState, int], None]
-#: Errors of the connection to Redis rather than of the run (a reset, a timeout, Redis loading after a restart,
-#: a replica after a failover, a Redis Cluster electing a new master for a slot): an attempt that dies of one is a
-#: blip, not counted in ``max_step_attempts``.
-BLIPS: tuple[type[Exception], ...] = (
-    redis.ConnectionError,
-    redis.TimeoutError,
-    redis.ReadOnlyError,
-    RedisUnavailableError,
-    redis.exceptions.ClusterError,  # redirections exhausted while the cluster's layout changes
-    redis.exceptions.ClusterDownError,
-    redis.exceptions.TryAgainError,
-    redis.exceptions.SlotNotCoveredError,
-)
+#: Errors of the connection to Redis rather than of the run: an attempt that dies of one is a blip, not counted
+#: in ``max_step_attempts``. The list is storage's :data:`~agents_celery.storage.connections.UNAVAILABLE`, the one
+#: the HTTP front ends answer 503 for.
+BLIPS = UNAVAILABLE
 #: Pauses before each try to give a blip's lease back (the first at once, on a fresh connection): about 1.3 s
 #: in all, well inside a lease; past them the lease expires by itself and the attempt counts.
 GIVE_BACK_PAUSES = (0.0, 0.05, 0.25, 1.0)
@@ -118,7 +108,11 @@ class Engine:
     @property
     def _away(self) -> tuple[type[BaseException], ...]:
         """Redis or the broker away: the errors an attempt is given back for."""
-        return (RedisUnavailableError, redis.RedisError, *self.blips)
+        return (redis.RedisError, *self.blips)
+
+    def _is_blip(self, exc: BaseException) -> bool:
+        """A connection error of Redis or the broker, not a cluster client's misuse that only looks like one."""
+        return isinstance(exc, self.blips) and (is_unavailable(exc) or not isinstance(exc, UNAVAILABLE))
 
     def fresh_claim(self, run_id: str, step: int) -> tuple[str, Claim]:
         """A new lease token and the claim of an attempt at ``step`` made with it."""
@@ -159,7 +153,7 @@ class Engine:
                 step,
                 exc,
             )
-            attempt.outcome, attempt.blip = "given back", isinstance(exc, self.blips)
+            attempt.outcome, attempt.blip = "given back", self._is_blip(exc)
 
     def _let_go(self, attempt: Attempt) -> None:
         """An attempt that did not commit gives its lease up (the commit gave it up in the same round trip): as

@@ -28,17 +28,21 @@ from ..errors import ConfigurationError, RedisUnavailableError
 from ..ids import pid
 from ..settings import CLUSTER_SCHEMES, SENTINEL_SCHEMES, parse_cluster, parse_sentinel
 
-#: redis-py's errors that say the state store does not answer now, rather than that a command was wrong: a
-#: connection refused, reset or timed out (a full pool's ``MaxConnectionsError`` is one), and a Redis Cluster that
-#: cannot be reached or is electing a master (``RedisClusterException`` "cannot be connected", ``CLUSTERDOWN``,
-#: ``TRYAGAIN``, a slot not covered, redirections exhausted). ``RedisClusterException`` is not a ``RedisError``:
-#: code catching ``redis.ConnectionError`` alone lets these through. The HTTP front ends answer 503 for them.
+#: The one list of errors that say Redis does not answer now, rather than that a command was wrong. The engine
+#: gives an attempt that dies of one back as a blip (not counted against its attempts); the HTTP front ends
+#: answer 503. It holds a connection refused, reset or timed out (a full pool's ``MaxConnectionsError`` is one), a
+#: replica that became read-only in a failover (``READONLY``), and a Redis Cluster that cannot be reached or is
+#: electing a master (``RedisClusterException`` "cannot be connected", ``CLUSTERDOWN``, ``TRYAGAIN``, a slot not
+#: covered, redirections exhausted). ``RedisClusterException`` is not a ``RedisError``, so code catching
+#: ``redis.ConnectionError`` alone lets these through. Our own :class:`RedisUnavailableError` says the same.
 UNAVAILABLE: tuple[type[Exception], ...] = (
     redis.ConnectionError,
     redis.TimeoutError,
+    redis.ReadOnlyError,
     redis.exceptions.ClusterError,
     redis.exceptions.TryAgainError,
     redis.exceptions.RedisClusterException,
+    RedisUnavailableError,
 )
 #: ``RedisClusterException``s that are the command's fault (a transaction across slots, a pipeline misused): bugs,
 #: not outages. Looked up by name: older redis-py versions have neither.
@@ -49,10 +53,17 @@ _MISUSE: tuple[type[Exception], ...] = tuple(
 )
 
 
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` is one of :data:`UNAVAILABLE` and not a misuse that only looks like one."""
+    return isinstance(exc, UNAVAILABLE) and not isinstance(exc, _MISUSE)
+
+
 def unavailable(exc: BaseException) -> RedisUnavailableError | None:
     """The :class:`RedisUnavailableError` (a 503) an error of :data:`UNAVAILABLE` stands for; None for any other."""
-    if not isinstance(exc, UNAVAILABLE) or isinstance(exc, _MISUSE):
+    if not is_unavailable(exc):
         return None
+    if isinstance(exc, RedisUnavailableError):
+        return exc
     return RedisUnavailableError(f"Redis does not answer: {exc}")
 
 
