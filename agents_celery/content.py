@@ -270,11 +270,29 @@ def resolved(messages: Sequence[dict[str, Any]], parts: Mapping[str, dict[str, A
 
 
 def text_of(content: Any) -> str:
-    """The text of a message's content (its text parts joined; a string as it is)."""
+    """The text of a message's content or of a tool's output, the one rule every reader uses.
+
+    A string is its own text and None has none. A list of parts is the text of each part joined with nothing
+    between: a string part as it is, a dict part its ``text`` (or, for a tool result's part, its ``content``), any
+    other part nothing. Any other value (a structured prompt or output) is its JSON, so nothing given is lost.
+    """
     if isinstance(content, str):
         return content
+    if content is None:
+        return ""
     if isinstance(content, list):
-        return "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+        return "".join(_part_text(part) for part in content)
+    return json.dumps(content, default=str)
+
+
+def _part_text(part: Any) -> str:
+    if isinstance(part, str):
+        return part
+    if not isinstance(part, dict):
+        return ""
+    for key in ("text", "content"):
+        if isinstance(part.get(key), str):
+            return str(part[key])
     return ""
 
 

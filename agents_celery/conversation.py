@@ -12,20 +12,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(c if isinstance(c, str) else str(c.get("text") or c.get("content") or "") for c in content)
-    return "" if content is None else json.dumps(content)
+from .content import text_of
 
 
 def _user_content(content: Any) -> Any:
     """A user prompt's content as a chat message's: its text, or content parts when it holds images or files (a
     part stored beside the run as the reference part it is kept as, an image by URL as an ``image_url`` part)."""
     if not isinstance(content, list) or not any(isinstance(c, dict) and _is_file(c) for c in content):
-        return _text(content)
+        return text_of(content)
     out: list[dict[str, Any]] = []
     for item in content:
         if isinstance(item, str):
@@ -37,7 +31,7 @@ def _user_content(content: Any) -> Any:
         elif _is_file(item):  # inline data of the user's own making: named, not copied
             out.append({"type": "text", "text": f"[{item.get('media_type') or item.get('kind')}]"})
         else:
-            out.append({"type": "text", "text": _text([item])})
+            out.append({"type": "text", "text": text_of([item])})
     return out
 
 
@@ -71,7 +65,7 @@ def _request(message: dict[str, Any]) -> list[dict[str, Any]]:
     for part in message.get("parts") or []:
         kind = part.get("part_kind")
         if kind == "system-prompt":
-            out.append({"role": "system", "content": _text(part.get("content"))})
+            out.append({"role": "system", "content": text_of(part.get("content"))})
         elif kind == "user-prompt":
             out.append({"role": "user", "content": _user_content(part.get("content"))})
         elif kind == "tool-return":
@@ -79,7 +73,7 @@ def _request(message: dict[str, Any]) -> list[dict[str, Any]]:
             text = content if isinstance(content, str) else json.dumps(content)
             out.append({"role": "tool", "tool_call_id": part.get("tool_call_id", ""), "content": text})
         elif kind == "retry-prompt":
-            text = _text(part.get("content"))
+            text = text_of(part.get("content"))
             if part.get("tool_name"):
                 out.append({"role": "tool", "tool_call_id": part.get("tool_call_id", ""), "content": text})
             else:

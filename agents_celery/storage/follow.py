@@ -22,6 +22,7 @@ from ..errors import LogRewoundError, ValidationError
 from ..events import Event, tag_of
 from .connections import IdleCheck, is_cluster
 from .keys import Keys
+from .replies import as_text
 
 LogStatus = Literal["live", "paused", "ended"]
 
@@ -67,13 +68,9 @@ def check_offset(after: int, name: str = "after") -> int:
     return after
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def log_info(run_id: str, row: Sequence[Any]) -> LogInfo:
     """A run's :class:`LogInfo` from its record's ``log``, ``next``, ``session_id`` and ``agent_id`` fields."""
-    status, nxt, session_id, agent_id = (_text(v) if v is not None else "" for v in row)
+    status, nxt, session_id, agent_id = (as_text(v) if v is not None else "" for v in row)
     return LogInfo(run_id, status, int(nxt or 0), session_id, agent_id)  # type: ignore[arg-type]
 
 
@@ -82,7 +79,7 @@ def entries(raw: Iterable[Any]) -> list[Entry]:
     out = []
     for entry_id, fields in raw:
         stored = fields.get(b"event") if b"event" in fields else fields.get("event")
-        out.append((int(_text(entry_id).split("-", 1)[0]), _text(stored)))
+        out.append((int(as_text(entry_id).split("-", 1)[0]), as_text(stored)))
     return out
 
 
@@ -151,7 +148,7 @@ class Watching:
         owners = {self.keys.run(child).events: child for child in self.last}
         own, pages = [], []
         for stream, batch in reply.items() if isinstance(reply, dict) else reply:
-            name = _text(stream)
+            name = as_text(stream)
             if name == key:
                 own.append((stream, batch))
             elif name in owners and (found := entries(batch)):

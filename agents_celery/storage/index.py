@@ -37,6 +37,7 @@ from ..errors import ValidationError
 from ..runs import RunPage, RunStatus, RunView, load_state
 from ..settings import Settings
 from .keys import Keys
+from .replies import as_text
 
 #: The index of each status (queued and running share ``live``: a run's first claim writes no index).
 STATUS_CLASS = {
@@ -108,10 +109,6 @@ def check_limit(limit: int) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise ValidationError(f"limit must be an integer from 1 to {MAX_LIMIT}, got {limit!r}")
     return limit
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class RunIndex:
@@ -265,8 +262,8 @@ class RunIndex:
             if cursor is not None:
                 score, member = cursor
                 same = replies[0]  # the rest of the cursor's own score
-                yield from ((m, score) for m in sorted((_text(m) for m in same), reverse=True) if m < member)
-            rows = [(_text(m), int(s)) for m, s in replies[-1]]
+                yield from ((m, score) for m in sorted((as_text(m) for m in same), reverse=True) if m < member)
+            rows = [(as_text(m), int(s)) for m, s in replies[-1]]
             yield from rows
             if len(rows) < chunk:
                 return
@@ -359,7 +356,7 @@ class RunIndex:
                     agent_id=state.agent_id,
                     session_id=state.session_id,
                     user_id=state.user_id,
-                    queue=_text(queue) if queue else self.settings.queue,
+                    queue=as_text(queue) if queue else self.settings.queue,
                     status=state.status,
                     last_offset=int(next_offset or 0) - 1,
                     output=state.output,

@@ -22,6 +22,7 @@ import redis
 
 from ..events import NewEvent
 from .keys import Keys
+from .replies import as_text
 from .scripts import refusal, register
 
 #: Called after every journal write with ``(run_id, unit name, seq)``: observability, and what crash tests use
@@ -39,10 +40,6 @@ class Entry:
     result: Any
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 class Journal:
     """The replay journals of every run."""
 
@@ -58,8 +55,8 @@ class Journal:
         prefix = f"j:{segment}:"
         found: dict[int, Entry] = {}
         for field, raw in self.redis.hscan_iter(self.keys.run(run_id).effects, match=f"{prefix}*", count=500):
-            entry = json.loads(_text(raw))
-            seq = int(_text(field)[len(prefix) :])
+            entry = json.loads(as_text(raw))
+            seq = int(as_text(field)[len(prefix) :])
             found[seq] = Entry(entry["name"], entry["ordinal"], entry["digest"], entry["result"])
         return found
 

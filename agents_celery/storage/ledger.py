@@ -17,6 +17,7 @@ import redis
 
 from .keys import Keys
 from .pending import Pending, SendAhead
+from .replies import as_text
 from .scripts import refusal, register
 
 
@@ -35,10 +36,6 @@ def parse_effect(raw: str) -> Effect | None:
         return None
     entry = json.loads(raw)
     return Effect(entry["status"], entry.get("result"), entry.get("error"))
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class Ledger:
@@ -86,7 +83,7 @@ class Ledger:
         failover fence; the entry found instead, if any."""
         k = self.keys.run(run_id)
         try:
-            raw = _text(script(keys=[k.effects, k.lease], args=args, client=self._own()))
+            raw = as_text(script(keys=[k.effects, k.lease], args=args, client=self._own()))
         except redis.ResponseError as exc:
             mapped = refusal(exc, run_id)
             raise (mapped or exc) from None

@@ -14,6 +14,7 @@ from typing import Any
 import redis
 
 from .keys import Keys
+from .replies import as_text
 
 
 class PushConfigs:
@@ -38,7 +39,7 @@ class PushConfigs:
 
     def all(self, run_id: str) -> list[dict[str, Any]]:
         found = self.redis.hgetall(self.key(run_id))
-        named = {(k.decode() if isinstance(k, bytes) else k): v for k, v in found.items()}
+        named = {as_text(k): v for k, v in found.items()}
         return [json.loads(v) for k, v in sorted(named.items()) if k.startswith("cfg:")]
 
     def delete(self, run_id: str, config_id: str) -> bool:

@@ -13,10 +13,7 @@ from typing import Any
 
 from .eventlog import LogStatus
 from .ledger import Effect, parse_effect
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+from .replies import as_text
 
 
 @dataclass(frozen=True)
@@ -64,22 +61,22 @@ class ClaimReply:
 
     @classmethod
     def parse(cls, reply: Any) -> ClaimReply:
-        outcome = _text(reply[0])
+        outcome = as_text(reply[0])
         if outcome != "OK":
             return cls(outcome)
         (_, attempt, step_offset, next_offset, state_json, stop, ids, entries, messages, inbox, blips, advanced) = reply
         return cls(
             outcome,
-            attempt=int(_text(attempt)),
-            step_offset=int(_text(step_offset)) if _text(step_offset) else None,
-            next_offset=int(_text(next_offset)),
-            state_json=_text(state_json),
-            stop_reason=_text(stop),
-            effects={_text(i): parse_effect(_text(e)) for i, e in zip(ids or [], entries or [], strict=True)},
+            attempt=int(as_text(attempt)),
+            step_offset=int(as_text(step_offset)) if as_text(step_offset) else None,
+            next_offset=int(as_text(next_offset)),
+            state_json=as_text(state_json),
+            stop_reason=as_text(stop),
+            effects={as_text(i): parse_effect(as_text(e)) for i, e in zip(ids or [], entries or [], strict=True)},
             messages=messages or [],
             inbox=int(inbox),
-            blips=int(_text(blips)),
-            advanced=int(_text(advanced)),
+            blips=int(as_text(blips)),
+            advanced=int(as_text(advanced)),
         )
 
 

@@ -15,10 +15,7 @@ import redis
 from ..schedule import Schedule
 from .connections import atomic
 from .keys import Keys
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+from .replies import as_text
 
 
 class ScheduleStore:
@@ -57,8 +54,8 @@ class ScheduleStore:
                 pipe.zrange(due_key, 0, -1, withscores=True)
             replies = pipe.execute()
         raw = {k: v for part in replies[::2] for k, v in part.items()}
-        dues = {_text(k): v for part in replies[1::2] for k, v in part}
-        found = [self._load(v, dues.get(_text(k))) for k, v in raw.items()]
+        dues = {as_text(k): v for part in replies[1::2] for k, v in part}
+        found = [self._load(v, dues.get(as_text(k))) for k, v in raw.items()]
         return sorted(found, key=lambda s: (s.created_at, s.schedule_id))
 
     def delete(self, schedule_id: str) -> bool:
@@ -75,7 +72,7 @@ class ScheduleStore:
             for due_key in self.keys.buckets_of(self.due_key):
                 pipe.zrangebyscore(due_key, 0, now_ms, start=0, num=limit, withscores=True)
             found: list[Any] = pipe.execute()
-        rows = sorted((int(score), _text(member)) for part in found for member, score in part)
+        rows = sorted((int(score), as_text(member)) for part in found for member, score in part)
         return [(member, score) for score, member in rows[:limit]]
 
     def next_due(self) -> int | None:

@@ -20,6 +20,7 @@ from ..settings import Settings
 from .index import RunIndex
 from .keys import Keys
 from .parts import Parts
+from .replies import as_text
 from .scripts import register
 
 
@@ -31,10 +32,6 @@ def owner_value(user_id: str | None) -> str:
 def owner_of(value: str) -> str | None:
     """The user id a stored owner names (None: a run without a user started the session)."""
     return None if value == "-" else value.removeprefix("u:")
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class Sessions:
@@ -59,7 +56,7 @@ class Sessions:
     def active(self, session_id: str) -> str | None:
         """The session's queued, running or paused run (None: the session is free)."""
         value = self.redis.get(self.keys.session(session_id).active)
-        return _text(value) if value is not None else None
+        return as_text(value) if value is not None else None
 
     def take(self, session_id: str, run_id: str, previous: str | None) -> bool:
         """Make ``run_id`` the session's active run if the active one is still ``previous`` (or none)."""
@@ -79,7 +76,7 @@ class Sessions:
         reply = self._admit(keys=[sk.owner, sk.active, sk.history], args=[owner_value(user_id), ttl, run_id])
         if int(reply[0]) == 1:
             return [json.loads(m) for m in reply[1:]], run_id
-        return None, _text(reply[1])
+        return None, as_text(reply[1])
 
     def release(self, session_id: str, run_id: str) -> None:
         """Free the session if ``run_id`` is still its active run."""
@@ -94,7 +91,7 @@ class Sessions:
 
     def first_in_line(self, session_id: str) -> str | None:
         value = self.redis.lindex(self.keys.session(session_id).waiting, 0)
-        return _text(value) if value is not None else None
+        return as_text(value) if value is not None else None
 
     def leave_line(self, session_id: str, run_id: str, front: bool = False) -> None:
         """Take a run out of the session's line (``front``: put it back at the head instead)."""
@@ -133,13 +130,13 @@ class Sessions:
         raw = self.redis.get(self.keys.session(session_id).owner)
         if raw is None:
             return False, None
-        return True, owner_of(_text(raw))
+        return True, owner_of(as_text(raw))
 
     def own(self, session_id: str, user_id: str | None) -> str | None:
         """Record ``user_id`` as the session's owner unless it has one; returns the owner as recorded."""
         ttl = max(int(self.settings.session_ttl_seconds * 1000), self.settings.retention_ms)
         recorded = self._own(keys=[self.keys.session(session_id).owner], args=[owner_value(user_id), ttl])
-        return owner_of(_text(recorded))
+        return owner_of(as_text(recorded))
 
     # -- AG-UI segments ----------------------------------------------------------------------------------
 
@@ -148,7 +145,7 @@ class Sessions:
         raw = self.redis.hget(self.keys.session(session_id).agui, name)
         if raw is None:
             return None
-        run_id, _, after = _text(raw).partition(" ")
+        run_id, _, after = as_text(raw).partition(" ")
         return run_id, int(after)
 
     def mark_segment(self, session_id: str, names: Sequence[str], run_id: str, after: int) -> None:

@@ -40,6 +40,7 @@ from .manifests import Manifests
 from .parts import Parts
 from .pending import Pending, SendAhead, call_now
 from .records import ClaimArgs, ClaimReply, CommitArgs
+from .replies import as_text
 from .scripts import refusal, register
 from .sessions import Sessions
 from .states import CachedState, StateCache
@@ -98,10 +99,6 @@ class SentClaim:
 def entry_of(state: RunState) -> Entry:
     """What the indexes know of a run."""
     return Entry(state.run_id, state.created_at, state.agent_id, state.session_id, state.user_id)
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _no_check(client: redis.Redis) -> None:
@@ -182,7 +179,7 @@ class RunStore:
 
     def run_fields(self, run_id: str, *names: str) -> list[str | None]:
         """Fields of the run's record (``queue``, ``root_task``, ``last_task`` ...), None where absent."""
-        return [_text(v) if v is not None else None for v in self.redis.hmget(self.keys.run(run_id).run, names)]
+        return [as_text(v) if v is not None else None for v in self.redis.hmget(self.keys.run(run_id).run, names)]
 
     def load(self, run_id: str) -> tuple[RunState, int]:
         """The run's committed state and step number. Raises RunNotFoundError / RunExpiredError."""
@@ -374,14 +371,14 @@ class RunStore:
                 landed = self.redis.hget(self.keys.run(run_id).run, "state_id")
             except redis.RedisError:
                 raise exc from None
-            if landed is not None and _text(landed) == state_id:
+            if landed is not None and as_text(landed) == state_id:
                 log.warning("run=%s: a commit's reply was lost (%s); it was committed", run_id, exc)
                 return -1
             log.warning("run=%s: a commit failed on its connection (%s); sent again", run_id, exc)
             try:
                 return int(self._commit(keys=keys, args=args, client=self._client()))
             except redis.ResponseError:  # refused: the first one may have run after all, late
-                if _text(self.redis.hget(self.keys.run(run_id).run, "state_id") or b"") == state_id:
+                if as_text(self.redis.hget(self.keys.run(run_id).run, "state_id") or b"") == state_id:
                     return -1
                 raise
 

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...content import text_of
 from ...decisions import Decision
 from ...errors import BadRequestError, PayloadTooLargeError, UnsupportedError
 from ..bodies import Limits, loads
@@ -79,22 +80,13 @@ def check_item(item: dict[str, Any], where: str, max_chars: int) -> None:
     """The texts of one input or conversation item (``where``: its param, ``input[3]``) held to ``max_chars``."""
     kind = item.get("type", "message" if "role" in item else None)
     if kind == "message":
-        _check_chars(_text_of(item.get("content")), f"{where}.content", max_chars)
+        _check_chars(text_of(item.get("content")), f"{where}.content", max_chars)
     elif kind == "function_call_output":
-        _check_chars(_text_of(item.get("output")), f"{where}.output", max_chars)
+        _check_chars(text_of(item.get("output")), f"{where}.output", max_chars)
     for key in ("arguments", "reason"):
         if key in item:
             text = item[key] if isinstance(item[key], str) else json.dumps(item[key], default=str)
             _check_chars(text, f"{where}.{key}", max_chars)
-
-
-def _text_of(content: Any) -> str:
-    """The text of message content or of an output (a string, or parts), as the model would get it."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
-    return ""
 
 
 def _check_chars(text: str, param: str, most: int) -> None:

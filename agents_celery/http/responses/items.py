@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from ...content import text_of
 from ...errors import BadRequestError, UnsupportedError
 from .input import message_item
 
@@ -26,7 +27,7 @@ def items_of(message: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from _pydantic_items(message)
         return
     role, content = message.get("role"), message.get("content")
-    text = _text(content)
+    text = text_of(content)
     if role == "tool":
         yield {"type": "function_call_output", "call_id": message.get("tool_call_id", ""), "output": text}
         return
@@ -43,9 +44,9 @@ def _pydantic_items(message: dict[str, Any]) -> Iterator[dict[str, Any]]:
         kind = part.get("part_kind")
         if kind in ("user-prompt", "system-prompt"):
             role = "user" if kind == "user-prompt" else "system"
-            yield {**message_item(role, _text(part.get("content"))), "status": "completed"}
+            yield {**message_item(role, text_of(part.get("content"))), "status": "completed"}
         elif kind == "text":
-            yield {**message_item("assistant", _text(part.get("content"))), "status": "completed"}
+            yield {**message_item("assistant", text_of(part.get("content"))), "status": "completed"}
         elif kind == "tool-call":
             args = part.get("args")
             arguments = args if isinstance(args, str) else json.dumps(args or {})
@@ -58,14 +59,6 @@ def _pydantic_items(message: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 def _call_item(call_id: str, name: str, arguments: str) -> dict[str, Any]:
     return {"type": "function_call", "call_id": call_id, "name": name, "arguments": arguments, "status": "completed"}
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(p.get("text") or p.get("content") or "") if isinstance(p, dict) else str(p) for p in content)
-    return "" if content is None else str(content)
 
 
 def messages_of(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -81,12 +74,12 @@ def messages_of(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
             role = item.get("role")
             if role not in ("user", "assistant", "system", "developer"):
                 raise BadRequestError(f"a message's role must be user, assistant, system or developer, got {role!r}")
-            out.append({"role": role, "content": _text(item.get("content"))})
+            out.append({"role": role, "content": text_of(item.get("content"))})
         elif kind == "function_call":
             _add_call(out, item)
         elif kind == "function_call_output":
             output = item.get("output")
-            text = output if isinstance(output, str) else _text(output)
+            text = output if isinstance(output, str) else text_of(output)
             out.append({"role": "tool", "tool_call_id": str(item.get("call_id", "")), "content": text})
         elif kind not in ("mcp_call", "mcp_approval_request", "mcp_approval_response", "reasoning", "mcp_list_tools"):
             raise UnsupportedError(f"conversation items of type {kind!r} are not supported")
