@@ -167,7 +167,7 @@ class EventLog:
     def set_status(self, run_id: str, status: LogStatus, token: str, events: Sequence[NewEvent] = ()) -> int:
         """Move the log to ``status``, appending ``events`` atomically; ``ended`` starts the retention."""
         k = self._keys.run(run_id)
-        keys = [k.run, k.events, k.lease, k.effects, k.gone, k.stop, k.messages, k.inbox]
+        keys = k.ending
         args = [token, status, str(self.retention_ms), str(self.tombstone_ms)] + [e.json for e in events]
         first = self._call(self._set_status, run_id, keys, args, True)
         if self.fence:

@@ -127,6 +127,24 @@ class RunKeys:
     inbox: str
     sent: str
     fence: str
+    a2apush: str
+
+    @property
+    def claiming(self) -> list[str]:
+        """``lua/claim.lua``'s KEYS, in its order."""
+        return [self.run, self.lease, self.stop, self.events, self.effects, self.messages, self.inbox]
+
+    @property
+    def ending(self) -> list[str]:
+        """The keys whose TTL becomes the retention when the run ends (the ``Same TTL as the run record`` ones
+        above, the lease and the tombstone): ``lua/commit.lua``'s and ``lua/set_status.lua``'s first KEYS, in
+        their order."""
+        return [self.run, self.events, self.lease, self.effects, self.gone, self.stop, self.messages, self.inbox]
+
+    @property
+    def every(self) -> list[str]:
+        """Every key of the run: what deleting it deletes."""
+        return [*self.ending, self.sent, self.fence, self.a2apush]
 
 
 @dataclass(frozen=True)
@@ -177,6 +195,7 @@ class Keys:
             inbox=f"{base}:inbox",
             sent=f"{base}:sent",
             fence=f"{base}:fence",
+            a2apush=f"{base}:a2apush",
         )
 
     def session(self, session_id: str) -> SessionKeys:

@@ -24,7 +24,7 @@ class PushConfigs:
         self.redis, self.keys, self.ttl_ms = client, keys, ttl_ms
 
     def key(self, run_id: str) -> str:
-        return f"{self.keys.run(run_id).run}:a2apush"
+        return self.keys.run(run_id).a2apush
 
     def put(self, run_id: str, config: dict[str, Any]) -> None:
         key = self.key(run_id)

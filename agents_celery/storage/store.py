@@ -231,7 +231,7 @@ class RunStore:
         k = self.keys.run(run_id)
         known_id = known.state_id if known else ""
         args = ClaimArgs(token, step, self.settings.lease_ttl_ms, started[0].json, started[1].json, known_id)
-        return [k.run, k.lease, k.stop, k.events, k.effects, k.messages, k.inbox], args
+        return k.claiming, args
 
     def _claimed(self, run_id: str, reply: Any, known: CachedState | None) -> Claim:
         r = ClaimReply.parse(reply)
@@ -335,7 +335,7 @@ class RunStore:
             messages=[json.dumps(m) for m in new_messages],
             events=[e.json for e in events],
         )
-        keys = [k.run, k.events, k.lease, k.effects, k.gone, k.stop, k.messages, k.inbox]
+        keys = k.ending
         if task or ack:  # keys the script does not touch stand in for the missing ones: it reads ARGV first
             keys += [task[0] if task else k.run, *((ack.index_key, ack.hash_key) if ack else (k.run, k.run))]
         # Entered before it is sent: the next step's claim may go out before this reply is read.
@@ -490,7 +490,7 @@ class RunStore:
         """Remove an ended run: its keys and its index entries (one round trip)."""
         k = self.keys.run(state.run_id)
         with self.redis.pipeline(transaction=False) as pipe:
-            for key in (k.run, k.events, k.lease, k.effects, k.stop, k.gone, k.messages, k.inbox, f"{k.run}:a2apush"):
+            for key in k.every:
                 pipe.delete(key)  # one key a command: a cluster pipeline takes no other
             pipe.zrem(self.live_key(state.run_id), state.run_id)
             self.index.forget(pipe, entry_of(state))
