@@ -356,6 +356,36 @@ _PAIRS = (
 UNIT_SAVED = "unit_saved"
 
 
+class ToolCalls:
+    """The name and the arguments streamed so far of each tool call a run's events announced, by call id: what
+    the renderers that show a call whole (AgentOS, Responses) fold from TOOL_CALL_START and TOOL_CALL_ARGS."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}
+        self.raw_args: dict[str, str] = {}
+
+    def take(self, ev: Event) -> None:
+        """Fold in ``ev`` (events of other types are left alone)."""
+        ident = ev.data.get("tool_call_id", "")
+        if ev.type is EventType.TOOL_CALL_START:
+            self.names[ident] = ev.data.get("tool_call_name", "")
+            self.raw_args[ident] = ""
+        elif ev.type is EventType.TOOL_CALL_ARGS:
+            self.raw_args[ident] = self.raw_args.get(ident, "") + ev.data.get("delta", "")
+
+    def arguments(self, ident: str) -> str:
+        """The call's arguments as streamed (JSON text; ``{}`` before any came)."""
+        return self.raw_args.get(ident) or "{}"
+
+    def args(self, ident: str) -> dict[str, Any]:
+        """The call's arguments as a JSON object; an empty one while they are not (yet) one."""
+        try:
+            value = json.loads(self.arguments(ident))
+        except ValueError:
+            return {}
+        return value if isinstance(value, dict) else {}
+
+
 def close_open(events: list[Event]) -> list[NewEvent]:
     """Events that close every message, tool call and step left open in ``events`` (a crashed attempt's)."""
     open_ids: dict[EventType, list[str]] = {start: [] for start, _, _ in _PAIRS}

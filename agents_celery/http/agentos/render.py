@@ -27,7 +27,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from ...events import Event, EventType
+from ...events import Event, EventType, ToolCalls
 
 #: Our run statuses in Agno's ``RunStatus`` spelling.
 AGNO_STATUS = {
@@ -65,14 +65,6 @@ def tool_object(
     }
 
 
-def _parse_args(raw: str) -> dict[str, Any]:
-    try:
-        value = json.loads(raw or "{}")
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
 class AgentOSRenderer:
     """Turns one run's stored events into AgentOS events; remembers tool names and arguments across a stream.
 
@@ -86,8 +78,7 @@ class AgentOSRenderer:
         self._history = history
         #: Names of the agent's tools that need a confirmation.
         self._confirm = confirm
-        self._names: dict[str, str] = {}
-        self._args: dict[str, str] = {}
+        self._calls = ToolCalls()
         self._decisions: dict[str, str] = {}
         self._primed = False
 
@@ -97,13 +88,8 @@ class AgentOSRenderer:
         self._remember(ev)
 
     def _remember(self, ev: Event) -> None:
-        ident = ev.data.get("tool_call_id", "")
-        if ev.type is EventType.TOOL_CALL_START:
-            self._names[ident] = ev.data.get("tool_call_name", "")
-            self._args[ident] = ""
-        elif ev.type is EventType.TOOL_CALL_ARGS:
-            self._args[ident] = self._args.get(ident, "") + ev.data.get("delta", "")
-        elif ev.type is EventType.RUN_STARTED:
+        self._calls.take(ev)
+        if ev.type is EventType.RUN_STARTED:
             for d in (ev.data.get("metadata") or {}).get("decisions") or []:
                 self._decisions[d.get("tool_call_id", "")] = d.get("decision", "")
 
@@ -114,15 +100,15 @@ class AgentOSRenderer:
                 self._remember(ev)
 
     def _tool(self, ident: str, **extra: Any) -> dict[str, Any]:
-        if ident not in self._names:
+        if ident not in self._calls.names:
             self._prime()
         decision = self._decisions.get(ident)
         confirmed = None if decision is None else decision == "approved"
         return tool_object(
             ident,
-            self._names.get(ident),
-            _parse_args(self._args.get(ident, "")),
-            requires_confirmation=decision is not None or self._names.get(ident) in self._confirm,
+            self._calls.names.get(ident),
+            self._calls.args(ident),
+            requires_confirmation=decision is not None or self._calls.names.get(ident) in self._confirm,
             confirmed=confirmed,
             **extra,
         )

@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...events import Event, EventType
+from ...events import Event, EventType, ToolCalls
 
 #: The Response statuses.
 TERMINAL_EVENT = {"completed": "response.completed", "cancelled": "response.cancelled", "failed": "response.failed"}
@@ -168,8 +168,7 @@ class ResponseFold:
         self.answered = False
         #: The client's answers to its function calls, as the log recorded them.
         self.function_outputs: dict[str, str] = {}
-        self._names: dict[str, str] = {}
-        self._args: dict[str, str] = {}
+        self._calls = ToolCalls()
         self._open: dict[str, int] = {}  # message or call id -> output index, while its item is open
         self._step_items: list[str] = []  # ids of the items opened in the current step (closed at its end)
 
@@ -177,7 +176,7 @@ class ResponseFold:
 
     def feed(self, ev: Event) -> list[dict[str, Any]]:
         """The Responses events ``ev`` renders to (none before the segment or after its end)."""
-        self._remember(ev)
+        self._calls.take(ev)
         if self.ended:
             return []
         if not self.started:
@@ -193,14 +192,6 @@ class ResponseFold:
             return [self._event("response.created", response=self.response())]
         self._at = ev.offset
         return self._render(ev)
-
-    def _remember(self, ev: Event) -> None:
-        ident = ev.data.get("tool_call_id", "")
-        if ev.type is EventType.TOOL_CALL_START:
-            self._names[ident] = ev.data.get("tool_call_name", "")
-            self._args[ident] = ""
-        elif ev.type is EventType.TOOL_CALL_ARGS:
-            self._args[ident] = self._args.get(ident, "") + ev.data.get("delta", "")
 
     def _render(self, ev: Event) -> list[dict[str, Any]]:
         data, kind = ev.data, ev.type
@@ -267,7 +258,7 @@ class ResponseFold:
 
     def _call(self, ev: Event) -> list[dict[str, Any]]:
         cid = str(ev.data.get("tool_call_id", ""))
-        name = self._names.get(cid, "")
+        name = self._calls.names.get(cid, "")
         if ev.type is EventType.TOOL_CALL_START:
             if name in self.segment.confirm and name not in self.segment.functions:
                 return []  # shown as an approval request at the pause (or as an mcp_call once it ran)
@@ -309,7 +300,7 @@ class ResponseFold:
 
     def _result(self, ev: Event) -> list[dict[str, Any]]:
         cid = str(ev.data.get("tool_call_id", ""))
-        name = self._names.get(cid, "")
+        name = self._calls.names.get(cid, "")
         content = ev.data.get("content")
         text = content if isinstance(content, str) else json.dumps(content)
         if name in self.segment.functions:
@@ -323,7 +314,7 @@ class ResponseFold:
                 "type": "mcp_call",
                 "server_label": self.segment.agent_id,
                 "name": name,
-                "arguments": self._args.get(cid, "{}"),
+                "arguments": self._calls.arguments(cid),
                 "output": None,
                 "error": None,
                 "status": "in_progress",
@@ -354,8 +345,8 @@ class ResponseFold:
                 "id": approval_request_id(self.segment.run_id, cid),
                 "type": "mcp_approval_request",
                 "server_label": self.segment.agent_id,
-                "name": meta.get("tool_name") or self._names.get(cid, ""),
-                "arguments": json.dumps(args) if isinstance(args, dict) else self._args.get(cid, "{}"),
+                "name": meta.get("tool_name") or self._calls.names.get(cid, ""),
+                "arguments": json.dumps(args) if isinstance(args, dict) else self._calls.arguments(cid),
             }
             index = len(self.output)
             self.output.append(item)
