@@ -242,7 +242,7 @@ def test_a_deep_resume_folds_the_log_before_it_page_by_page(
             return page
 
         alog.read = counting_aread  # type: ignore[method-assign]
-        text = "".join([chunk async for chunk in LogStream(run_id, mid_text, "agui", False).aframes(alog)])
+        text = "".join([chunk async for chunk in LogStream(run_id, mid_text, "agui", until_pause=False).aframes(alog)])
         await client.aclose()
         return [json.loads(line[6:])["type"] for line in text.splitlines() if line.startswith("data: ")], sizes
 

@@ -26,8 +26,9 @@ Agno's spelling (``PENDING``, ``RUNNING``, ``PAUSED`` ...), because AgentOS clie
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable
 from importlib import resources
-from typing import Any
+from typing import Any, ClassVar
 
 from ..content import check_parts
 from ..conversation import user_messages
@@ -54,7 +55,8 @@ from .aisdk.endpoint import ChatEndpoint
 from .bodies import ContinueBody, Limits, MessageBody, ResumeBody, RunBody, ScheduleBody, int_param, parse
 from .messages import Action, Authorize, Headers, Reply, Request, Resource, Wait, error_reply, position_param, status_of
 from .responses.endpoint import ResponsesEndpoint
-from .sse import LogStream
+from .routes import Route
+from .sse import Dialect, LogStream
 from .streams import Streams
 from .uploads import message_of, part_bytes
 
@@ -123,6 +125,33 @@ class API:
         #: How big and deep a request body may be (front ends check the size before they read the body).
         self.limits = Limits(settings.max_body_bytes, settings.max_json_depth)
         self._content_limits = self.limits.with_content(settings.max_input_bytes)
+        # The dialects' endpoints, which the route table names as ``<endpoint>.<method>`` (``responses.create``).
+        self.agui = AguiEndpoint(runtime, self.access, keepalive_seconds, self.child_log)
+        self.aisdk = ChatEndpoint(runtime, self.access, keepalive_seconds)
+        self.a2a = A2AEndpoint(runtime, self.access, keepalive_seconds, block_seconds)
+        self.responses = ResponsesEndpoint(runtime, self.access, self.limits, keepalive_seconds, block_seconds)
+
+    #: The dialect endpoints a route may call (:attr:`~.routes.Route.call`), by the attribute that holds each.
+    ENDPOINTS: ClassVar[dict[str, type]] = {
+        "agui": AguiEndpoint,
+        "aisdk": ChatEndpoint,
+        "a2a": A2AEndpoint,
+        "responses": ResponsesEndpoint,
+    }
+
+    def handler(self, route: Route) -> Callable[..., Reply]:
+        """What ``route`` calls, with the request and the path's parameters: a method of this API or of one of
+        its endpoints."""
+        owner, _, method = route.target.rpartition(".")
+        found: Callable[..., Reply] = getattr(getattr(self, owner) if owner else self, method)
+        return found
+
+    @classmethod
+    def unbound_handler(cls, route: Route) -> Callable[..., Any]:
+        """The function :meth:`handler` gives a bound method of (its first arguments: the object, the request)."""
+        owner, _, method = route.target.rpartition(".")
+        found: Callable[..., Any] = getattr(cls.ENDPOINTS[owner] if owner else cls, method)
+        return found
 
     def limits_for(self, name: str) -> Limits:
         """The body limits of the route ``name`` (an API method): routes that take a message with images and
@@ -224,7 +253,16 @@ class API:
             }
             subscribed = {"event": "subscribed", "run_id": run_id, "last_event_index": info.last_offset}
             mark = (info.last_offset, subscribed)
-            stream = LogStream(run_id, after, "agentos", True, self.keepalive_seconds, [head], mark, confirm)
+            stream = LogStream(
+                run_id,
+                after,
+                "agentos",
+                until_pause=True,
+                keepalive_seconds=self.keepalive_seconds,
+                head=[head],
+                subscribed=mark,
+                confirm_tools=confirm,
+            )
         else:
             head = {
                 "event": "replay",
@@ -233,7 +271,15 @@ class API:
                 "total_events": info.next_offset,
                 "last_event_index_requested": body.last_event_index,
             }
-            stream = LogStream(run_id, after, "agentos", True, self.keepalive_seconds, [head], None, confirm)
+            stream = LogStream(
+                run_id,
+                after,
+                "agentos",
+                until_pause=True,
+                keepalive_seconds=self.keepalive_seconds,
+                head=[head],
+                confirm_tools=confirm,
+            )
         stream.info = info
         return Reply(200, stream=stream)
 
@@ -320,85 +366,6 @@ class API:
         self.runtime.delete_schedule(schedule_id)
         return Reply(204)
 
-    # -- the AG-UI endpoint (http/agui/endpoint.py) -----------------------------------------------------------
-
-    def _agui(self) -> AguiEndpoint:
-        return AguiEndpoint(self.runtime, self.access, self.keepalive_seconds, self.child_log)
-
-    def agui_run(self, req: Request, agent_id: str) -> Reply:
-        """``POST /agui/<agent_id>``: a RunAgentInput in, an AG-UI 1.0 event stream out."""
-        return self._agui().run(req, agent_id)
-
-    def agui_connect(self, req: Request, agent_id: str) -> Reply:
-        """``POST /agui/<agent_id>/connect``: the thread's run, from where it stands."""
-        return self._agui().connect(req, agent_id)
-
-    # -- the Vercel AI SDK's chat (http/aisdk/) -------------------------------------------------------------
-
-    def _aisdk(self) -> ChatEndpoint:
-        return ChatEndpoint(self.runtime, self.access, self.keepalive_seconds)
-
-    def aisdk_chat(self, req: Request, agent_id: str) -> Reply:
-        """``POST /aisdk/<agent_id>``: a chat message (or answers) in, the run's UI message stream out."""
-        return self._aisdk().chat(req, agent_id)
-
-    def aisdk_stream(self, req: Request, agent_id: str, chat_id: str) -> Reply:
-        """``GET /aisdk/<agent_id>/<chat_id>/stream``: the live run's message from its start, or 204."""
-        return self._aisdk().resume(req, agent_id, chat_id)
-
-    def aisdk_stop(self, req: Request, agent_id: str, chat_id: str) -> Reply:
-        """``POST /aisdk/<agent_id>/<chat_id>/stop``: stop the chat's live run."""
-        return self._aisdk().stop(req, agent_id, chat_id)
-
-    # -- A2A (http/a2a/): the agent card, and one JSON-RPC request ---------------------------------------
-
-    def a2a_card(self, req: Request, agent_id: str) -> Reply:
-        return A2AEndpoint(self.runtime, self.access, self.keepalive_seconds, self.block_seconds).card(req, agent_id)
-
-    def a2a_rpc(self, req: Request, agent_id: str) -> Reply:
-        return A2AEndpoint(self.runtime, self.access, self.keepalive_seconds, self.block_seconds).rpc(req, agent_id)
-
-    # -- the OpenAI Responses API under /v1 (http/responses/endpoint.py) --------------------------------------
-
-    def _v1(self) -> ResponsesEndpoint:
-        return ResponsesEndpoint(self.runtime, self.access, self.limits, self.keepalive_seconds, self.block_seconds)
-
-    def list_models(self, req: Request) -> Reply:
-        return self._v1().models(req)
-
-    def get_model(self, req: Request, model: str) -> Reply:
-        return self._v1().model(req, model)
-
-    def create_response(self, req: Request) -> Reply:
-        return self._v1().create(req)
-
-    def get_response(self, req: Request, response_id: str) -> Reply:
-        return self._v1().retrieve(req, response_id)
-
-    def delete_response(self, req: Request, response_id: str) -> Reply:
-        return self._v1().delete(req, response_id)
-
-    def cancel_response(self, req: Request, response_id: str) -> Reply:
-        return self._v1().cancel(req, response_id)
-
-    def response_input_items(self, req: Request, response_id: str) -> Reply:
-        return self._v1().input_items(req, response_id)
-
-    def create_conversation(self, req: Request) -> Reply:
-        return self._v1().create_conversation(req)
-
-    def get_conversation(self, req: Request, conversation_id: str) -> Reply:
-        return self._v1().get_conversation(req, conversation_id)
-
-    def delete_conversation(self, req: Request, conversation_id: str) -> Reply:
-        return self._v1().delete_conversation(req, conversation_id)
-
-    def conversation_items(self, req: Request, conversation_id: str) -> Reply:
-        return self._v1().conversation_items(req, conversation_id)
-
-    def add_conversation_items(self, req: Request, conversation_id: str) -> Reply:
-        return self._v1().add_conversation_items(req, conversation_id)
-
     # -- the run inspector (static pages; the data comes through the API like any client's) ----------------
 
     def ui(self, name: str) -> Reply:
@@ -483,6 +450,7 @@ class API:
         fmt = req.query.get("format", "canonical")
         if fmt not in ("canonical", "agui"):
             raise BadRequestError(f"format must be 'canonical' or 'agui', got {fmt!r}")
+        dialect: Dialect = "agui" if fmt == "agui" else "canonical"
         until = req.query.get("until", "pause" if fmt == "agui" else "end")
         if until not in ("pause", "end"):
             raise BadRequestError(f"until must be 'pause' or 'end', got {until!r}")
@@ -496,7 +464,9 @@ class API:
             raise BadRequestError(f"after={after} is past the run's last offset {info.last_offset}")
         if after >= info.last_offset and (info.status == "ended" or (until == "pause" and info.status == "paused")):
             return Reply(204)  # nothing more will come: tells an EventSource to stop reconnecting
-        stream = LogStream(run_id, after, fmt, until == "pause", self.keepalive_seconds, info=info)  # type: ignore[arg-type]
+        stream = LogStream(
+            run_id, after, dialect, until_pause=until == "pause", keepalive_seconds=self.keepalive_seconds, info=info
+        )
         if fmt == "agui":
             stream.child_log = self.child_log
         return Reply(200, stream=stream)
@@ -516,7 +486,14 @@ class API:
         """The answer to a start or continue: SSE, 202, or (a Wait for) the run's JSON once it ends or pauses."""
         if body.stream:
             confirm = _confirm_tools(manifest)
-            stream = LogStream(run_id, after, "agentos", True, self.keepalive_seconds, (), None, confirm)
+            stream = LogStream(
+                run_id,
+                after,
+                "agentos",
+                until_pause=True,
+                keepalive_seconds=self.keepalive_seconds,
+                confirm_tools=confirm,
+            )
             return Reply(200, stream=stream)
         if body.background:
             status = self.runtime.get(run_id).status.value

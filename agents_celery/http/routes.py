@@ -64,7 +64,8 @@ class Route:
     errors: tuple[int, ...] = ()
     #: The body model it reads (a form or JSON; AG-UI's RunAgentInput: JSON only).
     body: type[BaseModel] | None = None
-    #: The :class:`~.protocol.API` method (its name, when not given).
+    #: What it calls: an :class:`~.protocol.API` method (the route's name, when not given), or a dialect
+    #: endpoint's method as ``endpoint.method`` (``"responses.create"``: the API's ``responses`` endpoint).
     call: str = ""
 
     @property
@@ -73,7 +74,7 @@ class Route:
         return self.path.startswith("/v1/")
 
     @property
-    def api_method(self) -> str:
+    def target(self) -> str:
         return self.call or self.name
 
     @property
@@ -280,6 +281,7 @@ ROUTES: tuple[Route, ...] = (
         returns="AG-UI 1.0 events (SSE)",
         errors=(400, 404, 409, 422),
         body=RunAgentInput,
+        call="agui.run",
     ),
     Route(
         "POST",
@@ -290,6 +292,7 @@ ROUTES: tuple[Route, ...] = (
         returns="AG-UI 1.0 events (SSE)",
         errors=(400, 404, 422),
         body=RunAgentInput,
+        call="agui.connect",
     ),
     # -- the Vercel AI SDK's chat (http/aisdk/) --
     Route(
@@ -301,6 +304,7 @@ ROUTES: tuple[Route, ...] = (
         returns="UI message stream chunks (SSE), ending data: [DONE]",
         errors=(400, 404, 409, 413, 422),
         body=ChatBody,
+        call="aisdk.chat",
     ),
     Route(
         "GET",
@@ -311,6 +315,7 @@ ROUTES: tuple[Route, ...] = (
         "?startIndex=N (WorkflowChatTransport): the run's latest POST stream from chunk N",
         returns="UI message stream chunks (SSE)",
         errors=(400, 404),
+        call="aisdk.resume",
     ),
     Route(
         "POST",
@@ -320,6 +325,7 @@ ROUTES: tuple[Route, ...] = (
         "stop a chat's live run (the page's stop button; an aborted fetch does not stop it)",
         returns="{run_id, status}",
         errors=(404,),
+        call="aisdk.stop",
     ),
     # -- A2A 1.0, JSON-RPC binding (http/a2a/) --
     Route(
@@ -330,6 +336,7 @@ ROUTES: tuple[Route, ...] = (
         "the agent's A2A agent card (skills, capabilities, its JSON-RPC interface)",
         returns="AgentCard",
         errors=(404,),
+        call="a2a.card",
     ),
     Route(
         "POST",
@@ -341,10 +348,28 @@ ROUTES: tuple[Route, ...] = (
         returns="a JSON-RPC response, or SSE of JSON-RPC responses",
         errors=(404, 413),
         body=RpcRequest,
+        call="a2a.rpc",
     ),
     # -- the OpenAI Responses API (http/responses/endpoint.py) --
-    Route("GET", "/v1/models", "list_models", "json", "the agents, as Responses API models", returns="{data}"),
-    Route("GET", "/v1/models/{model}", "get_model", "json", "one agent as a model", returns="model", errors=(404,)),
+    Route(
+        "GET",
+        "/v1/models",
+        "list_models",
+        "json",
+        "the agents, as Responses API models",
+        returns="{data}",
+        call="responses.models",
+    ),
+    Route(
+        "GET",
+        "/v1/models/{model}",
+        "get_model",
+        "json",
+        "one agent as a model",
+        returns="model",
+        errors=(404,),
+        call="responses.model",
+    ),
     Route(
         "POST",
         "/v1/responses",
@@ -354,6 +379,7 @@ ROUTES: tuple[Route, ...] = (
         returns="the Response object (or its SSE events)",
         errors=(400, 404, 409),
         body=CreateBody,
+        call="responses.create",
     ),
     Route(
         "GET",
@@ -363,6 +389,7 @@ ROUTES: tuple[Route, ...] = (
         "the Response; with stream=true its events after starting_after (SSE)",
         returns="the Response object (or its SSE events)",
         errors=(400, 404),
+        call="responses.retrieve",
     ),
     Route(
         "DELETE",
@@ -372,6 +399,7 @@ ROUTES: tuple[Route, ...] = (
         "delete the response's run",
         returns="deleted",
         errors=(404, 409),
+        call="responses.delete",
     ),
     Route(
         "POST",
@@ -381,6 +409,7 @@ ROUTES: tuple[Route, ...] = (
         "stop the response",
         returns="the Response",
         errors=(404,),
+        call="responses.cancel",
     ),
     Route(
         "GET",
@@ -390,6 +419,7 @@ ROUTES: tuple[Route, ...] = (
         "what the response was asked",
         returns="{data}",
         errors=(404,),
+        call="responses.input_items",
     ),
     Route(
         "POST",
@@ -400,9 +430,17 @@ ROUTES: tuple[Route, ...] = (
         returns="the conversation",
         errors=(400,),
         body=ConversationBody,
+        call="responses.create_conversation",
     ),
     Route(
-        "GET", _CONVERSATION, "get_conversation", "json", "a conversation", returns="the conversation", errors=(404,)
+        "GET",
+        _CONVERSATION,
+        "get_conversation",
+        "json",
+        "a conversation",
+        returns="the conversation",
+        errors=(404,),
+        call="responses.get_conversation",
     ),
     Route(
         "DELETE",
@@ -412,6 +450,7 @@ ROUTES: tuple[Route, ...] = (
         "delete a conversation and its runs",
         returns="deleted",
         errors=(404, 409),
+        call="responses.delete_conversation",
     ),
     Route(
         "GET",
@@ -421,6 +460,7 @@ ROUTES: tuple[Route, ...] = (
         "the conversation's items (its completed turns and the items added), newest first",
         returns="{data}",
         errors=(400, 404),
+        call="responses.conversation_items",
     ),
     Route(
         "POST",
@@ -431,6 +471,7 @@ ROUTES: tuple[Route, ...] = (
         returns="{data}",
         errors=(400, 404),
         body=ConversationItemsBody,
+        call="responses.add_conversation_items",
     ),
 )
 
@@ -449,8 +490,8 @@ SPECIAL: tuple[Special, ...] = (
 )
 
 
-#: The routes (API method names) of the OpenAI Responses API.
-OPENAI = frozenset(route.api_method for route in ROUTES if route.openai)
+#: The routes (their names) of the OpenAI Responses API.
+OPENAI = frozenset(route.name for route in ROUTES if route.openai)
 
 
 def openai_path(path: str) -> bool:

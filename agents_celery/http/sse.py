@@ -19,7 +19,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any, Literal, Protocol
 
 import redis
@@ -302,6 +302,8 @@ class LogStream:
     run_id: str
     after: int
     dialect: Dialect
+    _: KW_ONLY
+    #: End at a pause too (else only at the run's end).
     until_pause: bool
     keepalive_seconds: float = 15.0
     head: Sequence[dict[str, Any]] = ()

@@ -49,7 +49,7 @@ class _Clock:
 
 def _stream(wait: Wait) -> LogStream:
     tick = min(TICK_SECONDS, wait.keepalive or TICK_SECONDS)
-    return LogStream(wait.run_id, wait.after, "canonical", True, keepalive_seconds=tick)
+    return LogStream(wait.run_id, wait.after, "canonical", until_pause=True, keepalive_seconds=tick)
 
 
 def answer_text(wait: Wait) -> str:

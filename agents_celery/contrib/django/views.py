@@ -196,13 +196,13 @@ def _chunked_body(request: HttpRequest, kind: str, limits: Limits) -> dict[str, 
     return fields_of(kind, form, cached, limits)
 
 
-async def call(request: HttpRequest, name: str, **params: Any) -> HttpResponse:
-    """Ask the API's ``name`` route (with the path's parameters) and answer as it says."""
+async def call(request: HttpRequest, route: Route, **params: Any) -> HttpResponse:
+    """Ask what ``route`` calls (with the path's parameters) and answer as it says."""
     api = config().api
-    req = await protocol_request(request, api, name)
+    req = await protocol_request(request, api, route.name)
     if isinstance(req, HttpResponse):
         return req
-    reply = await sync_to_async(getattr(api, name), thread_sensitive=False)(req, **params)
+    reply = await sync_to_async(api.handler(route), thread_sensitive=False)(req, **params)
     if reply.wait is not None and reply.wait.keepalive is not None:
         return _spaced(request, api, reply.wait)
     if reply.wait is not None:
@@ -223,7 +223,7 @@ async def _wait(request: HttpRequest, api: API, reply: Reply) -> Reply:
     """Follow the run until it ends or pauses (at most the wait's seconds), then its JSON."""
     wait = reply.wait
     assert wait is not None
-    stream = sse.LogStream(wait.run_id, wait.after, "canonical", True, keepalive_seconds=1.0)
+    stream = sse.LogStream(wait.run_id, wait.after, "canonical", until_pause=True, keepalive_seconds=1.0)
     deadline = time.monotonic() + wait.seconds
     if isinstance(request, ASGIRequest):
         async for _ in stream.aframes(config().async_log()):
@@ -278,7 +278,7 @@ async def openapi(request: HttpRequest) -> HttpResponse:
 def table_view(routes: Sequence[Route]) -> View:
     """The one view of a path of the route table (:mod:`agents_celery.http.routes`): the route of the request's
     method asks the API (a JSON 405 with ``Allow`` for another method)."""
-    by_method = {r.method: r.api_method for r in routes}
+    by_method = {r.method: r for r in routes}
 
     @route(*by_method, openai=routes[0].openai)
     async def view(request: HttpRequest, **params: Any) -> HttpResponse:

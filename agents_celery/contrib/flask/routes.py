@@ -118,7 +118,7 @@ def _wait(reply: Reply) -> Reply:
     """Follow the run until it ends or pauses (at most ``seconds``), then its JSON (still running, past it)."""
     wait, protocol = reply.wait, api()
     assert wait is not None
-    stream = sse.LogStream(wait.run_id, wait.after, "canonical", True, keepalive_seconds=1.0)
+    stream = sse.LogStream(wait.run_id, wait.after, "canonical", until_pause=True, keepalive_seconds=1.0)
     deadline = time.monotonic() + wait.seconds
     for _ in stream.frames(protocol.streams.log):
         if time.monotonic() > deadline:
@@ -221,7 +221,7 @@ def _view(route: Route) -> Callable[..., Response]:
     """The view of one route of the table: the API's method, with the request and the path's parameters."""
 
     def view(**params: Any) -> Response:
-        return respond(getattr(api(), route.api_method)(_request(route.api_method), **params))
+        return respond(api().handler(route)(_request(route.name), **params))
 
     return view
 

@@ -59,8 +59,6 @@ class A2AEndpoint:
         self.store = runtime.store
         self.keepalive_seconds = min(keepalive_seconds, KEEPALIVE_SECONDS)
         self.block_seconds = block_seconds
-        #: This request speaks A2A 0.3 (its method names, and its shapes in the answer: :mod:`.compat`).
-        self.legacy = False
 
     # -- the card -------------------------------------------------------------------------------------------
 
@@ -105,9 +103,8 @@ class A2AEndpoint:
         except wire.A2AError as exc:
             return _error(rpc_id, wire.A2AError(wire.INVALID_REQUEST, f"not a JSON-RPC 2.0 request: {exc}"))
         if call.method in compat.METHODS and compat.speaks_0_3(req.headers.get("A2A-Version")):
-            self.legacy = True
             name = compat.METHODS[call.method]
-            call = call.model_copy(update={"method": name, "params": compat.params(name, call.params)})
+            call = call.in_1_0_terms(name, compat.params(name, call.params))
         method = METHODS.get(call.method)
         if method is None:
             known = ", ".join(METHODS)
@@ -131,7 +128,7 @@ class A2AEndpoint:
             push = wire.params_of(wire.PushConfigParams, config.task_push_notification_config)
             self._push(run_id, push)
         if streaming:
-            return self._stream(run_id, call.id, config.history_length)
+            return self._stream(run_id, call, config.history_length)
         if config.return_immediately:
             return self._ok(call, {"task": self._fold(run_id).task(config.history_length)})
         answer = self._later(call, lambda: {"task": self._fold(run_id).task(config.history_length)})
@@ -166,7 +163,7 @@ class A2AEndpoint:
                 f"task {params.id!r} is in a terminal state ({_state_of(self.runtime.get(params.id))}): "
                 "GetTask reads it",
             )
-        return self._stream(params.id, call.id, params.history_length, info.session_id)
+        return self._stream(params.id, call, params.history_length, info.session_id)
 
     def list_tasks(self, req: Request, agent_id: str, call: wire.RpcRequest) -> Reply:
         params = wire.params_of(wire.ListParams, call.params)
@@ -256,7 +253,7 @@ class A2AEndpoint:
 
     def _ok(self, call: wire.RpcRequest, result: Any) -> Reply:
         """The JSON-RPC answer of ``call`` (in 0.3's shapes for a 0.3 request)."""
-        return Reply(200, wire.response(call.id, compat.result(call.method, result) if self.legacy else result))
+        return Reply(200, wire.response(call.id, compat.result(call.method, result) if call.legacy else result))
 
     def _start(self, req: Request, agent_id: str, message: wire.MessageIn) -> tuple[str, int]:
         """A new task for the message (the same one again for a message sent again): its run id, and -1."""
@@ -306,16 +303,25 @@ class A2AEndpoint:
             fold.updated_at = view.created_at if view is not None else int(time.time() * 1000)
         return fold
 
-    def _stream(self, run_id: str, rpc_id: Any, history_length: int | None, session_id: str | None = None) -> Reply:
+    def _stream(
+        self, run_id: str, call: wire.RpcRequest, history_length: int | None, session_id: str | None = None
+    ) -> Reply:
         """The ``Task`` as it stands, then every update after it, to the end or the next pause."""
         fold = self._fold(run_id, session_id, history=bool(history_length))
-        shape = compat.stream_result if self.legacy else None
+        shape = compat.stream_result if call.legacy else None
+        rpc_id = call.id
         prelude = frame(rpc_id, {"task": fold.task(history_length)}, shape)
         presenter = TaskPresenter(fold, rpc_id, ends_after=fold.offset, shape=shape)
         if fold.state in wire.TERMINAL:
             presenter.finished = True
         stream = LogStream(
-            run_id, fold.offset, "a2a", True, self.keepalive_seconds, presenter=presenter, prelude=prelude
+            run_id,
+            fold.offset,
+            "a2a",
+            until_pause=True,
+            keepalive_seconds=self.keepalive_seconds,
+            presenter=presenter,
+            prelude=prelude,
         )
         return Reply(200, stream=stream)
 

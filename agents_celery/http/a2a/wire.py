@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from pydantic import ValidationError as PydanticError
 from pydantic.alias_generators import to_camel
 
@@ -154,6 +154,18 @@ class RpcRequest(BaseModel):
     method: str = Field(min_length=1)
     params: dict[str, Any] | None = None
     id: str | int | None = None
+    #: Asked in A2A 0.3's terms (its method names), so answered in its shapes too; never read from the body.
+    _legacy: bool = PrivateAttr(default=False)
+
+    @property
+    def legacy(self) -> bool:
+        return self._legacy
+
+    def in_1_0_terms(self, method: str, params: dict[str, Any] | None) -> RpcRequest:
+        """This 0.3 request under its 1.0 method name and params, remembering it came in 0.3's terms."""
+        call = self.model_copy(update={"method": method, "params": params})
+        call._legacy = True
+        return call
 
 
 class PartIn(_In):

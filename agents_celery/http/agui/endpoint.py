@@ -287,13 +287,15 @@ class AguiEndpoint:
             return agui_mod.snapshots(state.client.get("state"), state.messages, inp.thread_id, timestamp)
 
         segment = Segment(inp.thread_id, inp.run_id, snapshots)
-        stream = LogStream(run_id, after, "agui", True, self.keepalive_seconds, segment=segment)
+        stream = LogStream(
+            run_id, after, "agui", until_pause=True, keepalive_seconds=self.keepalive_seconds, segment=segment
+        )
         stream.child_log = self.child_log
         return Reply(200, stream=stream)
 
     def _refuse(self, inp: agui.RunAgentInput, message: str, code: str) -> Reply:
         segment = Segment(inp.thread_id, inp.run_id, error=(message, code))
-        return Reply(200, stream=LogStream("", -1, "agui", True, segment=segment))
+        return Reply(200, stream=LogStream("", -1, "agui", until_pause=True, segment=segment))
 
 
 def output_schema_of(inp: agui.RunAgentInput) -> Any:

@@ -130,12 +130,12 @@ class ChatEndpoint:
 
     # -- GET: resume ----------------------------------------------------------------------------------------
 
-    def resume(self, req: Request, agent_id: str, ident: str) -> Reply:
+    def resume(self, req: Request, agent_id: str, chat_id: str) -> Reply:
         start_index = int_param(req.query.get("startIndex"), "startIndex")
-        view = self._find(req, agent_id, ident, "read")
+        view = self._find(req, agent_id, chat_id, "read")
         if start_index is not None:
             if view is None:
-                raise RunNotFoundError(f"chat or run {ident!r} has no run of agent {agent_id!r}")
+                raise RunNotFoundError(f"chat or run {chat_id!r} has no run of agent {agent_id!r}")
             return self._by_index(view, start_index)
         if view is None or view.status.is_final or view.status == RunStatus.PAUSED:
             return Reply(204)
@@ -146,7 +146,14 @@ class ChatEndpoint:
             for ev in self.store.log.read(view.run_id, -1, limit=base):
                 prefix += "".join(chunk_frame(c) for c in fold.feed(ev))
         presenter = ChatPresenter(fold, prefix)
-        stream = LogStream(view.run_id, base - 1, "aisdk", True, self.keepalive_seconds, presenter=presenter)
+        stream = LogStream(
+            view.run_id,
+            base - 1,
+            "aisdk",
+            until_pause=True,
+            keepalive_seconds=self.keepalive_seconds,
+            presenter=presenter,
+        )
         return Reply(200, stream=stream, headers=_headers(view.run_id))
 
     def _by_index(self, view: RunView, start_index: int) -> Reply:
@@ -163,13 +170,15 @@ class ChatEndpoint:
             headers["x-workflow-stream-tail-index"] = str(total - 1)
             skip = max(0, total + start_index)
         presenter = ChatPresenter(self._fold(view.run_id, view.session_id, after), skip=skip)
-        stream = LogStream(view.run_id, after, "aisdk", True, self.keepalive_seconds, presenter=presenter)
+        stream = LogStream(
+            view.run_id, after, "aisdk", until_pause=True, keepalive_seconds=self.keepalive_seconds, presenter=presenter
+        )
         return Reply(200, stream=stream, headers=headers)
 
     # -- POST: stop -----------------------------------------------------------------------------------------
 
-    def stop(self, req: Request, agent_id: str, ident: str) -> Reply:
-        view = self._find(req, agent_id, ident, "stop")
+    def stop(self, req: Request, agent_id: str, chat_id: str) -> Reply:
+        view = self._find(req, agent_id, chat_id, "stop")
         if view is None or view.status.is_final:
             return Reply(200, {"run_id": view.run_id if view else None, "status": view.status.value if view else None})
         self.access.allow(req, "stop", view, view.agent_id)
@@ -228,7 +237,14 @@ class ChatEndpoint:
     def _reply(self, run_id: str, chat: str, after: int, fold_before: bool = False) -> Reply:
         """The run's stream after ``after`` (``fold_before``: see :meth:`_fold`)."""
         fold = self._fold(run_id, chat, after) if fold_before else ChatFold(run_id, chat)
-        stream = LogStream(run_id, after, "aisdk", True, self.keepalive_seconds, presenter=ChatPresenter(fold))
+        stream = LogStream(
+            run_id,
+            after,
+            "aisdk",
+            until_pause=True,
+            keepalive_seconds=self.keepalive_seconds,
+            presenter=ChatPresenter(fold),
+        )
         return Reply(200, stream=stream, headers=_headers(run_id))
 
 

@@ -352,7 +352,9 @@ class ResponsesEndpoint:
             for ev in self.store.log.read(run_id, -1, limit=base):
                 fold.feed(ev)
         presenter = Presenter(fold, starting_after)
-        return LogStream(run_id, base - 1, "responses", True, self.keepalive, presenter=presenter)
+        return LogStream(
+            run_id, base - 1, "responses", until_pause=True, keepalive_seconds=self.keepalive, presenter=presenter
+        )
 
     def _segment(self, req: Request, named: str, action: str) -> tuple[str, int]:
         """(run id, base) of a response the caller may ``action`` (404 for one that does not exist, has expired
