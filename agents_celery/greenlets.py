@@ -9,7 +9,7 @@ two greenlets whichever started second never runs ("Cannot run the event loop wh
 
 So the process has one asyncio loop (:func:`process_loop`), on every pool, and everything async of agents-celery
 runs on it: async tools (:func:`run_coroutine`), the MCP client's connections (:mod:`agents_celery.mcp.connections`)
-and pydantic-ai's segments (:mod:`agents_celery.contrib.pydantic_ai.loop`). It runs on a thread of its own: an
+and the guest frameworks' segments (:mod:`agents_celery.contrib.guests.loop`). It runs on a thread of its own: an
 OS thread on prefork and threads pools, a greenlet on gevent (its selector is gevent's, so while it waits the
 other greenlets run). The caller's thread or greenlet is parked until its coroutine is done; coroutines of
 several steps run side by side on the loop. A forked child starts a loop of its own on first use.

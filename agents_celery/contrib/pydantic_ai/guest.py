@@ -28,45 +28,27 @@ from pydantic_ai.messages import (
 from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import ExternalToolset
-from pydantic_core import to_jsonable_python
 
 from ...agent import Agent
 from ...content import refs_in, text_of
-from ...engine.steps import Cancelled, StepContext, StepResult, completed, paused
-from ...errors import ConfigurationError, FencedError
+from ...engine.steps import StepContext, StepResult, completed, paused
+from ...errors import ConfigurationError
 from ...runs import RunState, ToolCall
-from ...storage.journal import Journal
-from ...tools import Tool
-from .loop import WalkedAway, run_segment
+from ..guests.agent import (
+    ANSWERED,
+    GuestTool,
+    Journals,
+    ModelName,
+    drive,
+    first_error,
+    output_value,
+    split_decided,
+    with_may_have_run,
+)
 from .prompt import Prompt, restored, stored_form
 from .segment import MayHaveRun, Segment
 
-
-class _ModelName:
-    """What our Agent keeps as its model: only the name (pydantic-ai's agent calls its own model)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-
-def _runs_in_pydantic_ai() -> None:
-    """Never called: pydantic-ai calls the tool itself, inside its segment."""
-
-
-class GuestTool(Tool):
-    """A pydantic-ai function tool as our manifests, decisions and interrupts see it (name, description, parameters,
-    whether it needs approval, whether it is idempotent); the engine never invokes it."""
-
-    def __init__(self, spec: dict[str, Any]) -> None:
-        super().__init__(
-            _runs_in_pydantic_ai,
-            name=spec["name"],
-            description=spec["description"],
-            requires_confirmation=spec["requires_confirmation"],
-            idempotent=spec["idempotent"],
-            timeout=spec["timeout"],
-        )
-        self.parameters = spec["parameters"]
+__all__ = ["ANSWERED", "GuestAgent", "GuestTool", "output_value"]  # the shared names, as this module had them
 
 
 class GuestAgent(Agent):
@@ -81,9 +63,9 @@ class GuestAgent(Agent):
         model_name = model if isinstance(model, str) else getattr(model, "model_name", type(model).__name__)
         tools = [GuestTool(spec) for spec in _tool_manifests(agent)]
         description = agent.description or ""
-        super().__init__(agent.name, model=_ModelName(str(model_name)), tools=tools, description=description)  # type: ignore[arg-type]
+        super().__init__(agent.name, model=ModelName(str(model_name)), tools=tools, description=description)  # type: ignore[arg-type]
         self.agent = agent
-        self._journals: dict[int, Journal] = {}
+        self._journals = Journals()
         #: The provider of an ``UploadedFile`` (a file part by ``file_id``): the agent's model's.
         self._provider = str(getattr(model, "system", None) or "openai")
         #: Every run takes ``DeferredToolRequests`` among its output types: any tool may defer (one that needs
@@ -99,8 +81,7 @@ class GuestAgent(Agent):
     def run_step(self, ctx: StepContext) -> StepResult:
         """One segment: ``agent.run(...)`` under the journal, until the run ends or pauses."""
         state = ctx.state
-        decided = {c.id: c for c in state.tool_calls if c.pause_reason == "may_have_run"}
-        deferred = [c for c in state.tool_calls if c.pause_reason != "may_have_run"]
+        decided, deferred = split_decided(state)
         refs = refs_in(state.messages)
         prompt = Prompt(ctx.store.parts.fetch(state, refs) if refs else {}, self._provider)
         history, user_prompt, kept = split_messages(state.messages, state.history_len, prompt)
@@ -110,38 +91,18 @@ class GuestAgent(Agent):
             state.session_id,
             state.segment,
             ctx.token,
-            self._journal(ctx),
+            self._journals.of(ctx),
             ctx.store.ledger,
             emit=ctx.writer.emit,
             drain=ctx.writer.drain,
             check=ctx.check,
             decided=decided,
         )
-        s = ctx.settings
         try:
-            result = run_segment(
-                self._run(segment, user_prompt, history, results, client=_Client.of(state)),
-                ctx.stop,
-                ctx.lost,
-                s.stop_grace_seconds,
-                min(s.stop_poll_seconds, 0.2),
-            )
-        except WalkedAway as exc:
-            if exc.reason == "stopped":
-                for event in segment.open_ends():  # a model unit stopped mid-stream: its messages end here
-                    ctx.writer.emit(event)
-                raise Cancelled() from None
-            raise FencedError(f"run {state.run_id!r}: lease lost; another attempt owns the run") from None
+            result = drive(ctx, segment, self._run(segment, user_prompt, history, results, client=_Client.of(state)))
         except MayHaveRun as exc:
-            return paused(self, state.model_copy(update={"tool_calls": _with_may_have_run(state, exc.call)}), [])
+            return paused(self, state.model_copy(update={"tool_calls": with_may_have_run(state, exc.call)}), [])
         return self._settle(state, result, kept, prompt)
-
-    def _journal(self, ctx: StepContext) -> Journal:
-        journal = self._journals.get(id(ctx.store))
-        if journal is None:
-            journal = self._journals[id(ctx.store)] = Journal(ctx.store.redis, ctx.store.keys)
-            journal.fence = ctx.store.fence or None  # a unit's result is what a replay trusts: fenced like a commit
-        return journal
 
     async def _run(
         self,
@@ -162,7 +123,7 @@ class GuestAgent(Agent):
                 toolsets=client.toolsets or None,
             )
         except BaseExceptionGroup as group:  # a task group's: the error inside is the one that matters
-            raise _first(group) from None
+            raise first_error(group) from None
         finally:
             segment.leave(token)
 
@@ -218,34 +179,6 @@ class _Client:
         return cls(instructions, [ExternalToolset(defs, id="client")] if defs else [])
 
 
-#: Marks a decided deferred call kept while the segment it resumed pauses again (for a call that may have run, maybe
-#: the same call): its replay needs the same ``DeferredToolResults``, and the new pause's decision is not its own.
-ANSWERED = "answered:"
-
-
-def _with_may_have_run(state: RunState, call: ToolCall) -> list[ToolCall]:
-    """The run's calls once ``call`` may have run: the decided deferred calls kept (under :data:`ANSWERED` ids),
-    the calls decided at earlier may-have-run pauses of the segment, and ``call``, pending."""
-    kept = []
-    for c in state.tool_calls:
-        if c.pause_reason == "may_have_run":
-            if c.id != call.id:
-                kept.append(c)
-        elif c.id.startswith(ANSWERED):
-            kept.append(c)
-        else:
-            kept.append(c.model_copy(update={"id": ANSWERED + c.id}))
-    return [*kept, call]
-
-
-def output_value(output: Any) -> Any:
-    """A run's output as its state keeps it: text as it is, structured output (a pydantic model, a dataclass, ...)
-    as its JSON value, as our own agents' typed output is kept (``GET /runs/<id>``'s ``output`` is the object)."""
-    if isinstance(output, str):
-        return output
-    return to_jsonable_python(output)
-
-
 def output_schema(agent: PydanticAgent[Any, Any]) -> dict[str, Any] | None:
     """The JSON Schema of the agent's structured output, as pydantic-ai gives it (``output_json_schema``); None for
     text output (and ``DeferredToolRequests``, which pauses the run rather than end it)."""
@@ -257,13 +190,6 @@ def output_schema(agent: PydanticAgent[Any, Any]) -> dict[str, Any] | None:
         return dict(agent.output_json_schema(kinds if len(kinds) > 1 else kinds[0]))
     except (TypeError, ValueError):  # an output pydantic cannot give a schema of (pydantic's errors are TypeErrors):
         return None  # the agent is still served; its manifest shows no schema, as for text
-
-
-def _first(group: BaseExceptionGroup[Any]) -> BaseException:
-    exc: BaseException = group
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return exc
 
 
 def _allows_deferred(output_type: Any) -> bool:
@@ -366,7 +292,6 @@ def deferred_results(calls: list[ToolCall], history: list[ModelMessage]) -> Defe
     }
     results = DeferredToolResults()
     for call in calls:
-        call = call.model_copy(update={"id": call.id.removeprefix(ANSWERED)})
         if call.pause_reason == "client_tool":
             results.calls[call.id] = call.result if call.result is not None else ""
         elif call.decision == "rejected":

@@ -1,4 +1,5 @@
-"""pydantic-ai is async, our steps are not: a segment runs on the process's one asyncio loop.
+"""Guest frameworks are async (pydantic-ai, the Agents SDK), our steps are not: a segment runs on the process's one
+asyncio loop.
 
 That loop (:func:`agents_celery.greenlets.process_loop`) is the one our async tools and MCP connections use: on a
 gevent worker a second loop in the thread would never run, and whichever started second would hang. A step
@@ -30,7 +31,7 @@ class WalkedAway(Exception):
 def run_segment(
     coro: Coroutine[Any, Any, T], stop: threading.Event, lost: threading.Event, grace: float, poll: float
 ) -> T:
-    """Run ``coro`` on the process loop and wait for it. A stop request or a lost lease cancels it (pydantic-ai's
+    """Run ``coro`` on the process loop and wait for it. A stop request or a lost lease cancels it (the guest's
     code is async: a cancellation lands at its next ``await``, so a model that streams stops at once) and raises
     WalkedAway once the coroutine finished unwinding, or after ``grace`` seconds if it does not."""
     settled = threading.Event()
