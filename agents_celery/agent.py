@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import importlib
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -27,6 +28,10 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 #: Adapters for agents of other frameworks (``agents_celery.contrib.pydantic_ai`` adds one at import): each maps a
 #: module-level value to the Agent that runs it here, or None when the value is not one of its agents.
 GUESTS: list[Callable[[object], Agent | None]] = []
+#: Frameworks whose agents are served as they are, by the top-level package of the agent's class -> the integration
+#: that adds their adapter to :data:`GUESTS`, imported when an agents module holds such a value (an agents module of
+#: plain Agents SDK agents imports nothing of ours).
+GUEST_PACKAGES: dict[str, str] = {"agents": "agents_celery.contrib.openai_agents"}
 _QUEUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 
 
@@ -227,10 +232,26 @@ def agents_in(module: object) -> list[Agent]:
     found: list[Agent] = []
     for value in vars(module).values():
         if not isinstance(value, Agent):
-            value = next((a for adapt in GUESTS if (a := adapt(value)) is not None), None)
+            value = _guest(value)
         if isinstance(value, Agent) and value not in found:
             found.append(value)
     return found
+
+
+def _guest(value: object) -> Agent | None:
+    """The Agent that serves ``value``, an agent of another framework (None for anything else); the framework's
+    integration is imported the first time one of its agents is met (:data:`GUEST_PACKAGES`)."""
+    adapted = next((a for adapt in GUESTS if (a := adapt(value)) is not None), None)
+    if adapted is not None or isinstance(value, type):
+        return adapted
+    integration = GUEST_PACKAGES.get(type(value).__module__.partition(".")[0])
+    if integration is None or integration in sys.modules:
+        return None
+    try:
+        importlib.import_module(integration)
+    except ImportError:  # a package of that name that is not the framework (or the extra is missing)
+        return None
+    return next((a for adapt in GUESTS if (a := adapt(value)) is not None), None)
 
 
 def load_agents(module_names: str | Sequence[str]) -> dict[str, Agent]:

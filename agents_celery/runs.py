@@ -155,9 +155,13 @@ class RunState(BaseModel):
     schedule_id: str | None = None
     scheduled_for: int | None = None
     turns: int = 0
-    #: A pydantic-ai run (:mod:`agents_celery.contrib.pydantic_ai`): the segment of its replay journal the next step
-    #: runs (a segment is one ``agent.run(...)``; it ends at the run's end or at a pause for deferred tools).
+    #: A guest agent's run (:mod:`agents_celery.contrib.pydantic_ai`, :mod:`agents_celery.contrib.openai_agents`): the
+    #: segment of its replay journal the next step runs (a segment is one run of the framework's own loop; it ends at
+    #: the run's end or at a pause for decisions).
     segment: int = 0
+    #: A guest framework's own saved state of the run while it waits for decisions (the Agents SDK's ``RunState``
+    #: JSON: the next segment resumes from it); None otherwise.
+    guest_state: dict[str, Any] | None = None
     #: The run's own output schema (a JSON Schema; None: the agent's ``output_type``, if any, decides).
     output_schema: dict[str, Any] | None = None
     #: How many final answers failed the output schema and were sent back to the model so far.
