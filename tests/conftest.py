@@ -249,6 +249,30 @@ def deploy(fake_openai: Any, versions_seam: None) -> Iterator[Callable[..., Any]
         deployment.close()
 
 
+@pytest.fixture(scope="session")
+def sdk_deployment(fake_openai: Any) -> Iterator[Any]:
+    """One worker serving tests/agents_openai.py (OpenAI Agents SDK agents), shared by the SDK tests that kill
+    nothing (tests/test_openai_agents*.py; tool counts are read as deltas)."""
+    from .cluster import Deployment
+
+    dep = Deployment("sdk", fake_openai.url, {"AGENTS_CELERY_AGENTS": "tests.agents_openai"})
+    try:
+        dep.start(1)
+        yield dep
+    finally:
+        dep.close()
+
+
+@pytest.fixture(scope="session")
+def sdk_api(sdk_deployment: Any) -> Iterator[Any]:
+    """An API server (Flask's) in front of :func:`sdk_deployment`, started on first use."""
+    from .api_support import ApiServer
+
+    api = ApiServer({**sdk_deployment.env, "AGENTS_CELERY_KEEPALIVE_SECONDS": "0.3"}).wait_ready()
+    yield api
+    api.stop()
+
+
 @pytest.fixture
 def fast_settings(worker_env: dict[str, str]) -> Settings:
     from .cluster import FAST

@@ -1,8 +1,9 @@
 """Every agent kind we serve through every dialect, each with its official client, clean and with a kill -9 of the
 worker in the middle of the answer: the same final text, each tool once.
 
-Rows (agent kinds): ours (``fake``, tests/agents_fixture.py) and pydantic-ai (``pai_weather``,
-tests/agents_pydantic.py; its row also sends an image and a file, and asks ``pai_bank`` for structured output).
+Rows (agent kinds): ours (``fake``, tests/agents_fixture.py), pydantic-ai (``pai_weather``,
+tests/agents_pydantic.py; its row also sends an image and a file, and asks ``pai_bank`` for structured output) and
+the OpenAI Agents SDK (``sdk_weather``, tests/agents_openai.py: the SDK's own agent and model, served as they are).
 Columns (dialects): AgentOS (its HTTP routes, as an AgentOS client reads them), AG-UI (``@ag-ui/client`` through
 tests/agui_client), the OpenAI Responses API (the ``openai`` SDK) and the AI SDK's chat (npm ``ai`` through
 tests/aisdk_client). A later dialect or guest adds its column or row here.
@@ -56,12 +57,13 @@ class Kind:
 KINDS = {
     "ours": Kind("fake", "add", {"a": 2, "b": 3}, "add"),
     "pydantic-ai": Kind("pai_weather", "get_lat_lng", {"location": "Oslo"}, "pai:get_lat_lng"),
+    "openai-agents": Kind("sdk_weather", "get_lat_lng", {"location": "Oslo"}, "sdk:get_lat_lng"),
 }
 
 
 @pytest.fixture(scope="module")
 def matrix(fake_openai: Any) -> Iterator[tuple[Deployment, ApiServer]]:
-    agents = "tests.agents_fixture,tests.agents_pydantic"
+    agents = "tests.agents_fixture,tests.agents_pydantic,tests.agents_openai"
     dep = Deployment("matrix", fake_openai.url, {"AGENTS_CELERY_AGENTS": agents})
     try:
         dep.start(1)

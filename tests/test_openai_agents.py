@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -50,15 +49,10 @@ def in_process(fake_openai: Any, agent: Any, message: Any, turns: list[Any]) -> 
     return result, fake_openai.calls - before
 
 
-@pytest.fixture(scope="module")
-def shared(fake_openai: Any) -> Iterator[Deployment]:
-    """One worker of the module's own for the tests that kill nothing (tool counts are read as deltas)."""
-    dep = Deployment("sdk", fake_openai.url, {"AGENTS_CELERY_AGENTS": AGENTS})
-    try:
-        dep.start(1)
-        yield dep
-    finally:
-        dep.close()
+@pytest.fixture
+def shared(sdk_deployment: Deployment) -> Deployment:
+    """The session's worker serving tests/agents_openai.py (tests/conftest.py)."""
+    return sdk_deployment
 
 
 class Counts:

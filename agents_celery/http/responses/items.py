@@ -2,7 +2,8 @@
 /v1/conversations/{id}/items`` (:mod:`.endpoint`).
 
 A session holds the messages of its completed runs: Chat Completions messages for our own agents, pydantic-ai's
-``ModelMessagesTypeAdapter`` JSON for a pydantic-ai guest's. :func:`items_of` shows both as items; the items a
+``ModelMessagesTypeAdapter`` JSON for a pydantic-ai guest's, the SDK's own items (Responses input items) for an
+Agents SDK guest's. :func:`items_of` shows each as items; the items a
 client adds (the Agents SDK's ``OpenAIConversationsSession`` adds each turn's) are stored as chat messages
 (:func:`messages_of`), which both kinds of agent read as history.
 """
@@ -25,6 +26,9 @@ def items_of(message: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """A stored conversation message as Responses items."""
     if "kind" in message:
         yield from _pydantic_items(message)
+        return
+    if "type" in message:  # an Agents SDK item: already one, shown without the SDK's own fields
+        yield from _sdk_item(message)
         return
     role, content = message.get("role"), message.get("content")
     text = text_of(content)
@@ -55,6 +59,24 @@ def _pydantic_items(message: dict[str, Any]) -> Iterator[dict[str, Any]]:
             content = part.get("content")
             output = content if isinstance(content, str) else json.dumps(content)
             yield {"type": "function_call_output", "call_id": part.get("tool_call_id", ""), "output": output}
+
+
+def _sdk_item(item: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """An Agents SDK item as a conversation item: messages, function calls and their outputs (reasoning and the SDK's
+    other items are not shown)."""
+    kind = item.get("type")
+    if kind == "message":
+        role = str(item.get("role") or "user")
+        yield {**message_item(role, text_of(item.get("content"))), "status": "completed"}
+    elif kind == "function_call":
+        args = item.get("arguments")
+        yield _call_item(
+            str(item.get("call_id", "")), str(item.get("name", "")), args if isinstance(args, str) else "{}"
+        )
+    elif kind == "function_call_output":
+        output = item.get("output")
+        text = output if isinstance(output, str) else text_of(output)
+        yield {"type": "function_call_output", "call_id": item.get("call_id", ""), "output": text}
 
 
 def _call_item(call_id: str, name: str, arguments: str) -> dict[str, Any]:

@@ -1,0 +1,118 @@
+"""Agents SDK agents through the HTTP API: ``GET /agents``, the AgentOS reconnect story (stream, the approval pause,
+continue, drop the connection, resume), a strict ``?format=agui`` stream and the session's conversation items on
+``/v1``; a real API server and the session's worker serving tests/agents_openai.py."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from agents_celery.models import ScriptedToolCall, ScriptedTurn
+from agents_celery.testing import ScriptResponder
+
+from .api_support import ApiServer, frames, read_until
+from .cluster import Deployment
+from .conftest import TEST_REDIS_URL
+from .invariants import assert_agui_stream, counter_of
+from .test_api import AGENTOS_TYPES, END, stored
+from .test_openai_agents import TRIAGE, WEATHER
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def client(sdk_api: ApiServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=sdk_api.url, timeout=30) as c:
+        yield c
+
+
+def test_get_agents_lists_the_sdk_agents_as_they_are(client: httpx.Client) -> None:
+    agents = {a["name"]: a for a in client.get("/agents").json()}
+    assert {"sdk_weather", "sdk_files", "sdk_triage", "Billing_agent"} <= set(agents)
+    files = agents["sdk_files"]
+    assert files["framework"] == "openai-agents" and files["description"].startswith("Deletes files")
+    tools = {t["name"]: t for t in files["tools"]}
+    assert tools["delete_file"]["requires_confirmation"] is True
+    assert tools["list_files"]["requires_confirmation"] is False
+
+
+def test_agentos_reconnect_story_with_an_sdk_agent(
+    client: httpx.Client, sdk_deployment: Deployment, fake_openai: Any
+) -> None:
+    """Start, stream, the approval pause, continue, drop the connection, resume: every offset once, in order."""
+    path = f"/tmp/{uuid.uuid4().hex}"
+    fake_openai.responder = ScriptResponder(
+        [ScriptedTurn("Deleting.", [ScriptedToolCall("delete_file", {"path": path})]), "All done, the file is gone."]
+    )
+    with client.stream("POST", "/agents/sdk_files/runs", data={"message": "delete it", "stream": "true"}) as resp:
+        assert resp.status_code == 200
+        first = list(frames(resp))  # the stream closes by itself after RunPaused
+    paused = first[-1].data
+    assert first[-1].event == "RunPaused" and paused["is_paused"] is True
+    assert paused["tools"][0]["tool_name"] == "delete_file" and paused["tools"][0]["tool_args"] == {"path": path}
+    run_id = paused["run_id"]
+    assert "".join(f.data["content"] for f in first if f.event == "RunContent") == "Deleting."
+    tools = [{**paused["tools"][0], "confirmed": True}]
+    body = {"tools": json.dumps(tools), "stream": "true", "background": "true"}
+    with client.stream("POST", f"/agents/sdk_files/runs/{run_id}/continue", data=body) as resp:
+        assert resp.status_code == 200
+        dropped = read_until(resp, END, limit=3)  # then the connection is dropped
+    assert dropped[0].event == "RunContinued"
+    with client.stream(
+        "POST", f"/agents/sdk_files/runs/{run_id}/resume", data={"last_event_index": dropped[-1].id}
+    ) as r:
+        assert r.status_code == 200
+        rest = list(frames(r))
+    assert rest[0].event in ("catch_up", "replay")
+    events = [f for f in first + dropped + rest if f.id is not None]
+    assert events[-1].event == "RunCompleted" and events[-1].data["content"] == "All done, the file is gone."
+    expected = [f.id for f in stored(client, run_id) if f.event in AGENTOS_TYPES]
+    assert [f.id for f in events] == expected  # contiguous: every renderable offset once, in order
+    with redis.Redis.from_url(TEST_REDIS_URL) as r:
+        assert counter_of(r, sdk_deployment.prefix)(f"sdk:delete_file:{path}") == 1
+    completed = [f for f in events if f.event == "ToolCallCompleted"]
+    assert [c.data["tool"]["tool_name"] for c in completed] == ["delete_file"]
+    assert client.get(f"/runs/{run_id}").json()["status"] == "completed"
+    view = sdk_deployment.runtime.get_stream(run_id).get()  # the SDK's items, read as chat messages
+    assert [m["role"] for m in view.messages] == ["user", "assistant", "tool", "assistant"], view.messages
+    assert view.messages[1]["content"] == "Deleting." and view.messages[1]["tool_calls"][0]["id"]
+
+
+def test_the_agui_dialect_of_a_handoff_run_is_strict(client: httpx.Client, fake_openai: Any) -> None:
+    fake_openai.responder = ScriptResponder(TRIAGE)
+    resp = client.post("/agents/sdk_triage/runs", data={"message": "Refund order A1.", "stream": "false"})
+    assert resp.status_code == 200, resp.text
+    run_id = resp.json()["run_id"]
+    got = client.get(f"/runs/{run_id}/events", params={"format": "agui", "after": "-1"})
+    wire = [json.loads(line[6:]) for line in got.text.splitlines() if line.startswith("data: ")]
+    assert_agui_stream(wire)
+    custom = [e for e in wire if e["type"] == "CUSTOM" and e["name"] == "handoff"]
+    assert [c["value"]["to"] for c in custom] == ["Billing agent"]
+
+
+def test_a_session_of_an_sdk_agent_as_conversation_items(client: httpx.Client, fake_openai: Any) -> None:
+    session = f"sdk-items-{uuid.uuid4().hex[:8]}"
+    fake_openai.responder = ScriptResponder(WEATHER)
+    resp = client.post(
+        "/agents/sdk_weather/runs", data={"message": "Weather in London?", "stream": "false", "session_id": session}
+    )
+    assert resp.status_code == 200, resp.text
+    items = client.get(f"/v1/conversations/{session}/items", params={"order": "asc", "limit": "100"}).json()["data"]
+    kinds = [(i["type"], i.get("role") or i.get("name")) for i in items]
+    assert kinds == [
+        ("message", "user"),
+        ("function_call", "get_lat_lng"),
+        ("function_call_output", None),
+        ("function_call", "get_weather"),
+        ("function_call_output", None),
+        ("function_call", "get_time"),
+        ("function_call_output", None),
+        ("message", "assistant"),
+    ]
+    assert items[-1]["content"][0]["text"] == "It is sunny in London at noon."
