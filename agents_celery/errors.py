@@ -39,8 +39,9 @@
     ├── OutputValidationError         the model's answer did not match the output schema (after the retries)
     ├── StopStep                      raised by a hook to stop the current step; the run fails with the reason
     ├── AbandonedRunError             a step failed more attempts than allowed; the run fails visibly
-    ├── JournalMismatchError          a pydantic-ai run's replay met another unit than its journal recorded
+    ├── JournalMismatchError          a guest agent's replay met another unit than its journal recorded
     ├── RunTimeoutError               Runtime.run gave up waiting (also a TimeoutError); the run was stopped
+    ├── RunFailedError                CeleryRunner's run ended failed on the workers (as Runner.run raises)
     ├── APIError                      an HTTP error the client has no class for (``status``)
     ├── ConnectionLostError           the client could not re-establish a stream; resume from ``last_offset``
     └── StreamGapError                the client saw an offset skipped (offsets are contiguous: a bug)
@@ -322,10 +323,23 @@ class AbandonedRunError(AgentsCeleryError):
 
 
 class JournalMismatchError(AgentsCeleryError):
-    """A pydantic-ai run's replay met a unit of another name or input than its journal recorded at that place (the
-    agent, its model or toolsets changed while the run was in flight); the run fails instead of replaying."""
+    """A guest agent's run (pydantic-ai, the Agents SDK) met, on replay, a unit of another name or identity than its
+    journal recorded at that place (the agent, its model or tools changed while the run was in flight); the run
+    fails instead of replaying."""
 
     code = "journal_mismatch"
+
+
+class RunFailedError(AgentsCeleryError):
+    """A run ``CeleryRunner`` waited for ended ``failed`` on the workers (``agents.Runner.run`` raises as well):
+    ``run_id``, and the type and message of the error the run ended with."""
+
+    code = "run_failed"
+
+    def __init__(self, message: str, run_id: str = "", kind: str = "") -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.kind = kind
 
 
 class RunTimeoutError(AgentsCeleryError, TimeoutError):
@@ -380,7 +394,13 @@ class MCPToolError(AgentsCeleryError):
 
 #: Raised on the caller's side (the client, ``Runtime.run``), never answered by the API: a reply naming one of
 #: their codes is an APIError.
-LOCAL: tuple[type[AgentsCeleryError], ...] = (RunTimeoutError, APIError, ConnectionLostError, StreamGapError)
+LOCAL: tuple[type[AgentsCeleryError], ...] = (
+    RunTimeoutError,
+    RunFailedError,
+    APIError,
+    ConnectionLostError,
+    StreamGapError,
+)
 
 
 def _tree() -> list[type[AgentsCeleryError]]:

@@ -92,7 +92,9 @@ class SdkGuest(Agent):
         options = state.client.get(CLIENT_KEY) or {}
         try:
             if saved is None:
-                given = _context_items(state) + sdk_items([*split.history, *split.new], parts)
+                asked = options.get("input")  # CeleryRunner's list input: the items as the caller gave them
+                taken = [typed(i) for i in asked] if isinstance(asked, list) else split.new
+                given = _context_items(state) + sdk_items([*split.history, *taken], parts)
                 result = drive(ctx, segment, self._run(segment, given, options))
             else:
                 resumed = _Resume(saved, deferred, sdk_items(split.new, parts))
