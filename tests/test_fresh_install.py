@@ -10,7 +10,9 @@ Each venv gets a wheel of the working tree (built from a copy, so nothing of the
 - ``[demo]`` only: ``python -m agents_celery.cli demo`` passes on its private (embedded) Redis;
 - ``[server]``: the production command of docs/operations.md (gunicorn on the app factory) answers ``/health``;
 - ``[pydantic-ai]`` only: an agents module of a pydantic-ai agent with ``CeleryDurability`` imports without Celery,
-  and a worker of that venv runs it (a tool call) against the fake OpenAI server.
+  and a worker of that venv runs it (a tool call) against the fake OpenAI server;
+- ``[openai-agents]`` only: an agents module of plain OpenAI Agents SDK agents loads without Celery, and a worker of
+  that venv serves it as it is.
 """
 
 from __future__ import annotations
@@ -451,6 +453,81 @@ def test_the_pydantic_ai_extra_alone_serves_a_pydantic_ai_agent(
         worker.wait_for(" ready.", timeout=90)
         (tmp_path / "drive.py").write_text(PAI_DRIVER)
         done = run([pai.python, "drive.py"], env=env, cwd=tmp_path, timeout=90)
+    finally:
+        worker.stop()
+    assert done.stdout.split(" ", 1)[1].strip() == "completed ['12:00 in UTC'] Let me check. It is 12:00 UTC.", (
+        done.stdout + worker.output()
+    )
+
+
+SDK_MODULE = '''
+import os
+
+from agents import Agent, OpenAIChatCompletionsModel, function_tool, set_tracing_disabled
+from openai import AsyncOpenAI
+
+set_tracing_disabled(True)
+_url = os.environ.get("FAKE_OPENAI_URL", "http://127.0.0.1:9/v1")
+
+
+@function_tool
+def get_time(timezone: str = "UTC") -> str:
+    """Tell the current time in a timezone."""
+    return f"12:00 in {timezone}"
+
+
+clock = Agent(
+    name="sdk_clock",
+    instructions="Tell the time.",
+    model=OpenAIChatCompletionsModel("gpt-4o-mini", AsyncOpenAI(base_url=_url, api_key="test")),
+    tools=[get_time],
+)
+'''
+
+#: Imports the SDK's agents module as a worker and the API do, and says what that loaded.
+SDK_IMPORTS = """
+import json, sys
+import sdk_agents
+before = sorted({m.split(".")[0] for m in sys.modules} & {"celery", "kombu", "billiard", "flask", "django"})
+from agents_celery.agent import load_agents
+
+agents = load_agents("sdk_agents")
+loaded = sorted({m.split(".")[0] for m in sys.modules} & {"celery", "kombu", "billiard", "flask", "django"})
+spec = agents["sdk_clock"]
+print(json.dumps({"agents": sorted(agents), "before": before, "loaded": loaded, "tools": sorted(spec.tools)}))
+"""
+
+SDK_DRIVER = PAI_DRIVER.replace('"pai_clock"', '"sdk_clock"')
+
+
+def test_the_openai_agents_extra_alone_serves_an_sdk_agent(
+    venv: Callable[[str], Venv], deployment: dict[str, str], fake_openai: Any, tmp_path: Path
+) -> None:
+    """``agents-celery[openai-agents]`` alone: an agents module of plain Agents SDK agents (it imports nothing of
+    ours) loads without Celery, and a worker of that venv serves it as it is (a tool call through the journal)."""
+    from agents_celery.testing import ScriptResponder
+
+    sdk = venv("openai-agents")
+    assert sdk.has("agents") and not sdk.has("flask") and not sdk.has("pydantic_ai")
+    (tmp_path / "sdk_agents.py").write_text(SDK_MODULE)
+    env = sdk.env(**{**deployment, "AGENTS_CELERY_AGENTS": "sdk_agents", "FAKE_OPENAI_URL": fake_openai.url})
+    out = run([sdk.python, "-c", SDK_IMPORTS], env=env, cwd=tmp_path, timeout=120)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"agents": ["sdk_clock"], "before": [], "loaded": [], "tools": ["get_time"]}, out.stdout
+
+    fake_openai.responder = ScriptResponder(
+        [ScriptedTurn("Let me check. ", [ScriptedToolCall("get_time", {"timezone": "UTC"})]), "It is 12:00 UTC."]
+    )
+    cmd = [
+        str(sdk.bin / "agents-celery"), "worker", "--pool", "threads", "--concurrency", "2",
+        "-n", f"freshsdk{uuid.uuid4().hex[:6]}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat",
+        "--loglevel", "INFO",
+    ]  # fmt: skip
+    worker = Proc(cmd, env, tmp_path, tmp_path / "sdk-worker.log")
+    try:
+        worker.wait_for(" ready.", timeout=90)
+        (tmp_path / "drive.py").write_text(SDK_DRIVER)
+        done = run([sdk.python, "drive.py"], env=env, cwd=tmp_path, timeout=90)
     finally:
         worker.stop()
     assert done.stdout.split(" ", 1)[1].strip() == "completed ['12:00 in UTC'] Let me check. It is 12:00 UTC.", (

@@ -1,10 +1,11 @@
-"""One asyncio loop per worker process for everything async: a pydantic-ai agent's segment, our async tools and our
-MCP connections. asyncio allows one running loop per OS thread, which all greenlets of a gevent worker share:
+"""One asyncio loop per worker process for everything async: a guest's segment (pydantic-ai, the Agents SDK), our
+async tools and our MCP connections. asyncio allows one running loop per OS thread, which all greenlets of a gevent worker share:
 with a loop of its own for pydantic-ai, whichever loop started second never ran ("Cannot run the event loop while
 another loop is running"), so the async tool waited out its timeout or the pydantic-ai run stayed ``running``.
 
-Real workers (gevent, and prefork), a pydantic-ai agent, an agent with an async tool and an MCP tool, and an agent
-with an MCP tool alone, five runs of each side by side, all completing.
+Real workers (gevent, and prefork), a pydantic-ai agent, an Agents SDK agent (its async tool on that loop too), an
+agent with an async tool and an MCP tool, and an agent with an MCP tool alone, five runs of each side by side, all
+completing.
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ from agents_celery.testing.openai_server import FakeReply
 from .conftest import all_events, wait_for
 from .invariants import assert_run_sound, counter_of
 from .test_gevent_capacity import both_at_once
+from .test_openai_agents import WEATHER as SDK_WEATHER
 from .test_pydantic_ai import WEATHER
 
 pytestmark = pytest.mark.timeout(240)
 
 RUNS = 5
 _WEATHER = ScriptResponder(WEATHER)
+_SDK_WEATHER = ScriptResponder(SDK_WEATHER)
 
 
 def side_by_side(request: dict[str, Any]) -> FakeReply:
@@ -37,6 +40,8 @@ def side_by_side(request: dict[str, Any]) -> FakeReply:
     key = next(m["content"] for m in reversed(messages) if m.get("role") == "user")
     if key.startswith("pai"):
         return _WEATHER(request)
+    if key.startswith("sdk"):
+        return _SDK_WEATHER(request)
     if key.startswith("mixed"):
         return both_at_once(request)
     if turn_index(messages) > 0:
@@ -46,11 +51,12 @@ def side_by_side(request: dict[str, Any]) -> FakeReply:
 
 @pytest.fixture(params=["gevent", "prefork"])
 def mixed_worker(request: pytest.FixtureRequest, deploy: Any, fake_openai: Any) -> Iterator[Any]:
-    """tests/agents_mcp.py's and tests/agents_pydantic.py's agents on one worker of the given pool."""
+    """tests/agents_mcp.py's, tests/agents_pydantic.py's and tests/agents_openai.py's agents on one worker of the
+    given pool."""
     from .test_mcp import Server
 
     fake_openai.responder = side_by_side
-    own = deploy("loop", {"AGENTS_CELERY_AGENTS": "tests.agents_mcp,tests.agents_pydantic"})
+    own = deploy("loop", {"AGENTS_CELERY_AGENTS": "tests.agents_mcp,tests.agents_pydantic,tests.agents_openai"})
     server = Server(own.prefix)
     own.env["MCP_TEST_URL"] = server.url
     concurrency = 50 if request.param == "gevent" else 4
@@ -59,7 +65,7 @@ def mixed_worker(request: pytest.FixtureRequest, deploy: Any, fake_openai: Any) 
     server.kill()
 
 
-def test_pydantic_ai_async_and_mcp_tools_side_by_side_on_one_worker(mixed_worker: Any, r: Any) -> None:
+def test_guests_async_and_mcp_tools_side_by_side_on_one_worker(mixed_worker: Any, r: Any) -> None:
     own = mixed_worker
     rt, count = own.runtime, counter_of(r, own.prefix)
     runs = []
@@ -67,6 +73,7 @@ def test_pydantic_ai_async_and_mcp_tools_side_by_side_on_one_worker(mixed_worker
         runs.append(("pai_weather", rt.stream("pai_weather", f"pai{i}").id))
         runs.append(("mcp_mixed", rt.stream("mcp_mixed", f"mixed{i}").id))
         runs.append(("mcp_http", rt.stream("mcp_http", f"mcp{i}").id))
+        runs.append(("sdk_weather", rt.stream("sdk_weather", f"sdk{i}").id))
 
     def ended(run_id: str) -> Any:
         view = rt.get(run_id)
@@ -77,10 +84,13 @@ def test_pydantic_ai_async_and_mcp_tools_side_by_side_on_one_worker(mixed_worker
         (a, views[i].error) for a, i in runs
     ]
     for n, (agent, run_id) in enumerate(runs):
-        i = n // 3
+        i = n // 4
         view = views[run_id]
         if agent == "pai_weather":
             assert view.output == "It is sunny in London.", view.output
+        elif agent == "sdk_weather":
+            assert view.output == "It is sunny in London at noon.", view.output
+            assert_run_sound(all_events(rt, run_id, timeout=10))
         elif agent == "mcp_mixed":
             assert view.output == f"MIXED{i} | slow count mixed{i}: 1", view.output
             assert_run_sound(all_events(rt, run_id, timeout=10), tool_counts={f"mixed{i}": 1}, counter=count)
@@ -88,3 +98,4 @@ def test_pydantic_ai_async_and_mcp_tools_side_by_side_on_one_worker(mixed_worker
             assert view.output == f"slow count mcp{i}: 1", view.output
             assert_run_sound(all_events(rt, run_id, timeout=10), tool_counts={f"mcp{i}": 1}, counter=count)
     assert count("pai:get_lat_lng") == RUNS and count("pai:get_weather") == RUNS
+    assert count("sdk:get_lat_lng") == count("sdk:get_weather") == count("sdk:get_time") == RUNS
