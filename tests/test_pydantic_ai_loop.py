@@ -1,7 +1,8 @@
 """One asyncio loop per worker process for everything async: a guest's segment (pydantic-ai, the Agents SDK), our
-async tools and our MCP connections. asyncio allows one running loop per OS thread, which all greenlets of a gevent worker share:
-with a loop of its own for pydantic-ai, whichever loop started second never ran ("Cannot run the event loop while
-another loop is running"), so the async tool waited out its timeout or the pydantic-ai run stayed ``running``.
+async tools and our MCP connections. asyncio allows one running loop per OS thread, which all greenlets of a gevent
+worker share: with a loop of its own for pydantic-ai, whichever loop started second never ran ("Cannot run the
+event loop while another loop is running"), so the async tool waited out its timeout or the pydantic-ai run stayed
+``running``.
 
 Real workers (gevent, and prefork), a pydantic-ai agent, an Agents SDK agent (its async tool on that loop too), an
 agent with an async tool and an MCP tool, and an agent with an MCP tool alone, five runs of each side by side, all
