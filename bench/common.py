@@ -176,6 +176,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "langgraph_side": ("httpx", "gunicorn", "gevent", "flask", "psutil"),  # LangGraph itself: a venv of its own
     "sse": ("httpx", "gunicorn", "gevent", "flask", "psutil", "uvicorn", "django"),
     "pydantic_ai": ("pydantic_ai", "dbos", "psycopg"),  # the [pydantic-ai] and [bench] extras
+    "openai_agents": ("agents", "dbos_openai_agents", "psycopg"),  # the [openai-agents] and [bench] extras
     "mcp": ("mcp", "uvicorn"),
 }
 

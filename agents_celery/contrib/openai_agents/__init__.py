@@ -20,12 +20,12 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
 
 from ...agent import GUESTS, Agent
 from .guest import SdkGuest, served_name
-from .segment import idempotent
+from .segment import idempotency_key, idempotent
 
 if TYPE_CHECKING:
     from .runner import CeleryRunner
 
-__all__ = ["CeleryRunner", "SdkGuest", "idempotent", "served", "served_name"]
+__all__ = ["CeleryRunner", "SdkGuest", "idempotency_key", "idempotent", "served", "served_name"]
 
 #: id of an SDK agent -> (that agent, the SdkGuest serving it); agents modules live as long as the process.
 _SERVED: dict[int, tuple[Any, SdkGuest]] = {}

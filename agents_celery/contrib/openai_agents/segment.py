@@ -62,6 +62,17 @@ def current_segment() -> Segment | None:
     return _CURRENT.get()
 
 
+def idempotency_key(ctx: Any) -> str | None:
+    """The idempotency key of the tool call ``ctx`` (the SDK's ``ToolContext``) is running for on a worker,
+    ``<run_id>:<tool_call_id>``, the key of its effect-ledger entry: pass it to external APIs so that a call run
+    again (approved after a crash) is recognised there. None outside a worker's segment."""
+    segment = current_segment()
+    call_id = getattr(ctx, "tool_call_id", None)
+    if segment is None or not call_id:
+        return None
+    return f"{segment.run_id}:{call_id}"
+
+
 def idempotent(tool: FunctionTool) -> FunctionTool:
     """Mark ``tool`` safe to run twice: a call of it that started in a crashed attempt runs again instead of pausing
     the run as "may have run". Returns the tool (use it around ``function_tool``)."""
