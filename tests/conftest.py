@@ -251,11 +251,13 @@ def deploy(fake_openai: Any, versions_seam: None) -> Iterator[Callable[..., Any]
 
 @pytest.fixture(scope="session")
 def sdk_deployment(fake_openai: Any) -> Iterator[Any]:
-    """One worker serving tests/agents_openai.py (OpenAI Agents SDK agents), shared by the SDK tests that kill
-    nothing (tests/test_openai_agents*.py; tool counts are read as deltas)."""
+    """One worker serving tests/agents_openai.py (OpenAI Agents SDK agents) beside tests/agents_fixture.py's (a
+    session handed from one kind to the other), shared by the SDK tests that kill nothing
+    (tests/test_openai_agents*.py; tool counts are read as deltas)."""
     from .cluster import Deployment
 
-    dep = Deployment("sdk", fake_openai.url, {"AGENTS_CELERY_AGENTS": "tests.agents_openai"})
+    agents = "tests.agents_fixture,tests.agents_openai"
+    dep = Deployment("sdk", fake_openai.url, {"AGENTS_CELERY_AGENTS": agents})
     try:
         dep.start(1)
         yield dep
