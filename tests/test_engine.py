@@ -545,3 +545,4 @@ def test_an_unexpected_error_fails_the_run_at_once_with_its_reason(runtime: Runt
     attempts = [e.data["metadata"]["attempt"] for e in events if e.type is EventType.STEP_STARTED]
     assert attempts == [1]  # not retried: another attempt would fail the same way
     assert runtime.get(stream.id).error == {"type": "KeyError", "message": "'choices'"}
+

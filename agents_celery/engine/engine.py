@@ -36,6 +36,7 @@ from ..errors import (
 )
 from ..events import EventType, NewEvent, close_open, make_event
 from ..hooks import Hooks, StepInfo, call_hooks
+from ..models import ScriptedModel
 from ..runs import RunState, RunStatus
 from ..settings import Settings
 from ..storage.connections import UNAVAILABLE, connect, is_unavailable
@@ -269,23 +270,33 @@ class Engine:
         return result
 
     def _context(self, attempt: Attempt, agent: Agent | None, writer: EventWriter) -> StepContext:
-        """The step's context: the attempt's claim, lease and writer, the agent and its hooks."""
+        """The step's context, built whole: the attempt's claim, lease and writer, the agent and its hooks."""
         claim, state, lease = attempt.claim, attempt.state, attempt.lease
         assert lease is not None
-        info = StepInfo(attempt.run_id, state.agent_id, state.session_id, attempt.step, state.next, attempt.number)
-        # agent may be None: _decide fails the run before anything uses it
-        step, number, token = attempt.step, attempt.number, attempt.token
-        ctx = StepContext(state, agent, step, number, token, self.store, self.settings, writer, info)  # type: ignore[arg-type]
-        ctx.hooks = [*self.hooks, *(agent.hooks if agent else [])]
-        ctx.blips, ctx.advanced = claim.blips, claim.advanced
-        ctx.stop, ctx.lost, ctx.sent = lease.stop, lease.lost, attempt.sent
-        if claim.stop_reason:
-            ctx.stop.set()
-        ctx.step_open = claim.attempt == 1  # the claim wrote this attempt's STEP_STARTED
-        ctx.effects = claim.effects
-        ctx.inbox = claim.inbox
-        ctx.send = self.enqueue
-        return ctx
+        if claim.stop_reason:  # a stop requested before the claim: the step sees it at once
+            lease.stop.set()
+        return StepContext(
+            state=state,
+            # An agent no worker here serves: _decide fails the run before anything asks it for more than its name.
+            agent=agent or Agent(name=state.active_agent or state.agent_id, model=ScriptedModel([])),
+            step=attempt.step,
+            attempt=attempt.number,
+            token=attempt.token,
+            store=self.store,
+            settings=self.settings,
+            writer=writer,
+            info=StepInfo(attempt.run_id, state.agent_id, state.session_id, attempt.step, state.next, attempt.number),
+            hooks=[*self.hooks, *(agent.hooks if agent else [])],
+            stop=lease.stop,
+            lost=lease.lost,
+            step_open=claim.attempt == 1,  # the claim wrote this attempt's STEP_STARTED
+            effects=claim.effects,
+            sent=attempt.sent,
+            inbox=claim.inbox,
+            blips=claim.blips,
+            advanced=claim.advanced,
+            send=self.enqueue,
+        )
 
     def _reopen(self, ctx: StepContext, claim: Claim) -> None:
         """A retried attempt: close what the crashed one left open, then write its own STEP_STARTED (unless it is
