@@ -546,3 +546,19 @@ def test_an_unexpected_error_fails_the_run_at_once_with_its_reason(runtime: Runt
     assert attempts == [1]  # not retried: another attempt would fail the same way
     assert runtime.get(stream.id).error == {"type": "KeyError", "message": "'choices'"}
 
+
+def test_a_run_of_an_agent_this_engine_does_not_serve_fails_with_the_reason(fast_settings: Any) -> None:
+    """A step whose agent the engine does not serve (a worker started without its module) fails the run at once,
+    naming the agent, as a well-formed log."""
+    from agents_celery import Agent, ScriptedModel
+    from agents_celery.testing import InlineRunner
+
+    from .invariants import assert_run_sound
+
+    ghost = Agent(name="ghost", instructions="Boo.", model=ScriptedModel(["boo"]))
+    with InlineRunner([ghost], settings=fast_settings) as runner:
+        runner.engine.agents = {}  # the worker serving it is gone; this one serves other agents
+        view = runner.run("ghost", "hi")
+        assert view.status == "failed" and view.error is not None, view
+        assert view.error["type"] == "ConfigurationError" and "serves agent 'ghost'" in view.error["message"]
+        assert_run_sound(runner.events(view.run_id))

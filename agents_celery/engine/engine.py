@@ -278,7 +278,7 @@ class Engine:
         return StepContext(
             state=state,
             # An agent no worker here serves: _decide fails the run before anything asks it for more than its name.
-            agent=agent or Agent(name=state.active_agent or state.agent_id, model=ScriptedModel([])),
+            agent=agent or Agent(name=state.active_agent or state.agent_id, model=ScriptedModel([""])),
             step=attempt.step,
             attempt=attempt.number,
             token=attempt.token,
