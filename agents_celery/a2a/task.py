@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from .events import UNIT_SAVED, Event, EventType
+from ..events import UNIT_SAVED, Event, EventType
 
 TaskState = Literal[
     "TASK_STATE_SUBMITTED",
