@@ -57,6 +57,20 @@ class Inspection:
 
     # -- runs ------------------------------------------------------------------------------------------
 
+    def live_run(self, session_id: str) -> RunView | None:
+        """The session's run that has not ended (queued, running or paused), or None.
+
+        A session's active run that cannot be read (expired, half-written) is None: the Runtime heals the session
+        when a run starts. So is an ended run whose worker has not given the session back yet (it is about to)."""
+        run_id = self.store.sessions.active(session_id)
+        if run_id is None:
+            return None
+        try:
+            view = self.get(run_id)
+        except Exception:  # expired or half-written
+            return None
+        return None if view.status.is_final else view
+
     def get(self, run_id: str) -> RunView:
         """The run's committed state and where its log stands."""
         state, _ = self.store.load(run_id)

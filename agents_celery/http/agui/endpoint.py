@@ -167,7 +167,7 @@ class AguiEndpoint:
         existing = self.runtime.idempotent_run(key, req.user_id)
         if existing is not None:  # a retry racing the first POST of this runId
             return self._attach(req, inp, existing, -1)
-        active = self._active(thread)
+        active = self.runtime.live_run(thread)
         if active is not None and active.agent_id != agent_id:
             raise SessionBusyError(f"thread {thread!r} is busy: it has a live run of another agent")
         if active is not None and active.status == RunStatus.PAUSED:
@@ -199,17 +199,6 @@ class AguiEndpoint:
         )
         self.store.sessions.mark_segment(thread, [client_run], stream.run_id, -1)
         return self._reply(inp, stream.run_id, -1)
-
-    def _active(self, thread: str) -> RunView | None:
-        run_id = self.store.sessions.active(thread)
-        if run_id is None:
-            return None
-        try:
-            view = self.runtime.get(run_id)
-        except Exception:  # expired or half-written: the Runtime heals the session when a run starts
-            return None
-        # an ended run whose worker has not yet given the session back (it is about to): the Runtime takes it over
-        return None if view.status.is_final else view
 
     def _resume(self, req: Request, inp: agui.RunAgentInput, view: RunView) -> Reply:
         self.access.allow(req, "continue", view)
