@@ -366,7 +366,7 @@ class Engine:
             # Visible as running at once; the attempt keeps its lease.
             self.store.commit(state, ctx.token, ctx.step, ctx.step, [], "live", release=False)
             if delayed:  # queued and running share an index; a delayed run leaves the scheduled one
-                self.store.status_changed(state, watch_in=self.settings.lease_ttl_seconds)
+                self.store.reindex(state, watch_in=self.settings.lease_ttl_seconds)
         if state.next == "model" and ctx.inbox > state.inbox_taken:
             ctx.state = state = self._take_inbox(ctx)
         try:
@@ -423,7 +423,7 @@ class Engine:
             elif not enqueued:
                 self.enqueue(state.run_id, step + 1, state.agent_id)
             return
-        self.lifecycle.settled(state, step + 1)  # webhook, indexes, session, children, parent
+        self.lifecycle.follow_through(state, step + 1)  # webhook, indexes, session, children, parent
 
 
 def _one_step(ctx: StepContext, agent: Agent) -> StepResult:

@@ -358,7 +358,7 @@ class Runtime(Scheduling):
                 if not self.admission.existing(run_id, asked, idempotency_key or ""):
                     raise
                 return self.get_stream(run_id)
-            self.store.created(state, delay if delay > 0 else self.settings.enqueue_grace_seconds)
+            self.store.index_new_run(state, delay if delay > 0 else self.settings.enqueue_grace_seconds)
             if history is None:
                 self._line_up(state, multitask_strategy)
             elif delay <= 0:

@@ -5,7 +5,7 @@ How AG-UI's words map onto ours:
 
 - ``threadId`` is the session; ``runId`` names one *segment* of a run: a run that pauses and is resumed goes
   on under the same run id of ours, and each input that resumes it names the next segment with its own runId.
-  The stream presents every event under the client's ids (:class:`~agents_celery.http.sse.Segment`).
+  The stream presents every event under the client's ids (:class:`~agents_celery.http.sse.AguiSegment`).
 - The same ``runId`` again attaches to its segment (replayed from its start, then live), never starting
   another run: a retried POST is safe. Segments are recorded per session (``storage.keys``: ``agui``).
 - A new run takes the last message (a user message); earlier messages, when sent, must agree with the
@@ -52,7 +52,7 @@ from ...runs import RunStatus, RunView
 from ...runtime import Runtime
 from ..access import Access
 from ..messages import Reply, Request, position_param
-from ..sse import LogStream, Segment
+from ..sse import AguiSegment, LogStream
 from . import render as agui_mod
 from .input import content_of, upgrade_binary
 
@@ -275,7 +275,7 @@ class AguiEndpoint:
             state, _ = self.store.load(run_id)
             return agui_mod.snapshots(state.client.get("state"), state.messages, inp.thread_id, timestamp)
 
-        segment = Segment(inp.thread_id, inp.run_id, snapshots)
+        segment = AguiSegment(inp.thread_id, inp.run_id, snapshots)
         stream = LogStream(
             run_id, after, "agui", until_pause=True, keepalive_seconds=self.keepalive_seconds, segment=segment
         )
@@ -283,7 +283,7 @@ class AguiEndpoint:
         return Reply(200, stream=stream)
 
     def _refuse(self, inp: agui.RunAgentInput, message: str, code: str) -> Reply:
-        segment = Segment(inp.thread_id, inp.run_id, error=(message, code))
+        segment = AguiSegment(inp.thread_id, inp.run_id, error=(message, code))
         return Reply(200, stream=LogStream("", -1, "agui", until_pause=True, segment=segment))
 
 
