@@ -144,7 +144,7 @@ class InlineRunner:
 
         Args:
             run_id: The paused run's id.
-            decisions: As :meth:`Runtime.continue_run` takes them (None approves every pending call).
+            decisions: As :meth:`Runtime.continue_run` takes them.
 
         Returns:
             The run as it then stands.
