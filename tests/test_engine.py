@@ -498,6 +498,22 @@ def test_run_is_caller_bound_a_timeout_stops_it(runtime: Runtime, script: Any) -
     assert len([e for e in events if e.type is EventType.TEXT_MESSAGE_CONTENT]) < 300
 
 
+def test_a_timeout_holds_when_the_run_says_nothing(runtime: Runtime, fake_openai: Any) -> None:
+    """A model that never sends a token: no event comes after the step's start, and ``run(timeout=...)`` still
+    gives up on time (it waited for the next event before, with no limit)."""
+    import time
+
+    from agents_celery.errors import RunTimeoutError
+    from agents_celery.testing import FakeReply
+
+    fake_openai.responder = lambda request: FakeReply(hang=True)
+    t0 = time.monotonic()
+    with pytest.raises(RunTimeoutError) as info:
+        runtime.run("fake", "are you there?", timeout=1.0)
+    assert time.monotonic() - t0 < 5
+    wait_for(lambda: runtime.get(info.value.run_id).status == "cancelled", what="the timed-out run to be cancelled")
+
+
 def test_async_events_follow_a_run(runtime: Runtime, script: Any) -> None:
     import asyncio
 

@@ -580,8 +580,8 @@ class Runtime(Scheduling):
     def run(self, agent: Agent | str, message: UserContent, *, timeout: float | None = None, **kwargs: Any) -> Any:
         """Start a run and block until it ends or pauses.
 
-        The run is bound to the caller: on Ctrl-C or timeout it is stopped. The timeout is checked as each event
-        arrives.
+        The run is bound to the caller: on Ctrl-C or timeout it is stopped. The timeout holds whether events come
+        or not (it is checked at least every quarter second).
 
         Args:
             agent: The agent, as an object or by name.
@@ -602,8 +602,11 @@ class Runtime(Scheduling):
         """
         stream = self.stream(agent, message, **kwargs)
         deadline = None if timeout is None else time.monotonic() + timeout
+        # Pages of events, and an idle tick when a quarter second brings none, until the run ends or pauses: the
+        # deadline is checked on each, so a run that says nothing (no worker, a long tool) cannot outlast it.
+        pages = self.store.log.tail(stream.id, -1, until_pause=True, block_ms=250, idle_seconds=0.25)
         try:
-            for _event in stream.events():
+            for _page in pages:
                 if deadline is not None and time.monotonic() > deadline:
                     raise RunTimeoutError(
                         f"run {stream.id!r} did not finish within {timeout}s; it was stopped", stream.id
