@@ -35,7 +35,7 @@ from pydantic_core import to_jsonable_python
 from ...errors import JournalMismatchError
 from ...events import UNIT_SAVED, EventType, NewEvent, make_event
 from ...runs import ToolCall
-from ...storage.journal import Entry, Journal
+from ...storage.journal import Journal, JournalEntry
 from ...storage.ledger import Ledger
 
 #: The name of the unit that writes the events a guest kept between two units.
@@ -94,7 +94,7 @@ class GuestSegment:
     check: Callable[[], None]
     #: Decided calls of a "may have run" pause: approved re-runs, rejections (by tool call id).
     decided: Mapping[str, ToolCall] = field(default_factory=dict)
-    recorded: dict[int, Entry] = field(default_factory=dict)
+    recorded: dict[int, JournalEntry] = field(default_factory=dict)
     seq: int = 0
     ordinals: dict[str, int] = field(default_factory=dict)
     #: Units run (not replayed) by this attempt, and replayed.
@@ -154,7 +154,7 @@ class GuestSegment:
         if self._buffer:
             self._events_unit()
         seq, ordinal = self._next(name)
-        entry = Entry(name, ordinal, identity, None)
+        entry = JournalEntry(name, ordinal, identity, None)
         recorded = self.recorded.get(seq)
         if recorded is not None:
             _same(self, seq, recorded, entry)
@@ -181,7 +181,7 @@ class GuestSegment:
     def _events_unit(self) -> None:
         """Write the kept events as a unit of their own (or skip them: a replay met them recorded)."""
         seq, ordinal = self._next(EVENTS_UNIT)
-        entry = Entry(EVENTS_UNIT, ordinal, digest(EVENTS_UNIT), None)
+        entry = JournalEntry(EVENTS_UNIT, ordinal, digest(EVENTS_UNIT), None)
         recorded = self.recorded.get(seq)
         if recorded is not None:
             _same(self, seq, recorded, entry)
@@ -192,7 +192,7 @@ class GuestSegment:
     def _record(
         self,
         seq: int,
-        entry: Entry,
+        entry: JournalEntry,
         result: object,
         call_id: str | None,
         result_events: Callable[[object], list[NewEvent]] | None,
@@ -204,7 +204,7 @@ class GuestSegment:
         if call_id is not None:
             done = {"status": "done", "token": self.token, "result": json.dumps(result), "error": None}
             effect = (call_id, json.dumps(done))
-        recorded = Entry(entry.name, entry.ordinal, entry.digest, result)
+        recorded = JournalEntry(entry.name, entry.ordinal, entry.digest, result)
         self.journal.write(self.run_id, self.token, self.number, seq, recorded, events, effect)
         return result
 
@@ -239,7 +239,7 @@ def pending_call(call: GuestCall, approvals: int) -> ToolCall:
     )
 
 
-def _same(segment: GuestSegment, seq: int, recorded: Entry, met: Entry) -> None:
+def _same(segment: GuestSegment, seq: int, recorded: JournalEntry, met: JournalEntry) -> None:
     """Raise JournalMismatchError unless ``met`` is the unit recorded at ``seq``."""
     if (recorded.name, recorded.ordinal, recorded.digest) == (met.name, met.ordinal, met.digest):
         return
