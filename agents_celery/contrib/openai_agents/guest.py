@@ -25,6 +25,7 @@ from ...engine.steps import Cancelled, StepContext, StepResult, completed, pause
 from ...errors import AgentsCeleryError
 from ...runs import RunState as OurState
 from ...runs import ToolCall
+from ...storage.connections import is_unavailable
 from ..guests.agent import GuestTool, Journals, ModelName, drive, output_value, split_decided, with_may_have_run
 from ..guests.segment import MayHaveRun
 from .items import Split, sdk_items, split_messages, typed
@@ -268,10 +269,11 @@ async def _drained(result: Any) -> Any:
 
 
 def _ours(exc: BaseException) -> BaseException:
-    """The exception of ours (agents-celery's, a step's) among ``exc`` and its causes; else ``exc``."""
+    """The exception of ours among ``exc`` and its causes (agents-celery's, a step's, or Redis not answering a
+    journal or ledger write: a blip gives the step back instead of failing the run); else ``exc``."""
     seen: BaseException | None = exc
     while seen is not None:
-        if isinstance(seen, AgentsCeleryError | Cancelled | MayHaveRun):
+        if isinstance(seen, AgentsCeleryError | Cancelled | MayHaveRun) or is_unavailable(seen):
             return seen
         seen = seen.__cause__
     return exc
