@@ -240,3 +240,29 @@ def test_instructions_that_change_on_every_call_do_not_stop_a_killed_run_from_re
     assert firsts != lasts  # the instructions changed between the attempts
     assert _abandoned(events)
     assert stream.get().output == LONG_TEXT
+
+
+def test_celery_runner_s_to_state_answers_a_call_that_may_have_run(crashable: Deployment, fake_openai: Any) -> None:
+    """A call that may have run in a crashed attempt is one of ``CeleryRunner``'s interruptions too: approving it on
+    ``to_state()`` runs it again, once, and the run goes on."""
+    from agents_celery.contrib.openai_agents import CeleryRunner
+
+    agents = module(fake_openai)
+    alive(crashable)
+    CeleryRunner.configure(crashable.runtime)
+    try:
+        fake_openai.responder = ScriptResponder(WEATHER)
+        with redis.Redis.from_url(TEST_REDIS_URL) as r:
+            counts = Counts(r, crashable, *WEATHER_TOOLS)
+            r.set(_crash_key(crashable, "sdk_tool_body"), 1)
+            paused = CeleryRunner.run_sync(agents.weather, "Weather in London?")
+            (item,) = paused.interruptions
+            assert (item.tool_name, paused.status) == ("get_lat_lng", "paused")
+            state = paused.to_state()
+            state.approve(item)
+            alive(crashable)
+            done = CeleryRunner.run_sync(agents.weather, state)
+            assert done.final_output == "It is sunny in London at noon."
+            assert counts("sdk:get_lat_lng") == 2 and counts("sdk:get_weather") == 1  # the approved run again
+    finally:
+        CeleryRunner.runtime = None
