@@ -266,3 +266,44 @@ def test_celery_runner_s_to_state_answers_a_call_that_may_have_run(crashable: De
             assert counts("sdk:get_lat_lng") == 2 and counts("sdk:get_weather") == 1  # the approved run again
     finally:
         CeleryRunner.runtime = None
+
+
+def test_resets_of_the_worker_s_redis_connections_while_the_model_streams_cost_no_run(
+    deploy: Any, fake_openai: Any
+) -> None:
+    """A Redis blip (every worker connection forgotten by a proxy, twice, while the SDK's model streams: each fails
+    on its next command) is not the run's failure (DESIGN rule 9): the step is given back, the model unit runs
+    again, the run completes with a sound log."""
+    from urllib.parse import urlparse
+
+    from .faults import ResettingProxy
+
+    upstream = urlparse(TEST_REDIS_URL)
+    proxy = ResettingProxy((upstream.hostname or "127.0.0.1", upstream.port or 6379))
+    own = deploy("sdkblip", {"AGENTS_CELERY_AGENTS": AGENTS})
+    worker = own.worker({"AGENTS_CELERY_REDIS_URL": proxy.url(path=upstream.path or "/0")})
+    rt = own.runtime
+    try:
+        fake_openai.responder = ScriptResponder([LONG_TEXT], token_delay=0.02)
+        stream = rt.stream("sdk_weather", "Talk.")
+        seen = 0
+        for n in range(2):
+            seen = wait_for(
+                lambda s=seen: (
+                    (c := sum(e.type.value == "TEXT_MESSAGE_CONTENT" for e in rt.store.log.read(stream.id))) >= s + 8
+                    and c
+                ),
+                timeout=30,
+                what=f"the model streaming before reset {n + 1}",
+            )
+            assert proxy.reset(half_open=True) > 0
+        wait_for(lambda: stream.get().status.is_final, timeout=60, what="the run's end")
+        view = stream.get()
+        assert view.status.value == "completed", (view.error, worker.output()[-3000:])
+        assert view.output == LONG_TEXT
+        events = all_events(rt, stream.id)
+        assert_run_sound(events)
+        assert _abandoned(events)
+    finally:
+        worker.stop()
+        proxy.close()
