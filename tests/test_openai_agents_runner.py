@@ -159,3 +159,12 @@ def test_a_failed_run_raises_and_the_context_reaches_the_worker(runner: type[Cel
         runner.run_sync(agents.weather, "Weather in London?", max_turns=1, context={"user": "u1"})
     with pytest.raises(Exception, match="must be JSON"):
         runner.run_sync(agents.weather, "Hi", context=object())
+
+
+def test_structured_output_comes_back_as_the_output_type(runner: type[CeleryRunner], fake_openai: Any) -> None:
+    agents = module(fake_openai)
+    floor, _ = in_process(fake_openai, agents.point, "Where?", ['{"x": 3, "y": 4}'])
+    fake_openai.responder = ScriptResponder(['{"x": 3, "y": 4}'])
+    result = runner.run_sync(agents.point, "Where?")
+    assert result.final_output == floor.final_output and isinstance(result.final_output, agents.Point)
+    assert result.final_output_as(agents.Point, raise_if_incorrect_type=True).y == 4
