@@ -68,6 +68,30 @@ def ended(r: Any, keys: Any, ids: list[str]) -> int:
         return sum(x == b"ended" for x in pipe.execute())
 
 
+#: What the worker's log says when an attempt of a run ends before its commit, by mechanism: a command refused by a
+#: full Redis pool (redis-py's 100 connections, the cause of the turns that ran twice here before the worker's pool
+#: was sized to its slots), the attempt given back for it as a connection error, a lease the keeper found lost.
+ENDS_AN_ATTEMPT = {
+    "a full Redis pool": "Too many connections",
+    "given back as a blip": "the step is given back",
+    "lease lost": "lease lost",
+}
+#: What it says when the margin shrinks without ending one: a copy of a step sent again by the sweeper (a step still
+#: in the worker's intake past the enqueue grace, whose copy then finds the lease held), leases renewed or first
+#: held by their step half a TTL after the last renewal or the claim (agents_celery/storage/leases.py).
+MARGINS = {
+    "sent again by the sweeper": "sent again to",
+    "lease renewed late": "after their last renewal (heartbeat",
+    "lease held late": "after the claim took it",
+}
+
+
+def mechanisms(log: str, which: dict[str, str]) -> dict[str, int]:
+    """How many warnings of each of ``which`` the worker logged."""
+    lines = [line for line in log.splitlines() if "WARNING" in line]
+    return {name: sum(text in line for line in lines) for name, text in which.items()}
+
+
 def rss_mib(pid: int) -> float:
     """The process's resident set (``VmRSS`` in /proc), in MiB."""
     status = Path(f"/proc/{pid}/status").read_text()
@@ -121,11 +145,14 @@ def test_a_thousand_runs_held_at_once_on_one_gevent_worker(deploy: Any, waiting_
         events = all_events(rt, run_id, timeout=10)
         assert_run_sound(events)
         retried += sum(1 for e in events if e.type is EventType.STEP_STARTED) > 1
-    assert retried == 0, f"{retried} runs lost their lease and ran their turn again"
+    log = worker.log.read_text(errors="replace")
+    ends, margins = mechanisms(log, ENDS_AN_ATTEMPT), mechanisms(log, MARGINS)
+    assert retried == 0, f"{retried} runs ran their turn again; the worker's log: {ends}, {margins}"
+    assert not any(ends.values()), f"attempts ended before their commit ({retried} turns ran twice): {ends}"
     print(
         f"\n{RUNS} runs sent in {sent:.1f}s; all {RUNS} in flight {ramp:.1f}s after the first was sent; worker"
         f" RSS {rss:.0f} MiB then ({idle:.0f} idle: {(rss - idle) * 1024 / RUNS:.0f} KiB a run); all ended after"
-        f" {took:.1f}s"
+        f" {took:.1f}s; warnings of a shrinking margin: {margins}"
     )
 
 

@@ -195,8 +195,9 @@ def _register_step(app: Celery, ext: AgentsCelery) -> None:
     def _init(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is app:
             pool = get_implementation(getattr(sender, "pool_cls", None) or ext.app.conf.worker_pool)
+            ext.slots = int(getattr(sender, "concurrency", 0) or 0)  # before the engine makes its Redis pool
             if getattr(pool, "is_green", False):
-                _with_green_broker(ext.app, int(getattr(sender, "concurrency", 0) or 0))
+                _with_green_broker(ext.app, ext.slots)
 
     @signals.worker_ready.connect(weak=False)  # type: ignore[untyped-decorator]
     def _ready(sender: Any = None, **_: Any) -> None:
