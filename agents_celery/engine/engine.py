@@ -154,6 +154,14 @@ class Engine:
                 exc,
             )
             attempt.outcome, attempt.blip = "given back", self._is_blip(exc)
+        finally:
+            self._unhold(attempt)
+
+    def _unhold(self, attempt: Attempt) -> None:
+        """The keeper stops renewing the attempt's lease: its commit gave it up, or the attempt ends without one."""
+        if attempt.lease is not None:
+            self.keeper.drop(attempt.lease)
+            attempt.lease = None
 
     def _let_go(self, attempt: Attempt) -> None:
         """An attempt that did not commit gives its lease up (the commit gave it up in the same round trip): as
@@ -234,7 +242,11 @@ class Engine:
 
     def _do_step(self, attempt: Attempt) -> StepResult:
         """The step's work under the lease: the result to commit (with the events not yet appended). When it
-        fails, ``attempt.not_run`` gets the tool calls it never invoked."""
+        fails, ``attempt.not_run`` gets the tool calls it never invoked. The keeper renews the lease from here
+        until the commit gave it up (:meth:`_unhold`): on a busy gevent worker a step's commit can reach Redis
+        many seconds after its work ended (the greenlet waits for the hub), and a lease left unrenewed meanwhile
+        expired; the commit was refused and the turn ran again (824 of 1,000 runs, with a core burnt beside
+        tests/test_gevent_capacity.py)."""
         state = attempt.state
         agent = self.agents.get(state.active_agent or state.agent_id)
         attempt.lease = self.keeper.hold(attempt.run_id, attempt.token, taken=attempt.claimed)
@@ -255,9 +267,6 @@ class Engine:
                     c.id for c in state.tool_calls if not c.done and not c.agent and c.id not in invoked
                 ]
             raise
-        finally:
-            self.keeper.drop(attempt.lease)
-            attempt.lease = None
         return result
 
     def _context(self, attempt: Attempt, agent: Agent | None, writer: EventWriter) -> StepContext:
@@ -297,6 +306,7 @@ class Engine:
         except InboxGrew:
             result = goes_on(result)
             enqueued = self._commit_once(attempt, result)
+        self._unhold(attempt)
         call_hooks(hooks, "after_commit", info)
         self._after_commit(result, attempt.step, enqueued=enqueued)
         call_hooks(hooks, "after_step", info, result.state.status.value)
@@ -309,6 +319,8 @@ class Engine:
         if result.awaiting is not None:  # before the commit: a crash between the two leaves a harmless note
             self.store.await_children(attempt.run_id, result.awaiting)
         push = result.log_status == "live" and not result.waits
+        if attempt.lease is not None:  # a renewal failing from now on is this commit's doing (or it is refused)
+            attempt.lease.committing = True
         with attempt.delivery.committing(attempt.run_id, step + 1, state.agent_id, push) as carried:
             self.store.commit(
                 state,

@@ -77,6 +77,9 @@ class Holding:
     stop: threading.Event = field(default_factory=threading.Event)
     #: When the lease was last renewed (``time.monotonic``); written only by the keeper's thread.
     renewed: float = field(default_factory=time.monotonic)
+    #: Set by the step as it sends the commit that gives the lease up: a renewal that fails from then on is the
+    #: commit's doing (or the commit is refused, and says so), not a lost lease; the keeper stops renewing it.
+    committing: bool = False
     wake_stop: Callable[[], None] = field(default=_not_woken, repr=False)
     wake_lost: Callable[[], None] = field(default=_not_woken, repr=False)
 
@@ -173,9 +176,13 @@ class LeaseKeeper:
         for h, stopped in zip(held, replies[: len(held)], strict=True):
             if stopped and not h.stop.is_set():
                 h.wake_stop()
-        with self._lock:  # a step that committed meanwhile gave its lease up and left: not a lost lease
+        with self._lock:  # a step that committed meanwhile gave its lease up (and left, or is leaving): not lost
             failed = [h for h, renewed in zip(due, replies[len(held) :], strict=True) if not renewed]
             failed = [h for h in failed if self._held.get(id(h)) is h]
+            for h in failed:
+                if h.committing:
+                    del self._held[id(h)]
+            failed = [h for h in failed if not h.committing]
         for h, renewed in zip(due, replies[len(held) :], strict=True):
             if renewed:
                 h.renewed = now
