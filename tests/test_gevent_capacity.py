@@ -37,6 +37,8 @@ TOKENS, TOKEN_DELAY = 2, 1.0
 #: 8 (it was the first turn's length, 58 s, while the model's delay was fixed: the test failed by the CPU's speed).
 #: How fast they start is the bench's to measure; here only that they are held all at once.
 ALL_HELD_WITHIN = 150
+#: How long the thousand turns may take to end once released: the CPU of 1,000 commits, 13-60 s with a core burnt.
+ALL_ENDED_WITHIN = 120
 #: The lease and heartbeat docs/scaling.md gives for 1,000 runs per process (10 s, 2 s), the shipped stop poll (five
 #: thousand stop checks a second), the sweeper and enqueue grace as the tests' usual.
 TIMINGS = {
@@ -105,7 +107,7 @@ def rss_mib(pid: int) -> float:
 
 @pytest.mark.serial  # its deadlines assume the machine to itself: runs alone, after the parallel tiers
 @pytest.mark.slow
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(420)
 def test_a_thousand_runs_held_at_once_on_one_gevent_worker(deploy: Any, waiting_server: str, r: Any) -> None:
     """One ``--pool gevent --concurrency 1000`` worker holds the leases of 1,000 runs at the same moment (each
     run's model turn waiting on its first token), then every run completes with a sound log in its first attempt,
@@ -142,7 +144,7 @@ def test_a_thousand_runs_held_at_once_on_one_gevent_worker(deploy: Any, waiting_
     rss = rss_mib(worker.proc.pid)
     assert ended(r, keys, ids) == 0  # all held at once, none done yet
     release(waiting_server)  # the thousand turns end together: a burst of commits
-    wait_for(lambda: ended(r, keys, ids) == RUNS, timeout=60, interval=0.5, what="every run to end")
+    wait_for(lambda: ended(r, keys, ids) == RUNS, timeout=ALL_ENDED_WITHIN, interval=0.5, what="every run to end")
     took = time.monotonic() - t0
     retried = 0
     for run_id in ids:
