@@ -108,6 +108,10 @@ class Presenter(Protocol):
 
     def error(self, exc: BaseException) -> str: ...
 
+    def needs_thread(self, events: int) -> bool:
+        """Whether rendering a page of ``events`` may call Redis (sync: under asyncio it goes to a thread)."""
+        ...
+
 
 class Prefix:
     """What a stream that starts after offset N needs of the log up to N, folded as it is read (pages of
@@ -271,10 +275,13 @@ class Renderer:
         return [frame(e, e["type"]) for e in agui_mod.attributed(read(child_id), child_id, segment, after)]
 
     def needs_thread(self, page: list[Entry] | ChildPage) -> bool:
-        """Whether rendering ``page`` reads Redis (sync: under asyncio it goes to a thread): the AG-UI endpoint's
-        snapshots, or a child's log (the first page may re-open children; a SUBAGENT_* event opens or closes one)."""
+        """Whether rendering ``page`` calls Redis (sync: under asyncio it goes to a thread): a presenter's own (the
+        Responses API saving a checkpoint), the AG-UI endpoint's snapshots, or a child's log (the first page may
+        re-open children; a SUBAGENT_* event opens or closes one)."""
         if isinstance(page, ChildPage):
             return False
+        if self.stream.presenter is not None:
+            return self.stream.presenter.needs_thread(len(page))
         segment = self.stream.segment
         if segment is not None and segment.snapshots is not None:
             return True

@@ -33,6 +33,10 @@ class TaskPresenter:
         self.ends_after = ends_after
         self.finished = False
 
+    def needs_thread(self, events: int) -> bool:
+        """Rendering reads and writes no Redis."""
+        return False
+
     def frames(self, events: list[Event]) -> str:
         out = []
         for ev in events:

@@ -287,6 +287,10 @@ class ChatPresenter:
         self._skip = skip
         self.finished = False
 
+    def needs_thread(self, events: int) -> bool:
+        """Rendering reads and writes no Redis."""
+        return False
+
     def frames(self, events: list[Event]) -> str:
         out = [self._prefix] if self._prefix else []
         self._prefix = ""
