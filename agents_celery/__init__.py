@@ -23,6 +23,14 @@ _EXPORTS: dict[str, str] = {
     "ToolContext": "tools",
     "tool": "tools",
     "MCPTools": "mcp",
+    # workflows
+    "Workflow": "workflows",
+    "Step": "workflows",
+    "StepInput": "workflows",
+    "Parallel": "workflows",
+    "Condition": "workflows",
+    "Loop": "workflows",
+    "Router": "workflows",
     # models
     "Model": "models",
     "OpenAIChat": "models",
@@ -172,3 +180,4 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from .schedule import Schedule
     from .settings import Settings, load_settings
     from .tools import Tool, ToolContext, tool
+    from .workflows import Condition, Loop, Parallel, Router, Step, StepInput, Workflow

@@ -147,6 +147,9 @@ class RunState(BaseModel):
     children: list[str] = Field(default_factory=list)
     #: Calls of paused child runs waiting for a decision (each with its ``run_id``); part of :attr:`pending`.
     child_pending: list[ToolCall] = Field(default_factory=list)
+    #: A workflow run (:mod:`agents_celery.workflows`): where it stands (each step's output by path, the decisions of
+    #: its conditions, loops and routers); empty for an agent's run.
+    workflow: dict[str, Any] = Field(default_factory=dict)
     #: User messages of the run's inbox taken into ``messages`` so far (``Runtime.send_message``).
     inbox_taken: int = 0
     #: Where to POST a summary when the run completes, fails, is cancelled or pauses.
@@ -207,7 +210,8 @@ class RunState(BaseModel):
 
     def to_json(self) -> str:
         """The stored JSON: everything but ``messages`` (schema 2; the messages live in their own list)."""
-        return self.model_copy(update={"schema_version": SCHEMA_VERSION}).model_dump_json(exclude={"messages"})
+        left_out = {"messages"} if self.workflow else {"messages", "workflow"}  # an agent's run: no workflow key
+        return self.model_copy(update={"schema_version": SCHEMA_VERSION}).model_dump_json(exclude=left_out)
 
     def to_json_v1(self) -> str:
         """Schema 1: the messages inside the JSON (how a run is created: one key, written atomically)."""
