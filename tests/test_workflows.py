@@ -38,13 +38,15 @@ def by_agent(**scripts: Turns) -> Callable[[dict[str, Any]], FakeReply]:
     return respond
 
 
-def researches(key: str, seconds: float = 0.0, token_delay: float = 0.0) -> Turns:
-    """Calls slow_count once (``key``), then answers with the words it found (``token_delay`` between words)."""
+def researches(key: str, seconds: float = 0.0, token_delay: float = 0.0, first: str = "Looking.") -> Turns:
+    """Says ``first`` (``token_delay`` between words) and calls slow_count once (``key``, sleeping ``seconds``), then
+    answers with the words it found."""
 
     def turns(turn: int, message: str) -> FakeReply:
         if turn == 0:
             args = {"key": key, "seconds": seconds}
-            return FakeReply(text="Looking.", tool_calls=[ScriptedToolCall("slow_count", args, "call_count")])
+            call = ScriptedToolCall("slow_count", args, "call_count")
+            return FakeReply(text=first, tool_calls=[call], token_delay=token_delay)
         return FakeReply(text=f"found five words about {message[:20]}", token_delay=token_delay)
 
     return turns
