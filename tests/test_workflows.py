@@ -90,6 +90,11 @@ def outputs_of(log: list[Event]) -> dict[str, Any]:
     return {e.data["value"]["step"]: e.data["value"]["output"] for e in log if e.data.get("name") == "step_output"}
 
 
+def nodes_of(e: Event) -> dict[str, Any] | None:
+    """The value of a container's CUSTOM ``workflow_node`` event (None for any other event)."""
+    return e.data["value"] if e.type is EventType.CUSTOM and e.data.get("name") == "workflow_node" else None
+
+
 def count(runtime: Runtime, name: str) -> int:
     return counter_of(runtime.redis, runtime.settings.key_prefix)(name)
 
@@ -207,6 +212,16 @@ def test_a_loop_runs_until_its_condition_and_is_bounded(runtime: Runtime) -> Non
     assert_run_sound(log)
     assert list(outputs_of(log)) == ["grow@1", "grow@2", "grow@3", "again@1", "again@2"]
     assert count(runtime, f"grow:{stream.id}") == 5
+    marks = [v for e in log if (v := nodes_of(e))]
+    phases = [(v["node"], v["phase"], v.get("iteration")) for v in marks]
+    assert phases[:3] == [
+        ("loop-1", "started", None),
+        ("loop-1", "iteration_started", 1),
+        ("loop-1", "iteration_completed", 1),
+    ]
+    assert ("loop-1", "completed", None) in phases and phases[-1] == ("twice", "completed", None)
+    continues = [v["should_continue"] for v in marks if v["phase"] == "iteration_completed"]
+    assert continues == [True, True, False, True, False]
 
 
 @pytest.mark.parametrize(("message", "desk"), [("my invoice is wrong", "billing"), ("it broke", "support")])

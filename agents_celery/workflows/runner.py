@@ -15,7 +15,8 @@ the workflow's output.
 A workflow step's events: STEP_STARTED and STEP_FINISHED (``step_name``: the step's name; ``metadata``:
 ``workflow_step`` its path, ``step_index``, ``executor``), a CUSTOM ``step_output`` (``value``: the step's path,
 name, executor and output) before the STEP_FINISHED, and between them, for an agent step, the child's
-SUBAGENT_STARTED and SUBAGENT_FINISHED (or SUBAGENT_ERROR).
+SUBAGENT_STARTED and SUBAGENT_FINISHED (or SUBAGENT_ERROR). A container (parallel, condition, loop, router) says
+when it starts and completes (a loop: each iteration too) in a CUSTOM ``workflow_node`` (:mod:`.walk`).
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ def run_step(workflow: Agent, plan: list[Node], ctx: StepContext) -> StepResult:
     while True:
         ctx.check()
         frontier = walk(plan, run.progress, base)
+        run.events += [make_event(EventType.CUSTOM, name="workflow_node", value=mark) for mark in frontier.marks]
         if frontier.error is not None:
             return _failed(run, frontier.error)
         if frontier.ended:
@@ -135,6 +137,8 @@ def _started(ready: Ready, **flags: bool) -> NewEvent:
         "executor": "agent" if ready.step.agent is not None else "function",
         **flags,
     }
+    if ready.parent is not None:
+        meta["parent"] = ready.parent
     if ready.input.iteration:
         meta["iteration"] = ready.input.iteration
     return make_event(EventType.STEP_STARTED, step_name=ready.step.name, metadata=meta)
