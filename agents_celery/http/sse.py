@@ -275,6 +275,8 @@ class Renderer:
         snapshots, or a child's log (the first page may re-open children; a SUBAGENT_* event opens or closes one)."""
         if isinstance(page, ChildPage):
             return False
+        if self.stream.presenter is not None:  # a workflow's presenter reads the logs of its steps' runs
+            return bool(getattr(self.stream.presenter, "reads", False)) and any('"SUBAGENT_' in e[1] for e in page)
         segment = self.stream.segment
         if segment is not None and segment.snapshots is not None:
             return True
