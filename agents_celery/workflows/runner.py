@@ -32,7 +32,8 @@ from ..agent import Agent, AgentTool
 from ..content import text_of
 from ..engine import children
 from ..engine.calls import CallAbandoned, run_call
-from ..engine.steps import StepContext, StepResult, completed, failed, paused, walked_away
+from ..engine.steps import StepContext, StepResult, completed, failed, paused, step_finished, walked_away
+from ..engine.turn import new_id
 from ..errors import AgentsCeleryError, RunExpiredError, RunNotFoundError
 from ..events import EventType, NewEvent, make_event
 from ..hooks import call_hooks
@@ -373,18 +374,33 @@ def _settle(run: _Run) -> StepResult:
     working = [cid for cid in run.progress.running.values() if cid not in paused_children]
     run.update()
     if working:  # their ends (or pauses) wake the run
-        return StepResult(run.state, run.events, "live", working, awaiting=working)
+        return StepResult(run.state, [*run.events, *_own_end(run)], "live", working, awaiting=working)
     events = [*run.events, *children.suspended(paused_children)]
     events += [
         children.step_event(EventType.STEP_FINISHED, c, suspended=True) for c in children.running_steps(run.state)
     ]
-    return paused(run.workflow, run.state, events)
+    return paused(run.workflow, run.state, [*events, *_own_end(run)])
+
+
+def _own_end(run: _Run) -> list[NewEvent]:
+    """The STEP_FINISHED of the run's own step (the engine's) after the workflow's events of the step, so a reader
+    sees them inside it (else the engine puts it in front of them)."""
+    return [step_finished(run.ctx, run.ctx.info.kind)] if run.ctx.step_open else []
 
 
 def _completed(run: _Run, output: Any) -> StepResult:
     text = as_text(output)
     run.update(output=output, messages=[*run.state.messages, {"role": "assistant", "content": text}], tool_calls=[])
-    return completed(run.state, run.events)
+    said = _said(text) if output is not None else []
+    return completed(run.state, [*run.events, *said, *_own_end(run)])
+
+
+def _said(text: str) -> list[NewEvent]:
+    """The workflow's answer as its own assistant message (every dialect shows a run's answer from its messages)."""
+    mid = new_id("msg")
+    content = [make_event(EventType.TEXT_MESSAGE_CONTENT, message_id=mid, delta=text)] if text else []
+    start = make_event(EventType.TEXT_MESSAGE_START, message_id=mid, role="assistant")
+    return [start, *content, make_event(EventType.TEXT_MESSAGE_END, message_id=mid)]
 
 
 def _failed(run: _Run, why: str, drop: set[str] | frozenset[str] = frozenset()) -> StepResult:
@@ -392,7 +408,8 @@ def _failed(run: _Run, why: str, drop: set[str] | frozenset[str] = frozenset()) 
     if drop:
         run.calls(drop=drop)
     run.update()
-    return failed(run.state, StepFailedError(why), [*run.events, *children.unfinished(run.state)])
+    closers = [*children.unfinished(run.state), *_own_end(run)]
+    return failed(run.state, StepFailedError(why), [*run.events, *closers])
 
 
 def _stopped(run: _Run, why: str) -> StepResult:
@@ -401,4 +418,5 @@ def _stopped(run: _Run, why: str) -> StepResult:
 
     log.info("run=%s: %s; the workflow ends cancelled", run.state.run_id, why)
     run.update()
-    return cancelled(run.state, [*run.events, make_event(EventType.CUSTOM, name="step_stopped", value={"why": why})])
+    stopped = make_event(EventType.CUSTOM, name="step_stopped", value={"why": why})
+    return cancelled(run.state, [*run.events, stopped, *_own_end(run)])
