@@ -90,6 +90,10 @@ def noop(given: StepInput) -> str:
     return given.previous_text
 
 
+def explode(given: StepInput) -> str:
+    raise ValueError(f"cannot handle {given.message!r}")
+
+
 scout = Agent(
     name="wf-scout",
     instructions="You are the scout.",
@@ -192,3 +196,5 @@ ten_functions = Workflow(
     "Ten function steps, one after another (the bench's shape).",
     steps=[Step(f"f{i}", function=noop) for i in range(10)],
 )
+
+exploding = Workflow("exploding", "A step that raises: the workflow fails.", steps=[Step("explode", function=explode)])

@@ -233,6 +233,13 @@ def test_a_router_runs_the_step_it_chooses(runtime: Runtime, message: str, desk:
     assert sum(count(runtime, f"{d}:{stream.id}") for d in ("billing", "support")) == 1
 
 
+def test_a_step_that_raises_fails_the_workflow_with_its_reason(runtime: Runtime) -> None:
+    view = ended(runtime, runtime.stream("exploding", "boom").id)
+    assert view.status is RunStatus.FAILED and view.error is not None
+    assert view.error["message"] == "step 'explode' failed: ValueError: cannot handle 'boom'"
+    assert_run_sound(log_of(runtime, view.run_id))
+
+
 def test_an_approval_inside_a_step_pauses_the_workflow_and_continue_answers_it(
     runtime: Runtime, fake_openai: Any
 ) -> None:

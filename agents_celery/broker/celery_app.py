@@ -31,7 +31,7 @@ from ..errors import ConfigurationError
 from ..greenlets import green
 from ..hooks import Hooks, LoggingHooks
 from ..settings import Settings, load_settings, settings_from
-from . import a2apush, webhooks
+from . import a2apush, signatures, webhooks
 from .extension import EXTENSION, AgentsCelery, extension
 from .observability import register_metrics
 from .publisher import OWN_TASK_OPTIONS, STEP_TASK
@@ -179,6 +179,7 @@ def configure(
     _register_step(app, ext)
     webhooks.register(app, settings)
     a2apush.register(app, settings, lambda: ext.engine.store)
+    signatures.register(app, settings)
     return ext
 
 

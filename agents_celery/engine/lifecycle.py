@@ -4,8 +4,8 @@ As rq's ``job_lifecycle.py`` is for a job: whoever commits a run's end (the engi
 stopping a run nobody works on) or finds one whose worker died before following it through (the sweeper)
 calls :meth:`Lifecycle.settled`, which, in this order:
 
-1. sends the run's webhook (before the run leaves the sweeper's index: a crash here leaves it there, and the
-   sweeper sends it instead; webhooks are at least once);
+1. sends the run's webhook, and the end of a run a user's Celery canvas waits for (before the run leaves the
+   sweeper's index: a crash here leaves it there, and the sweeper sends them instead; both are at least once);
 2. moves the run in the indexes (out of the live one, into those of its status);
 3. when it ended: appends its messages to its session's history (once), frees the session, starts the next run
    waiting in the session's line, keeps its ended children as long as itself and stops its live ones;
@@ -63,8 +63,8 @@ class Lifecycle:
 
     def settled(self, state: RunState, steps: int) -> None:
         """Follow through a commit that paused or ended the run (``steps``: its committed steps)."""
-        if self.notify is not None and state.webhook_url:
-            self.notify(state, steps)
+        if self.notify is not None and (state.webhook_url or state.canvas is not None):
+            self.notify(state, steps)  # webhooks; the end of a run a Celery canvas waits for
         self.store.status_changed(state)
         if state.status.is_final:
             self.store.sessions.sync(state)

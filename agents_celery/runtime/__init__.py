@@ -197,6 +197,7 @@ class Runtime(Scheduling):
         webhook_url: str | None = None,
         multitask_strategy: str = "reject",
         output_schema: dict[str, Any] | None = None,
+        canvas: dict[str, Any] | None = None,
     ) -> RunStream:
         """Start a run and return its stream handle (the run executes on the workers).
 
@@ -232,6 +233,8 @@ class Runtime(Scheduling):
         agent's ``output_type``: the model is asked with it, the answer validated (a failed one sent back to the
         model, ``output_retries`` times), and the run's ``output`` is the validated JSON value
         (docs/output.md). Not a valid JSON Schema: OutputSchemaError (HTTP 422), nothing created.
+
+        ``canvas``: the Celery canvas that waits for the run's end (``run_signature`` passes it; not for callers).
         """
         manifest = self.agent_manifest(agent)
         checked = check_parts(message, self.settings)
@@ -275,6 +278,7 @@ class Runtime(Scheduling):
                 client=dict(client or {}),
                 webhook_url=webhook_url,
                 output_schema=output_schema,
+                canvas=canvas,
                 schedule_id=schedule[0] if schedule else None,
                 scheduled_for=schedule[1] if schedule else None,
                 created_at=now,
