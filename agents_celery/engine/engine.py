@@ -94,7 +94,7 @@ class Engine:
         #: Sends the run's webhook when it pauses or ends (``notify(state, committed_steps)``).
         self.notify = notify
         #: Follows a run through its pause or end (webhook, indexes, session, children, parent).
-        self.lifecycle = Lifecycle(store, enqueue, notify)
+        self.lifecycle = Lifecycle(store, enqueue, notify, wake=self._wake)
         #: Worker-level hooks (``configure(app, hooks=...)``): told everything an agent's own hooks are told.
         self.hooks = list(hooks)
         self.leases = Leases(store.redis, store.keys)
@@ -220,6 +220,20 @@ class Engine:
                 error = exc
         log.warning("run=%s step=%d: could not give the lease back (%s); it expires by itself", run_id, step, error)
         return None
+
+    def _wake(self, run_id: str, step: int, agent_id: str) -> None:
+        """Wake a parent run whose child paused or ended: a run of an agent that ``wakes_inline`` (a workflow) takes
+        its step here and now, on this worker (no broker hop between its steps); any other's step is sent. A step
+        that fails here is sent too (a claim that finds it taken does nothing)."""
+        agent = self.agents.get(agent_id)
+        if agent is None or not agent.wakes_inline:
+            self.enqueue(run_id, step, agent_id)
+            return
+        try:
+            self.execute(run_id, step)
+        except Exception as exc:  # Redis or the broker away: the sweeper covers a send lost too
+            log.warning("run=%s step=%d: woken here but failed (%s); the step is sent", run_id, step, exc)
+            self.enqueue(run_id, step, agent_id)
 
     def _send_again(self, run_id: str, step: int, agent_id: str | None = None) -> None:
         """Send a given-back step again (a lost send is the sweeper's: the lease is free, the step is due)."""

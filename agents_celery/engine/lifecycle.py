@@ -48,15 +48,23 @@ class Lifecycle:
 
     Args:
         send: Sends a step of an existing run (a woken parent, a resumed run).
+        wake: Wakes a parent whose child paused or ended (the engine runs a workflow's step at once).
         notify: Sends a run's webhook (None: no webhooks from here).
         first: Sends the first step of a run that waited for its session (default: ``send(run_id, 0, agent)``).
     """
 
     def __init__(
-        self, store: RunStore, send: Send, notify: Notify | None = None, first: SendFirst | None = None
+        self,
+        store: RunStore,
+        send: Send,
+        notify: Notify | None = None,
+        first: SendFirst | None = None,
+        wake: Send | None = None,
     ) -> None:
         self.store = store
         self.send = send
+        #: Wakes a parent run whose child paused or ended (default: ``send`` its step).
+        self.wake = wake or send
         self.notify = notify
         self.first: SendFirst = first or (lambda run_id, agent_id, _queue: send(run_id, 0, agent_id))
         self.leases = Leases(store.redis, store.keys)
@@ -71,7 +79,7 @@ class Lifecycle:
             self.store.sessions.release(state.session_id, state.run_id)
             start_next(self.store, self.first, state.session_id)
             self._children_follow(state)
-        children.wake_parent(self.store, self.send, state)
+        children.wake_parent(self.store, self.wake, state)
 
     def _children_follow(self, state: RunState) -> None:
         """A parent run ended: its ended children are kept as long as it is, its live ones are stopped."""

@@ -46,6 +46,7 @@ class Workflow(Agent):
     """
 
     guest = True
+    wakes_inline = True
 
     def __init__(
         self,
