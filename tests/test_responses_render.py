@@ -11,7 +11,7 @@ import pytest
 
 from agents_celery.events import Event, EventType
 from agents_celery.http.responses.endpoint import Presenter
-from agents_celery.http.responses.render import ResponseFold, Segment, parse_response_id, response_id
+from agents_celery.http.responses.render import ResponseFold, ResponseSegment, parse_response_id, response_id
 
 RUN = "ab" * 16
 
@@ -35,7 +35,7 @@ DONE = (EventType.RUN_FINISHED, {"thread_id": "s", "run_id": RUN, "outcome": {"t
 
 
 def render(events: list[Event], base: int = 0, **segment: Any) -> tuple[list[dict[str, Any]], ResponseFold]:
-    fold = ResponseFold(Segment(RUN, base, "agent", **segment))
+    fold = ResponseFold(ResponseSegment(RUN, base, "agent", **segment))
     out: list[dict[str, Any]] = []
     for ev in events:
         out += fold.feed(ev)
@@ -110,17 +110,17 @@ def test_a_pause_for_approval_and_the_segment_that_continues_it() -> None:
 def test_replays_from_any_point_are_the_same_events() -> None:
     events = log(START, STEP, *text("m1", *"abcdefgh"), STEP_END, DONE)
     whole, _ = render(events)
-    frames = Presenter(ResponseFold(Segment(RUN, 0, "agent")), -1).frames(events)
+    frames = Presenter(ResponseFold(ResponseSegment(RUN, 0, "agent")), -1).frames(events)
     assert frames.count("\n\n") == len(whole)
     for n in range(len(whole)):
-        presenter = Presenter(ResponseFold(Segment(RUN, 0, "agent")), n)
+        presenter = Presenter(ResponseFold(ResponseSegment(RUN, 0, "agent")), n)
         text_ = "".join(presenter.frames([ev]) for ev in events)  # one event per page, as a live tail reads
         got = [json.loads(line[6:]) for line in text_.splitlines() if line.startswith("data: ")]
         assert got == whole[n + 1 :] and presenter.finished
 
 
 def test_the_error_event_is_what_the_sdk_raises() -> None:
-    presenter = Presenter(ResponseFold(Segment(RUN, 0, "agent")))
+    presenter = Presenter(ResponseFold(ResponseSegment(RUN, 0, "agent")))
     presenter.frames(log(START, STEP, *text("m1", "ab")))
     frame = presenter.error(RuntimeError("Redis went away"))
     data = json.loads(next(line[6:] for line in frame.splitlines() if line.startswith("data: ")))

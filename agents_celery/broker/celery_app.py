@@ -157,6 +157,13 @@ def configure(
         agents: Agents modules to serve (name or names), or agents by name. Defaults to ``AGENTS_CELERY_AGENTS``.
         hooks: Hooks run around every step of every agent (default: logging). They receive every call an
             agent's own hooks receive.
+
+    Returns:
+        The extension, also set as ``app.agents_celery``.
+
+    Raises:
+        ConfigurationError: the settings are invalid, ``app.conf.agents_celery`` or Django's ``AGENTS_CELERY`` is
+            not a dict, or an agents module does not load.
     """
     settings = settings or settings_for(app)
     if agents is None:
@@ -239,7 +246,20 @@ def create_celery_app(
     hooks: Sequence[Hooks] | None = None,
     main: str = "agents_celery",
 ) -> Celery:
-    """A new Celery app of agents-celery's own: JSON only, the worker-wide settings applied, configured."""
+    """A new Celery app of agents-celery's own: JSON only, the worker-wide settings applied, configured.
+
+    Args:
+        settings: Default: :func:`~agents_celery.settings.load_settings` (the environment).
+        agents: Agents modules to serve (name or names), or agents by name, as :func:`configure` takes them.
+        hooks: Hooks run around every step of every agent, as :func:`configure` takes them.
+        main: The Celery app's main module name.
+
+    Returns:
+        The app, configured (:func:`configure`).
+
+    Raises:
+        ConfigurationError: the settings are invalid, or an agents module does not load.
+    """
     settings = settings or load_settings()
     app = Celery(main, broker=settings.celery_broker_url)
     app.conf.update(

@@ -185,7 +185,7 @@ def start(store: RunStore, send: Send, parent: RunState, call: ToolCall, tool: A
         store.create(state, [first], fields)
     except StateError:  # an earlier attempt of this step started it: make sure it is moving, once more
         log.info("run=%s: child run %s exists already (an earlier attempt started it)", parent.run_id, child_id)
-    store.created(state, store.settings.enqueue_grace_seconds)
+    store.index_new_run(state, store.settings.enqueue_grace_seconds)
     send(child_id, 0, agent.name)
     return subagent_started(call.model_copy(update={"child_run_id": child_id, "agent": agent.name}), tool.description)
 

@@ -69,11 +69,11 @@ class Lifecycle:
         self.first: SendFirst = first or (lambda run_id, agent_id, _queue: send(run_id, 0, agent_id))
         self.leases = Leases(store.redis, store.keys)
 
-    def settled(self, state: RunState, steps: int) -> None:
+    def follow_through(self, state: RunState, steps: int) -> None:
         """Follow through a commit that paused or ended the run (``steps``: its committed steps)."""
         if self.notify is not None and (state.webhook_url or state.canvas is not None):
             self.notify(state, steps)  # webhooks; the end of a run a Celery canvas waits for
-        self.store.status_changed(state)
+        self.store.reindex(state)
         if state.status.is_final:
             self.store.sessions.sync(state)
             self.store.sessions.release(state.session_id, state.run_id)
@@ -156,7 +156,7 @@ class Lifecycle:
         cancelled = state.moved_to(RunStatus.CANCELLED)
         self.store.commit(cancelled, token, step, step, [*closers, done], "ended")
         self.store.sessions.leave_line(state.session_id, run_id)  # if it was waiting for its session
-        self.settled(cancelled, step)
+        self.follow_through(cancelled, step)
         return cancelled
 
     def _left_open(self, run_id: str) -> list[NewEvent]:
@@ -186,7 +186,7 @@ class Lifecycle:
         if awaiting is not None:  # before the commit: a crash between the two leaves a harmless note
             self.store.await_children(state.run_id, list(awaiting))
         self.store.commit(state, token, step, step, [started, *events], "live")
-        self.store.status_changed(state, watch_in=self.store.settings.enqueue_grace_seconds)
+        self.store.reindex(state, watch_in=self.store.settings.enqueue_grace_seconds)
         if send:
             self.send(state.run_id, step, state.agent_id)
 

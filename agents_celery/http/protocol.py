@@ -255,6 +255,7 @@ class API:
         after = -1 if body.last_event_index is None else body.last_event_index
         status = AGNO_STATUS[self.runtime.get(run_id).status.value]
         confirm = _confirm_tools(self.runtime.agent_manifest(agent_id))
+        mark: tuple[int, dict[str, Any]] | None = None
         if info.status == "live":
             head: dict[str, Any] = {
                 "event": "catch_up",
@@ -265,16 +266,6 @@ class API:
             }
             subscribed = {"event": "subscribed", "run_id": run_id, "last_event_index": info.last_offset}
             mark = (info.last_offset, subscribed)
-            stream = LogStream(
-                run_id,
-                after,
-                "agentos",
-                until_pause=True,
-                keepalive_seconds=self.keepalive_seconds,
-                head=[head],
-                subscribed=mark,
-                confirm_tools=confirm,
-            )
         else:
             head = {
                 "event": "replay",
@@ -283,16 +274,17 @@ class API:
                 "total_events": info.next_offset,
                 "last_event_index_requested": body.last_event_index,
             }
-            stream = LogStream(
-                run_id,
-                after,
-                "agentos",
-                until_pause=True,
-                keepalive_seconds=self.keepalive_seconds,
-                head=[head],
-                confirm_tools=confirm,
-            )
-        stream.info = info
+        stream = LogStream(
+            run_id,
+            after,
+            "agentos",
+            until_pause=True,
+            keepalive_seconds=self.keepalive_seconds,
+            head=[head],
+            subscribed=mark,
+            confirm_tools=confirm,
+            info=info,
+        )
         return Reply(200, stream=stream)
 
     def cancel_run(self, req: Request, agent_id: str, run_id: str) -> Reply:

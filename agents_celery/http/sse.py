@@ -50,7 +50,7 @@ PREFIX_PAGE = 500
 
 
 @dataclass
-class Segment:
+class AguiSegment:
     """How the AG-UI endpoint presents one segment of a run (``POST /agui/<agent_id>``): under the client's
     ``threadId`` and ``runId``, ending at its first terminal event, with ``snapshots()`` (STATE_SNAPSHOT and
     MESSAGES_SNAPSHOT, read when the end comes) sent before a RUN_FINISHED. With ``error`` (message, code) the
@@ -313,7 +313,7 @@ class LogStream:
     confirm_tools: frozenset[str] = frozenset()
     info: LogInfo | None = None
     #: The AG-UI endpoint's presentation (dialect ``agui``): client ids, snapshots, one segment only.
-    segment: Segment | None = None
+    segment: AguiSegment | None = None
     #: Reads a child run's log (sync), so an AG-UI stream shows a child's work attributed to it before its
     #: parent's SUBAGENT_FINISHED / SUBAGENT_ERROR (None: it does not).
     child_log: Callable[[str], list[Event]] | None = None

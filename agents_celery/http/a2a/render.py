@@ -1,5 +1,5 @@
-"""An A2A stream: the pages of a run's log through a :class:`~agents_celery.a2atask.TaskFold`, each result one
-SSE frame holding a JSON-RPC response (the mapping is :mod:`agents_celery.a2atask`'s). No I/O here."""
+"""An A2A stream: the pages of a run's log through a :class:`~agents_celery.a2a.task.TaskFold`, each result one
+SSE frame holding a JSON-RPC response (the mapping is :mod:`agents_celery.a2a.task`'s). No I/O here."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from ...a2atask import TaskFold
+from ...a2a.task import TaskFold
 from ...events import Event, EventType
 from . import wire
 

@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...events import UNIT_SAVED, Event, EventType
+from ...events import UNIT_SAVED, Event, EventType, json_or_text
 
 #: The response header that names the protocol (the SDK's own servers send it).
 HEADER = ("x-vercel-ai-ui-message-stream", "v1")
@@ -60,14 +60,6 @@ def message_id(run_id: str) -> str:
 def chunk_frame(chunk: dict[str, Any]) -> str:
     """One SSE frame of the stream: ``data: <json>``, no id and no event name (the SDK reads only data)."""
     return f"data: {json.dumps(chunk, separators=(',', ':'), ensure_ascii=False)}\n\n"
-
-
-def _parsed(text: str) -> Any:
-    """A tool's arguments or result: the JSON value when it is JSON, else the text."""
-    try:
-        return json.loads(text)
-    except (TypeError, ValueError):
-        return text
 
 
 @dataclass
@@ -220,7 +212,7 @@ class ChatFold:
             self._args[cid] += delta
             return [{"type": "tool-input-delta", "toolCallId": cid, "inputTextDelta": delta}]
         args = self._args.pop(cid)
-        parsed = _parsed(args) if args else {}
+        parsed = json_or_text(args) if args else {}
         return [{"type": "tool-input-available", "toolCallId": cid, "toolName": self._calls[cid], "input": parsed}]
 
     def _result(self, ev: Event) -> list[dict[str, Any]]:
@@ -230,7 +222,7 @@ class ChatFold:
         if cid in self._rejected:
             return [{"type": "tool-output-denied", "toolCallId": cid}]
         content = ev.data.get("content")
-        output = _parsed(content) if isinstance(content, str) else content
+        output = json_or_text(content) if isinstance(content, str) else content
         return [{"type": "tool-output-available", "toolCallId": cid, "output": output}]
 
     def _decided(self, decisions: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

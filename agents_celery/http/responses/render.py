@@ -113,7 +113,7 @@ def usage_object(usage: dict[str, int]) -> dict[str, Any]:
 
 
 @dataclass
-class Segment:
+class ResponseSegment:
     """What a response says of itself besides its output (from the request that started its run)."""
 
     run_id: str
@@ -144,7 +144,7 @@ class Segment:
 class ResponseFold:
     """The Responses events of one segment and its Response object, folded from the run's log (module docs)."""
 
-    def __init__(self, segment: Segment) -> None:
+    def __init__(self, segment: ResponseSegment) -> None:
         self.segment = segment
         self.seq = -1
         self.output: list[dict[str, Any]] = []
