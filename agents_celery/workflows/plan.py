@@ -180,7 +180,12 @@ class Step(Node):
 
 class Parallel(Node):
     """Nodes run at once (agent steps as child runs side by side, function steps on threads of the step's
-    worker); its output is their outputs by name, and it ends when all of them ended."""
+    worker); its output is their outputs by name, and it ends when all of them ended.
+
+    Args:
+        steps: The nodes (each a branch).
+        name: Its name (default: ``parallel-<n>``, from its place).
+    """
 
     kind = "Parallel"
 
@@ -198,7 +203,14 @@ class Parallel(Node):
 
 
 class Condition(Node):
-    """Steps run only when ``when(input)`` is true (else ``else_steps``, if any; else the input passes on)."""
+    """Steps run only when ``when(input)`` is true (else ``else_steps``, if any; else the input passes on).
+
+    Args:
+        when: Takes a :class:`StepInput` (``previous_output``: the output before it), returns whether to run ``steps``.
+        steps: The nodes run when it is true.
+        else_steps: The nodes run when it is false (none: nothing runs, the input passes on).
+        name: Its name (default: ``condition-<n>``).
+    """
 
     kind = "Condition"
 
@@ -233,7 +245,14 @@ class Condition(Node):
 
 class Loop(Node):
     """Steps run again and again: after each iteration ``until(input)`` (its ``previous_output`` the iteration's
-    output) says whether to stop; it stops anyway after ``max_iterations``. No ``until``: exactly that many."""
+    output) says whether to stop; it stops anyway after ``max_iterations``. No ``until``: exactly that many.
+
+    Args:
+        steps: The nodes of an iteration (each iteration's steps are told apart by their path: ``grow@2``).
+        until: Takes a :class:`StepInput` (``iteration``: the one that ended), returns whether to stop.
+        max_iterations: The bound, 1 to 1000.
+        name: Its name (default: ``loop-<n>``).
+    """
 
     kind = "Loop"
 
@@ -269,7 +288,13 @@ class Loop(Node):
 
 class Router(Node):
     """One (or several, in order) of ``choices`` run: those ``choose(input)`` returns (a node or its name, or a
-    list of them)."""
+    list of them).
+
+    Args:
+        choose: Takes a :class:`StepInput`, returns the choice (or choices) to run.
+        choices: The nodes it may choose.
+        name: Its name (default: ``router-<n>``).
+    """
 
     kind = "Router"
 
