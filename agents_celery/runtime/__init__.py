@@ -510,7 +510,9 @@ class Runtime(Scheduling):
             UnsupportedError: a video part for a pydantic-ai agent.
         """
         checked = check_parts(message, self.settings)
-        self.store.log.info(run_id)  # 404 / 410 for an unknown or expired run
+        info = self.store.log.info(run_id)  # 404 / 410 for an unknown or expired run
+        if info.status == "ended":  # refused before its parts are stored and counted against the run
+            raise RunFinishedError(f"run {run_id!r} has already ended")
         if checked.parts is not None:  # the parts its agent cannot be given are refused, as when it started
             state, _ = self.store.load(run_id)
             manifest = self.store.agents.get(state.agent_id) or {}
