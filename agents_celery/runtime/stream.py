@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..errors import ValidationError
 from ..events import Event, parse_position
 from ..runs import RunView
+from ..settings import Settings
 from ..storage.connections import connect_async
 from ..storage.eventlog import AsyncEventLog, check_offset
+from ..storage.store import RunStore
 
-if TYPE_CHECKING:
-    from . import Runtime
+
+class Reader(Protocol):
+    """What a :class:`RunStream` asks of the Runtime that made it."""
+
+    store: RunStore
+    settings: Settings
+
+    def get(self, run_id: str) -> RunView: ...
 
 
 def _position(offset: int | str | None) -> tuple[int, str | None]:
@@ -35,7 +43,7 @@ class RunStream:
     ``session_id``, ``agent_id``, ``events(offset)`` and ``get()``.
     """
 
-    def __init__(self, runtime: Runtime, run_id: str, session_id: str, agent_id: str) -> None:
+    def __init__(self, runtime: Reader, run_id: str, session_id: str, agent_id: str) -> None:
         self.runtime = runtime
         self.run_id = run_id
         self.session_id = session_id
