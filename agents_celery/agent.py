@@ -55,12 +55,21 @@ class Agent:
             to the model (``output_retries`` times), and the run's ``output`` is the validated JSON value
             (``Runtime.run`` returns the model's instance). A run's ``output_schema`` overrides it. See
             ``docs/output.md``.
+
+    Raises:
+        ConfigurationError: the name or queue is not valid, no model is given, ``history`` is not a history
+            policy, or a tool, toolset or handoff is not of a kind it takes or clashes with another's name.
+        OutputSchemaError: ``output_type`` is neither a pydantic model class nor a valid JSON Schema.
+        PayloadTooLargeError: the ``output_type`` schema is too large.
     """
 
     #: An agent of another framework (a pydantic-ai agent) runs each step of its runs itself: the engine calls
     #: ``run_step(ctx)`` (a :class:`~agents_celery.engine.steps.StepContext`, returning a ``StepResult``) instead of
     #: a model turn or a tool step.
     guest: ClassVar[bool] = False
+    #: A run of this agent waiting for its child runs is woken on the worker of the child that ended (its step runs
+    #: there at once) rather than through the broker: a workflow, whose steps between its agents are short.
+    wakes_inline: ClassVar[bool] = False
     #: The history policy (see ``history`` above); a class default too, for subclasses that set their own up.
     history: HistoryPolicy | None = None
     #: What the final answer must be (see ``output_type`` above; None: plain text); a class default too.
@@ -136,9 +145,17 @@ class Agent:
         self.toolsets.append(toolset)
 
     def for_run(self, listings: Mapping[str, Mapping[str, Any]]) -> Agent:
-        """This agent as a run sees it: its own tools, then the tools its MCP toolsets' recorded ``listings`` name
-        (a toolset with no listing adds none; a tool of the agent's own wins a clash of names). The agent itself is
-        left as it is."""
+        """This agent as a run sees it: its own tools, then the tools its MCP toolsets' recorded listings name.
+
+        A toolset with no listing adds none. A tool of the agent's own, or a handoff, wins a clash of names. The
+        agent itself is left as it is.
+
+        Args:
+            listings: The tool listing each MCP toolset recorded for the run, by toolset name.
+
+        Returns:
+            This agent when it has no toolsets, else a copy with the listed tools added.
+        """
         if not self.toolsets:
             return self
         view = copy.copy(self)
@@ -169,9 +186,17 @@ class Agent:
         ``input`` as its message, and the child's final answer is the call's result.
 
         The child has its own run id (derived from the parent run and the call, so a retried step finds the
-        same child), log and leases; the parent's tool step does not hold a worker while it runs. Its default
-        ``name`` is the agent's (characters OpenAI refuses become ``_``), its default ``description`` the
-        agent's description.
+        same child), log and leases; the parent's tool step does not hold a worker while it runs.
+
+        Args:
+            name: The tool's name (default: the agent's, with the characters OpenAI refuses turned into ``_``).
+            description: The tool's description (default: the agent's, else "Ask the agent ...").
+
+        Returns:
+            The tool, to give another agent in its ``tools``.
+
+        Raises:
+            ConfigurationError: the name is not a valid OpenAI function name.
         """
         return AgentTool(self, name, description)
 
@@ -234,7 +259,20 @@ def agents_in(module: object) -> list[Agent]:
 
 
 def load_agents(module_names: str | Sequence[str]) -> dict[str, Agent]:
-    """Import agents modules (comma-separated or a list) and return their agents by name, in order."""
+    """Import agents modules and return their agents by name, in order.
+
+    The agents they hand off to, or run as tools, are among them.
+
+    Args:
+        module_names: The modules' import names, comma-separated or as a list.
+
+    Returns:
+        Each agent by its name.
+
+    Raises:
+        ConfigurationError: a module cannot be imported or defines no Agent at module level, or two agents share a
+            name.
+    """
     names = [n.strip() for n in module_names.split(",")] if isinstance(module_names, str) else list(module_names)
     registry: dict[str, Agent] = {}
     for name in filter(None, names):

@@ -356,6 +356,14 @@ _PAIRS = (
 UNIT_SAVED = "unit_saved"
 
 
+def json_or_text(text: str) -> Any:
+    """A tool's arguments or result as stored: the JSON value when the text is JSON, else the text."""
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return text
+
+
 class ToolCalls:
     """The name and the arguments streamed so far of each tool call a run's events announced, by call id: what
     the renderers that show a call whole (AgentOS, Responses) fold from TOOL_CALL_START and TOOL_CALL_ARGS."""

@@ -250,7 +250,13 @@ class Settings(BaseSettings):
 
 
 def load_settings(**overrides: Any) -> Settings:
-    """The settings, from (highest first) ``overrides`` (``None`` means "not given"), the environment, defaults.
+    """The settings, from (highest first) ``overrides``, the environment, defaults.
+
+    Args:
+        **overrides: Values by :class:`Settings` field name (``None`` means "not given").
+
+    Returns:
+        The settings.
 
     Raises:
         ConfigurationError: a value is invalid; the message names the environment variable and the problem.

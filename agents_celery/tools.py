@@ -265,7 +265,8 @@ def tool(
         The tool, or a decorator that makes one.
 
     Raises:
-        ConfigurationError: The name is not a valid OpenAI function name, or a parameter cannot be described.
+        ConfigurationError: The name is not a valid OpenAI function name, a parameter cannot be described, or
+            ``timeout`` is not a positive number.
     """
 
     def wrap(func: Callable[..., Any]) -> Tool:

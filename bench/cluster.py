@@ -33,7 +33,7 @@ from agents_celery.events import EventType, make_event
 from agents_celery.runs import RunState, RunStatus
 from agents_celery.settings import load_settings
 from agents_celery.storage.connections import connect
-from agents_celery.storage.index import Entry
+from agents_celery.storage.index import IndexEntry
 from agents_celery.storage.leases import Leases
 from agents_celery.storage.store import RunStore
 from agents_celery.testing.rediscluster import LocalCluster
@@ -55,7 +55,7 @@ def _new_run(store: RunStore, leases: Leases) -> tuple[RunState, str]:
     run_id = uuid.uuid4().hex
     state = RunState(run_id=run_id, agent_id="bench", session_id=f"s{run_id[:8]}", created_at=int(time.time() * 1000))
     store.create(state, [make_event(EventType.RUN_STARTED, thread_id=state.session_id, run_id=run_id)])
-    store.created(state, 600)
+    store.index_new_run(state, 600)
     token = leases.acquire(run_id, 600_000)
     assert token is not None
     return state, token
@@ -82,7 +82,7 @@ def _lives(url: str, prefix: str, seconds: float) -> int:
         state, token = _new_run(store, leases)
         finished = make_event(EventType.RUN_FINISHED, thread_id=state.session_id, run_id=state.run_id)
         store.log.set_status(state.run_id, "ended", token, [finished])
-        store.status_changed(state.model_copy(update={"status": RunStatus.COMPLETED}))
+        store.reindex(state.model_copy(update={"status": RunStatus.COMPLETED}))
         done += 1
     return done
 
@@ -113,7 +113,7 @@ def _fill(store: RunStore, runs: int) -> None:
                 run_id = uuid.uuid4().hex
                 state = RunState(run_id=run_id, agent_id="bench", session_id=f"s{i}", created_at=now + i)
                 pipe.hset(store.keys.run(run_id).run, mapping={"state": state.to_json_v1(), "next": 3, "log": "live"})
-                store.index.created(pipe, Entry(run_id, now + i, "bench", state.session_id))
+                store.index.add(pipe, IndexEntry(run_id, now + i, "bench", state.session_id))
             pipe.execute()
 
 

@@ -17,7 +17,7 @@ import uuid
 
 from agents_celery.runs import RunState, RunStatus
 from agents_celery.settings import load_settings
-from agents_celery.storage.index import Entry, RunIndex
+from agents_celery.storage.index import IndexEntry, RunIndex
 from agents_celery.storage.keys import Keys
 
 from .common import REDIS_URL, Row, cli_main, client, log, median, prefixed, timed
@@ -38,9 +38,9 @@ def fill(r: object, index: RunIndex, keys: Keys, runs: int) -> None:
                     messages=[{"role": "user", "content": "hi"}], status=status, created_at=created,
                 )  # fmt: skip
                 pipe.hset(keys.run(run_id).run, mapping={"state": state.to_json_v1(), "next": 12, "log": "ended"})
-                entry = Entry(run_id, created, state.agent_id, state.session_id, state.user_id)
-                index.created(pipe, entry)
-                index.moved(pipe, entry, status, created)
+                entry = IndexEntry(run_id, created, state.agent_id, state.session_id, state.user_id)
+                index.add(pipe, entry)
+                index.move(pipe, entry, status, created)
             pipe.execute()
 
 

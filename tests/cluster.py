@@ -43,7 +43,7 @@ def worker_env(
             "CELERY_BROKER_URL": broker_url,
             "AGENTS_CELERY_KEY_PREFIX": prefix,
             "AGENTS_CELERY_QUEUE": queue,
-            "AGENTS_CELERY_AGENTS": "tests.agents_fixture",
+            "AGENTS_CELERY_AGENTS": "tests.agents_fixture,tests.agents_workflows",
             "PYTHONPATH": str(ROOT),
         }
     )
@@ -66,7 +66,7 @@ class Worker:
         self._out = self.log.open("wb")
         self.proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=self._out, stderr=subprocess.STDOUT)
 
-    def wait_ready(self, timeout: float = 30) -> Worker:
+    def wait_ready(self, timeout: float = 60) -> Worker:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if b" ready." in self.log.read_bytes():

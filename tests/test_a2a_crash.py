@@ -30,7 +30,7 @@ from a2a.types import (
 )
 from a2a.utils.errors import InvalidParamsError
 
-from agents_celery.a2atask import TaskFold
+from agents_celery.a2a.task import TaskFold
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.testing import ScriptResponder
 

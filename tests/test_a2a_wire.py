@@ -10,7 +10,7 @@ from a2a.server.tasks.task_manager import append_artifact_to_task
 from a2a.types import AgentCard, StreamResponse, Task
 from google.protobuf import json_format
 
-from agents_celery.a2atask import TaskFold
+from agents_celery.a2a.task import TaskFold
 from agents_celery.events import Event, EventType
 from agents_celery.http.a2a import wire
 

@@ -44,6 +44,15 @@ def text_after(runtime: Runtime, run_id: str, after: int) -> str:
     return "".join(e.data["delta"] for e in events if e.type is EventType.TEXT_MESSAGE_CONTENT)
 
 
+def _as_from_a_terminal() -> None:
+    """In the CLI's child, before it execs: Ctrl-C, Ctrl-\\ and a hang-up at their defaults, as a shell's
+    foreground job has them. A suite started in the background (``make test &``, a CI runner, nohup) ignores them,
+    the child inherited that, and Python installs no KeyboardInterrupt handler for an ignored SIGINT: the Ctrl-C
+    tests then waited for a prompt that could not come (SigIgn 0x1001006 in a CI run)."""
+    for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def _proc_status(pid: int) -> list[str]:
     try:
         with open(f"/proc/{pid}/status") as status:
@@ -58,7 +67,7 @@ class LiveCLI:
     def __init__(self, env: dict[str, str], *args: str) -> None:
         self.proc = subprocess.Popen(
             [*CLI, *args], env=env, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True,
+            text=True, preexec_fn=_as_from_a_terminal,
         )  # fmt: skip
         self.chunks: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)

@@ -26,7 +26,7 @@ from agents_celery import (
 )
 from agents_celery.client import Backoff, Client, RunStream
 from agents_celery.client.aio import AsyncClient
-from agents_celery.client.protocol import error_from_response
+from agents_celery.client.plans import error_from_response
 from agents_celery.errors import AuthenticationError, ConnectionLostError, StreamGapError
 from agents_celery.events import EventType
 from agents_celery.testing.openai_server import ScriptResponder
@@ -350,10 +350,10 @@ class BusyThenAccepted:
 def test_both_clients_retry_a_busy_continue_then_give_up(busy: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """The twins carry out one plan: the continue is retried while the run is busy (6 retries), then RunBusyError;
     the stream starts at the pause's offset."""
-    from agents_celery.client import protocol
+    from agents_celery.client import plans
     from agents_celery.errors import RunBusyError
 
-    monkeypatch.setattr(protocol, "BUSY_RETRIES", (0.001,) * 6 + (None,))  # the same count, without the waits
+    monkeypatch.setattr(plans, "BUSY_RETRIES", (0.001,) * 6 + (None,))  # the same count, without the waits
     continue_path = "POST /agents/a/runs/r/continue"
     sync_api, async_api = BusyThenAccepted(busy), BusyThenAccepted(busy)
     with Client("http://api", transport=httpx.MockTransport(sync_api)) as client:

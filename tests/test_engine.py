@@ -530,6 +530,22 @@ def test_run_is_caller_bound_a_timeout_stops_it(runtime: Runtime, script: Any) -
     assert len([e for e in events if e.type is EventType.TEXT_MESSAGE_CONTENT]) < 300
 
 
+def test_a_timeout_holds_when_the_run_says_nothing(runtime: Runtime, fake_openai: Any) -> None:
+    """A model that never sends a token: no event comes after the step's start, and ``run(timeout=...)`` still
+    gives up on time (it waited for the next event before, with no limit)."""
+    import time
+
+    from agents_celery.errors import RunTimeoutError
+    from agents_celery.testing import FakeReply
+
+    fake_openai.responder = lambda request: FakeReply(hang=True)
+    t0 = time.monotonic()
+    with pytest.raises(RunTimeoutError) as info:
+        runtime.run("fake", "are you there?", timeout=1.0)
+    assert time.monotonic() - t0 < 5
+    wait_for(lambda: runtime.get(info.value.run_id).status == "cancelled", what="the timed-out run to be cancelled")
+
+
 def test_async_events_follow_a_run(runtime: Runtime, script: Any) -> None:
     import asyncio
 
@@ -577,3 +593,20 @@ def test_an_unexpected_error_fails_the_run_at_once_with_its_reason(runtime: Runt
     attempts = [e.data["metadata"]["attempt"] for e in events if e.type is EventType.STEP_STARTED]
     assert attempts == [1]  # not retried: another attempt would fail the same way
     assert runtime.get(stream.id).error == {"type": "KeyError", "message": "'choices'"}
+
+
+def test_a_run_of_an_agent_this_engine_does_not_serve_fails_with_the_reason(fast_settings: Any) -> None:
+    """A step whose agent the engine does not serve (a worker started without its module) fails the run at once,
+    naming the agent, as a well-formed log."""
+    from agents_celery import Agent, ScriptedModel
+    from agents_celery.testing import InlineRunner
+
+    from .invariants import assert_run_sound
+
+    ghost = Agent(name="ghost", instructions="Boo.", model=ScriptedModel(["boo"]))
+    with InlineRunner([ghost], settings=fast_settings) as runner:
+        runner.engine.agents = {}  # the worker serving it is gone; this one serves other agents
+        view = runner.run("ghost", "hi")
+        assert view.status == "failed" and view.error is not None, view
+        assert view.error["type"] == "ConfigurationError" and "serves agent 'ghost'" in view.error["message"]
+        assert_run_sound(runner.events(view.run_id))

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from agents_celery import errors
-from agents_celery.client.protocol import error_from_response
+from agents_celery.client.plans import error_from_response
 from agents_celery.errors import (
     LOCAL,
     AgentsCeleryError,

@@ -75,11 +75,13 @@ def ended(r: Any, keys: Any, ids: list[str]) -> int:
 
 #: What the worker's log says when an attempt of a run ends before its commit, by mechanism: a command refused by a
 #: full Redis pool (redis-py's 100 connections, the cause of the turns that ran twice here before the worker's pool
-#: was sized to its slots), the attempt given back for it as a connection error, a lease the keeper found lost.
+#: was sized to its slots), the attempt given back for it as a connection error, a lease the keeper found lost, a
+#: commit refused because the lease expired before it came (the keeper stopped renewing at the end of the work).
 ENDS_AN_ATTEMPT = {
     "a full Redis pool": "Too many connections",
-    "given back as a blip": "the step is given back",
+    "given back": "step given back",
     "lease lost": "lease lost",
+    "fenced (its lease had expired)": "lost the lease; another attempt owns the run",
 }
 #: What it says when the margin shrinks without ending one: a copy of a step sent again by the sweeper (a step still
 #: in the worker's intake past the enqueue grace, whose copy then finds the lease held), leases renewed or first

@@ -5,10 +5,13 @@ Each import check runs in a fresh interpreter, so what the test process already 
 
 from __future__ import annotations
 
+import inspect
 import json
 import subprocess
 import sys
 import tomllib
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -62,6 +65,30 @@ def test_every_public_name_resolves() -> None:
     code = "import agents_celery as a\nmissing = [n for n in a.__all__ if getattr(a, n, None) is None]\nprint(missing)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr or out.stdout
+
+
+def _takes_arguments(obj: Callable[..., Any]) -> bool:
+    """Whether ``obj`` (a function, or a class by its constructor) takes an argument besides ``self``."""
+    return any(name != "self" for name in inspect.signature(obj).parameters)
+
+
+def test_the_public_api_documents_its_arguments() -> None:
+    """Issue #40: every public callable that takes arguments has a Google-style ``Args:`` section."""
+    import agents_celery as a
+    from agents_celery.runtime import RunStream, Runtime
+    from agents_celery.testing import FakeOpenAIServer, InlineRunner
+
+    classes = [a.Agent, a.MCPTools, a.LastTurns, a.Summarize, a.OpenAIChat, a.ScriptedModel, a.ScriptedTurn]
+    classes += [a.ScriptedToolCall, Runtime, InlineRunner, FakeOpenAIServer]
+    found: dict[str, Callable[..., Any]] = {cls.__name__: cls for cls in classes}
+    for cls in (Runtime, RunStream, InlineRunner, FakeOpenAIServer):
+        for name, method in inspect.getmembers(cls, inspect.isfunction):
+            if not name.startswith("_"):
+                found[f"{cls.__name__}.{name}"] = method
+    found.update((name, value) for name in a.__all__ if inspect.isfunction(value := getattr(a, name)))
+    undocumented = [name for name, obj in found.items() if "Args:" not in (obj.__doc__ or "")]
+    missing = sorted(name for name in undocumented if _takes_arguments(found[name]))
+    assert missing == []
 
 
 def _requirement_names(requirements: list[str]) -> set[str]:

@@ -37,8 +37,8 @@ class Server:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.app = Flask("responses-test")
+        self.app.config["AGENTS_CELERY_KEEPALIVE_SECONDS"] = 0.3  # read by init_app: spaces and SSE comments often
         init_app(self.app, runtime, authorize=owner_rule, user_id=lambda: request.headers.get("X-User"))  # type: ignore[arg-type]
-        self.app.config["AGENTS_CELERY_KEEPALIVE_SECONDS"] = 0.3
         self.app.register_blueprint(make_blueprint())
         self.http = make_server("127.0.0.1", 0, self.app, threaded=True)
         self.url = f"http://127.0.0.1:{self.http.server_port}"

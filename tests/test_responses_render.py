@@ -11,7 +11,7 @@ import pytest
 
 from agents_celery.events import Event, EventType
 from agents_celery.http.responses.presenter import Presenter
-from agents_celery.http.responses.render import ResponseFold, Segment, parse_response_id, response_id
+from agents_celery.http.responses.render import ResponseFold, ResponseSegment, parse_response_id, response_id
 
 RUN = "ab" * 16
 
@@ -35,7 +35,7 @@ DONE = (EventType.RUN_FINISHED, {"thread_id": "s", "run_id": RUN, "outcome": {"t
 
 
 def render(events: list[Event], base: int = 0, **segment: Any) -> tuple[list[dict[str, Any]], ResponseFold]:
-    fold = ResponseFold(Segment(RUN, base, "agent", **segment))
+    fold = ResponseFold(ResponseSegment(RUN, base, "agent", **segment))
     out: list[dict[str, Any]] = []
     for ev in events:
         out += fold.feed(ev)
@@ -110,17 +110,17 @@ def test_a_pause_for_approval_and_the_segment_that_continues_it() -> None:
 def test_replays_from_any_point_are_the_same_events() -> None:
     events = log(START, STEP, *text("m1", *"abcdefgh"), STEP_END, DONE)
     whole, _ = render(events)
-    frames = Presenter(ResponseFold(Segment(RUN, 0, "agent")), -1).frames(events)
+    frames = Presenter(ResponseFold(ResponseSegment(RUN, 0, "agent")), -1).frames(events)
     assert frames.count("\n\n") == len(whole)
     for n in range(len(whole)):
-        presenter = Presenter(ResponseFold(Segment(RUN, 0, "agent")), n)
+        presenter = Presenter(ResponseFold(ResponseSegment(RUN, 0, "agent")), n)
         text_ = "".join(presenter.frames([ev]) for ev in events)  # one event per page, as a live tail reads
         got = [json.loads(line[6:]) for line in text_.splitlines() if line.startswith("data: ")]
         assert got == whole[n + 1 :] and presenter.finished
 
 
 def test_the_error_event_is_what_the_sdk_raises() -> None:
-    presenter = Presenter(ResponseFold(Segment(RUN, 0, "agent")))
+    presenter = Presenter(ResponseFold(ResponseSegment(RUN, 0, "agent")))
     presenter.frames(log(START, STEP, *text("m1", "ab")))
     frame = presenter.error(RuntimeError("Redis went away"))
     data = json.loads(next(line[6:] for line in frame.splitlines() if line.startswith("data: ")))
@@ -156,7 +156,7 @@ def test_a_fold_restored_from_its_checkpoint_at_any_event_renders_on_the_same() 
         (EventType.STEP_FINISHED, {"step_name": "tools"}), STEP, *text("m3", "Two", "."), STEP_END, DONE,
     )  # fmt: skip
     for base, confirm in ((0, frozenset({"add"})), (17, frozenset({"add"})), (0, frozenset())):
-        segment = Segment(RUN, base, "agent", confirm=confirm)
+        segment = ResponseSegment(RUN, base, "agent", confirm=confirm)
         whole, _ = render(events, base, confirm=confirm)
         for cut in range(len(events)):
             fold = ResponseFold(segment)
@@ -169,12 +169,8 @@ def test_a_fold_restored_from_its_checkpoint_at_any_event_renders_on_the_same() 
                 rest == whole[len(whole) - len(rest) :]
                 and restored.response() == render(events, base, confirm=confirm)[1].response()
             )
-    assert (
-        ResponseFold.restore(
-            Segment(RUN, 0, "agent"), {**ResponseFold(Segment(RUN, 0, "agent")).snapshot(), "rendering": 0}
-        )
-        is None
-    )
+    fresh = ResponseSegment(RUN, 0, "agent")
+    assert ResponseFold.restore(fresh, {**ResponseFold(fresh).snapshot(), "rendering": 0}) is None
 
 
 def test_a_stream_saves_its_fold_every_so_many_sequence_numbers() -> None:
@@ -182,7 +178,9 @@ def test_a_stream_saves_its_fold_every_so_many_sequence_numbers() -> None:
 
     events = log(START, STEP, *text("m1", *["w"] * 3 * CHECKPOINT_EVERY), STEP_END, DONE)
     saved: list[tuple[int, int]] = []
-    presenter = Presenter(ResponseFold(Segment(RUN, 0, "agent")), save=lambda f, ev: saved.append((f.seq, ev.offset)))
+    presenter = Presenter(
+        ResponseFold(ResponseSegment(RUN, 0, "agent")), save=lambda f, ev: saved.append((f.seq, ev.offset))
+    )
     for ev in events:
         assert presenter.needs_thread(1) or presenter.fold.seq + 1 < presenter._next_save
         presenter.frames([ev])

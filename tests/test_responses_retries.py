@@ -27,8 +27,7 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.fixture
 def counted(fast_settings: Any, worker: Any) -> Iterator[tuple[Server, Counter[str]]]:
     """The Flask server, counting the requests it sees (method and path)."""
-    server = Server(Runtime(settings=fast_settings))
-    server.app.extensions["agents_celery.api"].keepalive_seconds = 0.3  # spaces and SSE comments every 0.3 s
+    server = Server(Runtime(settings=fast_settings))  # spaces and SSE comments every 0.3 s
     seen: Counter[str] = Counter()
     server.app.before_request(lambda: seen.update([f"{request.method} {request.path}"]) and None)
     yield server, seen

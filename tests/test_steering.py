@@ -48,10 +48,17 @@ def test_a_message_sent_mid_turn_lands_at_the_next_boundary_once(
 
 
 def test_a_message_to_an_ended_run_is_refused(runtime: Runtime, script: Any) -> None:
+    """Refused with nothing kept: an image sent with it is not stored beside the run nor counted against it."""
+    from .test_content import PNG_URL
+
     script("Short.")
     view = runtime.run("fake", "hi", timeout=30)
     with pytest.raises(RunFinishedError):
         runtime.send_message(view.run_id, "too late")
+    image = [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": PNG_URL}}]
+    with pytest.raises(RunFinishedError):
+        runtime.send_message(view.run_id, image)
+    assert runtime.store.run_fields(view.run_id, "parts", "part_bytes") == [None, None]
 
 
 @pytest.mark.parametrize("django", [False, True], ids=["flask", "django"])

@@ -2,7 +2,7 @@
 ``configure(app)``.
 
 One chain of tasks per config follows its task's log: each folds the log into the task
-(:class:`~agents_celery.a2atask.TaskFold`), POSTs the status updates its receiver has not taken yet, in order, and
+(:class:`~agents_celery.a2a.task.TaskFold`), POSTs the status updates its receiver has not taken yet, in order, and
 records each one taken (:mod:`agents_celery.storage.pushes`), then sends the next task of the chain (every
 :data:`LIVE_POLL_SECONDS` while the run works, :data:`PAUSED_POLL_SECONDS` while it waits for input) until the run
 ended and everything was taken. A POST is the ``StreamResponse`` JSON (``{"statusUpdate": ...}``) with
@@ -18,7 +18,7 @@ import json
 import logging
 from typing import Any
 
-from ..a2atask import TaskFold
+from ..a2a.task import TaskFold
 from ..errors import RunExpiredError, RunNotFoundError
 from ..events import Event
 from ..settings import Settings

@@ -31,7 +31,7 @@ from ..errors import ConfigurationError
 from ..greenlets import green
 from ..hooks import Hooks, LoggingHooks
 from ..settings import Settings, load_settings, settings_from
-from . import a2apush, webhooks
+from . import a2apush, signatures, webhooks
 from .extension import EXTENSION, AgentsCelery, extension
 from .observability import register_metrics
 from .publisher import OWN_TASK_OPTIONS, STEP_TASK
@@ -157,6 +157,13 @@ def configure(
         agents: Agents modules to serve (name or names), or agents by name. Defaults to ``AGENTS_CELERY_AGENTS``.
         hooks: Hooks run around every step of every agent (default: logging). They receive every call an
             agent's own hooks receive.
+
+    Returns:
+        The extension, also set as ``app.agents_celery``.
+
+    Raises:
+        ConfigurationError: the settings are invalid, ``app.conf.agents_celery`` or Django's ``AGENTS_CELERY`` is
+            not a dict, or an agents module does not load.
     """
     settings = settings or settings_for(app)
     if agents is None:
@@ -179,6 +186,7 @@ def configure(
     _register_step(app, ext)
     webhooks.register(app, settings)
     a2apush.register(app, settings, lambda: ext.engine.store)
+    signatures.register(app, settings)
     return ext
 
 
@@ -239,7 +247,20 @@ def create_celery_app(
     hooks: Sequence[Hooks] | None = None,
     main: str = "agents_celery",
 ) -> Celery:
-    """A new Celery app of agents-celery's own: JSON only, the worker-wide settings applied, configured."""
+    """A new Celery app of agents-celery's own: JSON only, the worker-wide settings applied, configured.
+
+    Args:
+        settings: Default: :func:`~agents_celery.settings.load_settings` (the environment).
+        agents: Agents modules to serve (name or names), or agents by name, as :func:`configure` takes them.
+        hooks: Hooks run around every step of every agent, as :func:`configure` takes them.
+        main: The Celery app's main module name.
+
+    Returns:
+        The app, configured (:func:`configure`).
+
+    Raises:
+        ConfigurationError: the settings are invalid, or an agents module does not load.
+    """
     settings = settings or load_settings()
     app = Celery(main, broker=settings.celery_broker_url)
     app.conf.update(

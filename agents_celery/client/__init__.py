@@ -21,7 +21,7 @@ AuthenticationError, 403 ForbiddenError), else APIError.
 
 from __future__ import annotations
 
-from .protocol import Backoff
+from .plans import Backoff
 from .sync import Client, RunStream
 
 __all__ = ["Backoff", "Client", "RunStream"]

@@ -18,8 +18,8 @@ from ..errors import AgentsCeleryError, RunFinishedError
 from ..events import Event
 from ..runs import RunPage, RunView, SessionPage, SessionView
 from ..schedule import Schedule
-from . import protocol as plans
-from .protocol import Backoff, Call, Cursor, Driving, Plan, Retry, Sleep, StreamBroken, StreamHandle
+from . import plans
+from .plans import Backoff, Call, Cursor, Driving, Plan, Retry, Sleep, StreamBroken, StreamHandle
 
 T = TypeVar("T")
 

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Literal
 
 from ..events import NewEvent
 from ..runs import RunState
@@ -22,6 +23,9 @@ from ..storage.leases import Holding
 from ..storage.pending import Pending
 from ..storage.store import Ack, Claim
 from .steps import StepContext, step_started
+
+#: What became of an attempt (``failed`` until it knows better).
+Outcome = Literal["committed", "fenced", "given back", "failed"]
 
 #: Makes a claim the ordinary way: a fresh lease token and the claim it got.
 FreshClaim = Callable[[], "tuple[str, Claim]"]
@@ -87,7 +91,7 @@ class Attempt:
     #: When the attempt is given back: the tool calls it never invoked (their ledger entries are forgotten).
     not_run: list[str] = field(default_factory=list)
     #: What became of it: ``committed``, ``fenced``, ``given back``, ``failed`` (until it knows).
-    outcome: str = "failed"
+    outcome: Outcome = "failed"
     #: It was given back for a connection error (a blip, not counted against the step's attempts).
     blip: bool = False
 

@@ -20,6 +20,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
+from typing import Literal
 
 import redis
 
@@ -35,6 +36,7 @@ from ..errors import (
 )
 from ..events import EventType, NewEvent, close_open, make_event
 from ..hooks import Hooks, StepInfo, call_hooks
+from ..models import ScriptedModel
 from ..runs import RunState, RunStatus
 from ..settings import Settings
 from ..storage.connections import UNAVAILABLE, connect, is_unavailable
@@ -71,6 +73,13 @@ Notify = Callable[[RunState, int], None]
 #: in ``max_step_attempts``. The list is storage's :data:`~agents_celery.storage.connections.UNAVAILABLE`, the one
 #: the HTTP front ends answer 503 for.
 BLIPS = UNAVAILABLE
+#: What became of an attempt whose step did not fail on its own (:meth:`Engine.fate_of`), and what the log says.
+Fate = Literal["fenced", "given back"]
+_FATES: dict[Fate, str] = {
+    "fenced": "lost the lease; another attempt owns the run",
+    "given back": "step given back: the worker shuts down, or Redis or the broker failed under this attempt",
+}
+
 #: Pauses before each try to give a blip's lease back (the first at once, on a fresh connection): about 1.3 s
 #: in all, well inside a lease; past them the lease expires by itself and the attempt counts.
 GIVE_BACK_PAUSES = (0.0, 0.05, 0.25, 1.0)
@@ -94,7 +103,7 @@ class Engine:
         #: Sends the run's webhook when it pauses or ends (``notify(state, committed_steps)``).
         self.notify = notify
         #: Follows a run through its pause or end (webhook, indexes, session, children, parent).
-        self.lifecycle = Lifecycle(store, enqueue, notify)
+        self.lifecycle = Lifecycle(store, enqueue, notify, wake=self._wake)
         #: Worker-level hooks (``configure(app, hooks=...)``): told everything an agent's own hooks are told.
         self.hooks = list(hooks)
         self.leases = Leases(store.redis, store.keys)
@@ -134,26 +143,14 @@ class Engine:
     def _run(self, attempt: Attempt) -> None:
         """The step under the attempt's lease, then its commit; an attempt superseded or given back says so in
         ``attempt.outcome`` (and ``attempt.blip``)."""
-        run_id, step = attempt.run_id, attempt.step
         try:
             self._commit(attempt, self._do_step(attempt))
-        except (FencedError, RunFinishedError, StateError) as exc:
-            # Superseded: our lease expired and another attempt took over (or already finished the run).
-            log.warning("run=%s step=%d: lost the lease; another attempt owns the run (%s)", run_id, step, exc)
-            attempt.outcome = "fenced"
-        except CallAbandoned as exc:  # the worker shuts down while a call runs: another worker takes the step
-            log.warning("run=%s step=%d: %s; step given back", run_id, step, exc)
-            attempt.outcome = "given back"
-        except self._away as exc:
-            # A reset connection, a failover, Redis restarting: not the run's failure. The step is given back
-            # (a blip, not counted against its attempts) and sent again at once; the sweeper covers a send lost.
-            log.warning(
-                "run=%s step=%d: Redis or the broker failed under this attempt (%s); the step is given back",
-                run_id,
-                step,
-                exc,
-            )
-            attempt.outcome, attempt.blip = "given back", self._is_blip(exc)
+        except BaseException as exc:
+            fate = self.fate_of(exc)
+            if fate is None:
+                raise
+            log.warning("run=%s step=%d: %s (%s)", attempt.run_id, attempt.step, _FATES[fate], exc)
+            attempt.outcome, attempt.blip = fate, fate == "given back" and self._is_blip(exc)
         finally:
             self._unhold(attempt)
 
@@ -162,6 +159,18 @@ class Engine:
         if attempt.lease is not None:
             self.keeper.drop(attempt.lease)
             attempt.lease = None
+
+    def fate_of(self, exc: BaseException) -> Fate | None:
+        """What an exception out of a step means for its attempt, decided here once (dramatiq's ``throws``):
+        ``fenced`` when another attempt owns the run now (our lease expired and it took over, or finished the run);
+        ``given back`` when the worker walks away from a call to shut down, or Redis or the broker failed under
+        the attempt (a blip when it was a connection error: not counted against the step's attempts). None: the
+        step's own failure, which the run's outcome says."""
+        if isinstance(exc, (FencedError, RunFinishedError, StateError)):
+            return "fenced"
+        if isinstance(exc, (CallAbandoned, *self._away)):
+            return "given back"
+        return None
 
     def _let_go(self, attempt: Attempt) -> None:
         """An attempt that did not commit gives its lease up (the commit gave it up in the same round trip): as
@@ -229,6 +238,20 @@ class Engine:
         log.warning("run=%s step=%d: could not give the lease back (%s); it expires by itself", run_id, step, error)
         return None
 
+    def _wake(self, run_id: str, step: int, agent_id: str) -> None:
+        """Wake a parent run whose child paused or ended: a run of an agent that ``wakes_inline`` (a workflow) takes
+        its step here and now, on this worker (no broker hop between its steps); any other's step is sent. A step
+        that fails here is sent too (a claim that finds it taken does nothing)."""
+        agent = self.agents.get(agent_id)
+        if agent is None or not agent.wakes_inline:
+            self.enqueue(run_id, step, agent_id)
+            return
+        try:
+            self.execute(run_id, step)
+        except Exception as exc:  # Redis or the broker away: the sweeper covers a send lost too
+            log.warning("run=%s step=%d: woken here but failed (%s); the step is sent", run_id, step, exc)
+            self.enqueue(run_id, step, agent_id)
+
     def _send_again(self, run_id: str, step: int, agent_id: str | None = None) -> None:
         """Send a given-back step again (a lost send is the sweeper's: the lease is free, the step is due)."""
         try:
@@ -270,23 +293,33 @@ class Engine:
         return result
 
     def _context(self, attempt: Attempt, agent: Agent | None, writer: EventWriter) -> StepContext:
-        """The step's context: the attempt's claim, lease and writer, the agent and its hooks."""
+        """The step's context, built whole: the attempt's claim, lease and writer, the agent and its hooks."""
         claim, state, lease = attempt.claim, attempt.state, attempt.lease
         assert lease is not None
-        info = StepInfo(attempt.run_id, state.agent_id, state.session_id, attempt.step, state.next, attempt.number)
-        # agent may be None: _decide fails the run before anything uses it
-        step, number, token = attempt.step, attempt.number, attempt.token
-        ctx = StepContext(state, agent, step, number, token, self.store, self.settings, writer, info)  # type: ignore[arg-type]
-        ctx.hooks = [*self.hooks, *(agent.hooks if agent else [])]
-        ctx.blips, ctx.advanced = claim.blips, claim.advanced
-        ctx.stop, ctx.lost, ctx.sent = lease.stop, lease.lost, attempt.sent
-        if claim.stop_reason:
-            ctx.stop.set()
-        ctx.step_open = claim.attempt == 1  # the claim wrote this attempt's STEP_STARTED
-        ctx.effects = claim.effects
-        ctx.inbox = claim.inbox
-        ctx.send = self.enqueue
-        return ctx
+        if claim.stop_reason:  # a stop requested before the claim: the step sees it at once
+            lease.stop.set()
+        return StepContext(
+            state=state,
+            # An agent no worker here serves: _decide fails the run before anything asks it for more than its name.
+            agent=agent or Agent(name=state.active_agent or state.agent_id, model=ScriptedModel([""])),
+            step=attempt.step,
+            attempt=attempt.number,
+            token=attempt.token,
+            store=self.store,
+            settings=self.settings,
+            writer=writer,
+            info=StepInfo(attempt.run_id, state.agent_id, state.session_id, attempt.step, state.next, attempt.number),
+            hooks=[*self.hooks, *(agent.hooks if agent else [])],
+            stop=lease.stop,
+            lost=lease.lost,
+            step_open=claim.attempt == 1,  # the claim wrote this attempt's STEP_STARTED
+            effects=claim.effects,
+            sent=attempt.sent,
+            inbox=claim.inbox,
+            blips=claim.blips,
+            advanced=claim.advanced,
+            send=self.enqueue,
+        )
 
     def _reopen(self, ctx: StepContext, claim: Claim) -> None:
         """A retried attempt: close what the crashed one left open, then write its own STEP_STARTED (unless it is
@@ -359,7 +392,7 @@ class Engine:
             # Visible as running at once; the attempt keeps its lease.
             self.store.commit(state, ctx.token, ctx.step, ctx.step, [], "live", release=False)
             if delayed:  # queued and running share an index; a delayed run leaves the scheduled one
-                self.store.status_changed(state, watch_in=self.settings.lease_ttl_seconds)
+                self.store.reindex(state, watch_in=self.settings.lease_ttl_seconds)
         if state.next == "model" and ctx.inbox > state.inbox_taken:
             ctx.state = state = self._take_inbox(ctx)
         try:
@@ -367,15 +400,11 @@ class Engine:
             return _one_step(ctx, agent)
         except Cancelled as exc:
             return cancelled(ctx.state, _abandoned_event(exc.abandoned))
-        except CallAbandoned:
-            raise  # the worker shuts down: the step is given back
         except StopStep as exc:
             return failed(ctx.state, exc)
-        except (FencedError, RunFinishedError, StateError):
-            raise  # superseded: another attempt owns the run
-        except self._away:
-            raise  # superseded, or Redis or the broker away: the step goes to another attempt
         except Exception as exc:
+            if self.fate_of(exc) is not None:
+                raise  # superseded, shutting down, or Redis or the broker away: :meth:`_run` decides
             # A bug in a model adapter, a hook or here: another attempt would fail the same way, so fail the
             # run now with the reason instead of burning its attempts.
             log.exception("run=%s step=%d: unexpected error; the run fails", ctx.state.run_id, ctx.step)
@@ -420,7 +449,7 @@ class Engine:
             elif not enqueued:
                 self.enqueue(state.run_id, step + 1, state.agent_id)
             return
-        self.lifecycle.settled(state, step + 1)  # webhook, indexes, session, children, parent
+        self.lifecycle.follow_through(state, step + 1)  # webhook, indexes, session, children, parent
 
 
 def _one_step(ctx: StepContext, agent: Agent) -> StepResult:

@@ -4,8 +4,8 @@ As rq's ``job_lifecycle.py`` is for a job: whoever commits a run's end (the engi
 stopping a run nobody works on) or finds one whose worker died before following it through (the sweeper)
 calls :meth:`Lifecycle.settled`, which, in this order:
 
-1. sends the run's webhook (before the run leaves the sweeper's index: a crash here leaves it there, and the
-   sweeper sends it instead; webhooks are at least once);
+1. sends the run's webhook, and the end of a run a user's Celery canvas waits for (before the run leaves the
+   sweeper's index: a crash here leaves it there, and the sweeper sends them instead; both are at least once);
 2. moves the run in the indexes (out of the live one, into those of its status);
 3. when it ended: appends its messages to its session's history (once), frees the session, starts the next run
    waiting in the session's line, keeps its ended children as long as itself and stops its live ones;
@@ -48,30 +48,38 @@ class Lifecycle:
 
     Args:
         send: Sends a step of an existing run (a woken parent, a resumed run).
+        wake: Wakes a parent whose child paused or ended (the engine runs a workflow's step at once).
         notify: Sends a run's webhook (None: no webhooks from here).
         first: Sends the first step of a run that waited for its session (default: ``send(run_id, 0, agent)``).
     """
 
     def __init__(
-        self, store: RunStore, send: Send, notify: Notify | None = None, first: SendFirst | None = None
+        self,
+        store: RunStore,
+        send: Send,
+        notify: Notify | None = None,
+        first: SendFirst | None = None,
+        wake: Send | None = None,
     ) -> None:
         self.store = store
         self.send = send
+        #: Wakes a parent run whose child paused or ended (default: ``send`` its step).
+        self.wake = wake or send
         self.notify = notify
         self.first: SendFirst = first or (lambda run_id, agent_id, _queue: send(run_id, 0, agent_id))
         self.leases = Leases(store.redis, store.keys)
 
-    def settled(self, state: RunState, steps: int) -> None:
+    def follow_through(self, state: RunState, steps: int) -> None:
         """Follow through a commit that paused or ended the run (``steps``: its committed steps)."""
-        if self.notify is not None and state.webhook_url:
-            self.notify(state, steps)
-        self.store.status_changed(state)
+        if self.notify is not None and (state.webhook_url or state.canvas is not None):
+            self.notify(state, steps)  # webhooks; the end of a run a Celery canvas waits for
+        self.store.reindex(state)
         if state.status.is_final:
             self.store.sessions.sync(state)
             self.store.sessions.release(state.session_id, state.run_id)
             start_next(self.store, self.first, state.session_id)
             self._children_follow(state)
-        children.wake_parent(self.store, self.send, state)
+        children.wake_parent(self.store, self.wake, state)
 
     def _children_follow(self, state: RunState) -> None:
         """A parent run ended: its ended children are kept as long as it is, its live ones are stopped."""
@@ -148,7 +156,7 @@ class Lifecycle:
         cancelled = state.moved_to(RunStatus.CANCELLED)
         self.store.commit(cancelled, token, step, step, [*closers, done], "ended")
         self.store.sessions.leave_line(state.session_id, run_id)  # if it was waiting for its session
-        self.settled(cancelled, step)
+        self.follow_through(cancelled, step)
         return cancelled
 
     def _left_open(self, run_id: str) -> list[NewEvent]:
@@ -178,7 +186,7 @@ class Lifecycle:
         if awaiting is not None:  # before the commit: a crash between the two leaves a harmless note
             self.store.await_children(state.run_id, list(awaiting))
         self.store.commit(state, token, step, step, [started, *events], "live")
-        self.store.status_changed(state, watch_in=self.store.settings.enqueue_grace_seconds)
+        self.store.reindex(state, watch_in=self.store.settings.enqueue_grace_seconds)
         if send:
             self.send(state.run_id, step, state.agent_id)
 

@@ -192,7 +192,7 @@ def _settle(store: RunStore, resend: Resend, run_id: str, step: int, notify: Not
     def first(rid: str, agent_id: str, queue: str) -> None:
         resend(rid, 0, agent_id, queue, "", "")
 
-    Lifecycle(store, by_record(store, resend), notify, first).settled(store.load(run_id)[0], step)
+    Lifecycle(store, by_record(store, resend), notify, first).follow_through(store.load(run_id)[0], step)
 
 
 class SweeperThread(threading.Thread):

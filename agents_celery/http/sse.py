@@ -50,7 +50,7 @@ PREFIX_PAGE = 500
 
 
 @dataclass
-class Segment:
+class AguiSegment:
     """How the AG-UI endpoint presents one segment of a run (``POST /agui/<agent_id>``): under the client's
     ``threadId`` and ``runId``, ending at its first terminal event, with ``snapshots()`` (STATE_SNAPSHOT and
     MESSAGES_SNAPSHOT, read when the end comes) sent before a RUN_FINISHED. With ``error`` (message, code) the
@@ -108,8 +108,9 @@ class Presenter(Protocol):
 
     def error(self, exc: BaseException) -> str: ...
 
-    def needs_thread(self, events: int) -> bool:
-        """Whether rendering a page of ``events`` may call Redis (sync: under asyncio it goes to a thread)."""
+    def needs_thread(self, page: Sequence[Entry]) -> bool:
+        """Whether rendering ``page`` may call Redis (sync: under asyncio it goes to a thread): the Responses API
+        saving a checkpoint, a workflow's presenter reading the log of a step's run."""
         ...
 
 
@@ -276,12 +277,12 @@ class Renderer:
 
     def needs_thread(self, page: list[Entry] | ChildPage) -> bool:
         """Whether rendering ``page`` calls Redis (sync: under asyncio it goes to a thread): a presenter's own (the
-        Responses API saving a checkpoint), the AG-UI endpoint's snapshots, or a child's log (the first page may
-        re-open children; a SUBAGENT_* event opens or closes one)."""
+        Responses API saving a checkpoint, a workflow's reading its steps' runs), the AG-UI endpoint's snapshots,
+        or a child's log (the first page may re-open children; a SUBAGENT_* event opens or closes one)."""
         if isinstance(page, ChildPage):
             return False
         if self.stream.presenter is not None:
-            return self.stream.presenter.needs_thread(len(page))
+            return self.stream.presenter.needs_thread(page)
         segment = self.stream.segment
         if segment is not None and segment.snapshots is not None:
             return True
@@ -318,7 +319,7 @@ class LogStream:
     confirm_tools: frozenset[str] = frozenset()
     info: LogInfo | None = None
     #: The AG-UI endpoint's presentation (dialect ``agui``): client ids, snapshots, one segment only.
-    segment: Segment | None = None
+    segment: AguiSegment | None = None
     #: Reads a child run's log (sync), so an AG-UI stream shows a child's work attributed to it before its
     #: parent's SUBAGENT_FINISHED / SUBAGENT_ERROR (None: it does not).
     child_log: Callable[[str], list[Event]] | None = None

@@ -21,7 +21,7 @@ _TOKEN_RE = re.compile(r"\S+\s*|\s+")
 class ScriptedToolCall:
     """A tool call a :class:`ScriptedModel` makes.
 
-    Attributes:
+    Args:
         name: Tool name.
         arguments: Arguments as a dict or a JSON string (an invalid string exercises argument errors).
         id: Call id; by default ``call_<turn>_<i>``.
@@ -38,7 +38,12 @@ class ScriptedToolCall:
 
 @dataclass(frozen=True)
 class ScriptedTurn:
-    """One scripted assistant turn: text, then tool calls."""
+    """One scripted assistant turn: text, then tool calls.
+
+    Args:
+        text: The text the turn streams ("": none).
+        tool_calls: The tool calls the turn makes after its text.
+    """
 
     text: str = ""
     tool_calls: Sequence[ScriptedToolCall] = ()

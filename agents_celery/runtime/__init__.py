@@ -13,7 +13,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -40,14 +40,12 @@ from ..errors import (
     RunTimeoutError,
     StateError,
     UnsupportedError,
-    ValidationError,
 )
-from ..events import Event, EventType, make_event, parse_position
+from ..events import EventType, make_event
 from ..output import check_schema
 from ..runs import RunState, RunStatus, RunView
 from ..settings import Settings, load_settings
-from ..storage.connections import connect, connect_async
-from ..storage.eventlog import AsyncEventLog, check_offset
+from ..storage.connections import connect
 from ..storage.leases import Leases
 from ..storage.parts import record_fields
 from ..storage.schedules import ScheduleStore
@@ -62,78 +60,17 @@ from .admission import (
 )
 from .admission import client_tools as check_client_tools
 from .schedules import Scheduling
+from .stream import RunStream
 
 if TYPE_CHECKING:
     from celery import Celery
+
+__all__ = ["RunStream", "Runtime", "Send"]
 
 log = logging.getLogger(__name__)
 
 #: Sends a step: ``send(run_id, step, agent_id, queue, task_id=..., root_id=..., parent_id=...)``.
 Send = Callable[..., None]
-
-
-def _position(offset: int | str | None) -> tuple[int, str | None]:
-    """``None`` (from the start), an offset, or ``"<offset>.<tag>"``: the offset to read after, and the tag."""
-    if offset is None:
-        return -1, None
-    if isinstance(offset, str):
-        try:
-            after, tag = parse_position(offset)
-        except ValueError as exc:
-            raise ValidationError(str(exc)) from None
-        return check_offset(after, "offset"), tag
-    return check_offset(offset, "offset"), None
-
-
-class RunStream:
-    """A handle on one run's event log. Persist ``run_id`` and the last offset you saw to reconnect later.
-
-    The HTTP client's :class:`agents_celery.client.RunStream` has the same names: ``run_id`` (``id``),
-    ``session_id``, ``agent_id``, ``events(offset)`` and ``get()``.
-    """
-
-    def __init__(self, runtime: Runtime, run_id: str, session_id: str, agent_id: str) -> None:
-        self.runtime = runtime
-        self.run_id = run_id
-        self.session_id = session_id
-        self.agent_id = agent_id
-
-    @property
-    def id(self) -> str:
-        """The run id (``run_id``)."""
-        return self.run_id
-
-    def events(self, offset: int | str | None = None, *, until_pause: bool = True) -> Iterator[Event]:
-        """The events after ``offset`` (all when None), then live ones, until the run ends or pauses.
-
-        ``offset`` may be a position, ``"140.1a2b3c4d"`` (an event's :attr:`~agents_celery.events.Event.position`):
-        LogRewoundError then says when the log no longer holds that event at 140 (Redis lost writes).
-        """
-        after, tag = _position(offset)
-        if tag is not None:
-            self.runtime.store.log.verify(self.run_id, after, tag)
-        return self.runtime.store.log.events(self.run_id, after, until_pause=until_pause)
-
-    async def aevents(self, offset: int | str | None = None, *, until_pause: bool = True) -> AsyncIterator[Event]:
-        """Async version of :meth:`events`."""
-        after, tag = _position(offset)
-        # A client per call: an asyncio Redis client belongs to the event loop that created it.
-        client = connect_async(self.runtime.settings.redis_url, socket_connect_timeout=2)
-        try:
-            log = AsyncEventLog(client, self.runtime.store.keys)
-            if tag is not None:
-                await log.verify(self.run_id, after, tag)
-            async for event in log.events(self.run_id, after, until_pause=until_pause):
-                yield event
-        finally:
-            await client.aclose()
-
-    def get(self) -> RunView:
-        """The run as it stands (:meth:`Runtime.get`)."""
-        return self.runtime.get(self.run_id)
-
-    def __repr__(self) -> str:
-        return f"RunStream(run_id={self.run_id!r}, agent={self.agent_id!r})"
 
 
 class Runtime(Scheduling):
@@ -197,41 +134,68 @@ class Runtime(Scheduling):
         webhook_url: str | None = None,
         multitask_strategy: str = "reject",
         output_schema: dict[str, Any] | None = None,
+        canvas: dict[str, Any] | None = None,
     ) -> RunStream:
         """Start a run and return its stream handle (the run executes on the workers).
 
-        ``message`` is text, or a list of Chat Completions content parts (text, ``image_url`` by URL or data URL,
-        ``file`` with ``file_data``; :mod:`agents_celery.content`): the model gets them as they are. Their data is
-        stored once, beside the run, not in each checkpoint. Over ``max_part_bytes`` for a part or
-        ``max_input_bytes`` for the run: InputTooLargeError (HTTP 413), and nothing is created.
+        A delayed run (``start_after`` or ``start_at``) is ``scheduled`` until its time: it is listed, cancellable
+        with :meth:`stop`, and holds its session. The sweeper of any worker then sends its first step. It lives in
+        Redis, so it survives restarts of every process.
 
-        ``client_tools`` (``name``, ``description``, ``parameters``) are tools the caller runs itself: when the
-        model calls one the run pauses until :meth:`continue_run` brings the result (a decision with
-        ``result``). ``client`` (AG-UI's ``state``, ``context``, ``forwarded_props``) is passed to the tools.
-        ``check_history(history)`` may refuse the session's history as it stands once the session is taken
-        (HistoryMismatchError): nothing is created then.
-
-        ``start_after`` (seconds) or ``start_at`` (an aware datetime, or Unix seconds) delay the run: it is
-        ``scheduled`` (listed, cancellable with :meth:`stop`, holding its session) until then, when the sweeper
-        of any worker sends its first step. It lives in Redis, so it survives restarts of every process.
-
-        ``multitask_strategy``: what happens when another run of ``session_id`` is queued, running or paused:
-        ``reject`` (SessionBusyError), ``enqueue`` (this run waits, ``queued``, and starts when the runs before
-        it in the session ended, seeing the history as it is then) or ``interrupt`` (the live run is stopped,
-        ends ``cancelled`` with its final event, and this one starts after it).
-
-        ``webhook_url``: POST a signed summary there when the run completes, fails, is cancelled or pauses
-        (:mod:`agents_celery.webhook`); needs ``AGENTS_CELERY_WEBHOOK_SECRET``.
-
-        With ``idempotency_key``, a retried call (even one racing the first) returns the same run: the run id is
-        derived from the key (and the user), so the run is created exactly once. A key reused with another
-        agent, message, session or user is refused (IdempotencyKeyReusedError); a call refused (the session is
+        With ``idempotency_key``, a retried call (even one racing the first) returns the same run. The run id is
+        derived from the key (and the user), so the run is created exactly once. A call refused (the session is
         busy) created nothing, so a later retry starts the run once the session is free.
 
-        ``output_schema`` (a JSON Schema dict) makes the run's final answer structured output, overriding the
-        agent's ``output_type``: the model is asked with it, the answer validated (a failed one sent back to the
-        model, ``output_retries`` times), and the run's ``output`` is the validated JSON value
-        (docs/output.md). Not a valid JSON Schema: OutputSchemaError (HTTP 422), nothing created.
+        A refused call creates nothing: every error below but RedisUnavailableError comes before the run is created.
+
+        Args:
+            agent: The agent, as an object or by name.
+            message: Text, or a list of Chat Completions content parts (text, ``image_url`` by URL or data URL,
+                ``file`` with ``file_data``; :mod:`agents_celery.content`). The model gets them as they are.
+                Their data is stored once, beside the run, not in each checkpoint.
+            session_id: The session the run joins. None starts a session of its own.
+            user_id: The user the run is of. A new session's owner is the user of its first run.
+            idempotency_key: Makes a retried call return the run the first call created (see above).
+            client_tools: Tools the caller runs itself (``name``, ``description``, ``parameters``). When the model
+                calls one, the run pauses until :meth:`continue_run` brings the result (a decision with
+                ``result``).
+            client: AG-UI's ``state``, ``context`` and ``forwarded_props``, passed to the tools.
+            check_history: Called with the session's history as it stands once the session is taken. It may
+                refuse it (HistoryMismatchError); the session is given back then.
+            start_after: Seconds to delay the run by.
+            start_at: When the run starts: an aware datetime, or Unix seconds.
+            schedule: The schedule id and tick time (ms) of the schedule tick that starts the run
+                (:meth:`fire_schedules`).
+            webhook_url: Where to POST a signed summary when the run completes, fails, is cancelled or pauses
+                (:mod:`agents_celery.webhook`). It needs ``AGENTS_CELERY_WEBHOOK_SECRET``.
+            multitask_strategy: What happens when another run of ``session_id`` is queued, running or paused.
+                ``reject`` raises SessionBusyError. With ``enqueue`` this run waits, ``queued``, and starts when
+                the runs before it in the session ended, seeing the history as it is then. With ``interrupt`` the
+                live run is stopped and ends ``cancelled`` with its final event; this one starts after it.
+            output_schema: A JSON Schema dict that makes the run's final answer structured output, overriding the
+                agent's ``output_type``. The model is asked with it and the answer is validated. A failed answer
+                is sent back to the model, ``output_retries`` times. The run's ``output`` is the validated JSON
+                value (docs/output.md).
+            canvas: The Celery canvas that waits for the run's end (``run_signature`` passes it; not for callers).
+
+        Returns:
+            The run's stream handle; for a retried idempotent call, the handle of the run the first call created.
+
+        Raises:
+            UnknownAgentError: no worker published an agent of that name and this Runtime knows none.
+            ValidationError: ``message`` is not text or a list of well-formed parts, or a client tool, the delay,
+                ``webhook_url``, ``multitask_strategy`` or ``idempotency_key`` is invalid.
+            PayloadTooLargeError: the text is over ``max_message_chars``, or ``output_schema`` is too large.
+            InputTooLargeError: a part is over ``max_part_bytes``, or the run's parts over ``max_input_bytes``
+                (HTTP 413).
+            OutputSchemaError: ``output_schema`` is not a valid JSON Schema (HTTP 422).
+            UnsupportedError: ``output_schema`` for an agent of another framework, or a video part for a
+                pydantic-ai agent.
+            IdempotencyKeyReusedError: the key was used with another agent, message, session, user, client tools,
+                client or output schema.
+            SessionBusyError: another run holds the session and ``multitask_strategy`` is ``reject``.
+            HistoryMismatchError: ``check_history`` refused the session's history (whatever it raises passes).
+            RedisUnavailableError: Redis did not answer while the run was created.
         """
         manifest = self.agent_manifest(agent)
         checked = check_parts(message, self.settings)
@@ -275,6 +239,7 @@ class Runtime(Scheduling):
                 client=dict(client or {}),
                 webhook_url=webhook_url,
                 output_schema=output_schema,
+                canvas=canvas,
                 schedule_id=schedule[0] if schedule else None,
                 scheduled_for=schedule[1] if schedule else None,
                 created_at=now,
@@ -299,7 +264,7 @@ class Runtime(Scheduling):
                 if not self.admission.existing(run_id, asked, idempotency_key or ""):
                     raise
                 return self.get_stream(run_id)
-            self.store.created(state, delay if delay > 0 else self.settings.enqueue_grace_seconds)
+            self.store.index_new_run(state, delay if delay > 0 else self.settings.enqueue_grace_seconds)
             if history is None:
                 self._line_up(state, multitask_strategy)
             elif delay <= 0:
@@ -329,18 +294,45 @@ class Runtime(Scheduling):
         self._send(run_id, step, agent_id, queue or self.settings.queue, root_id=root, parent_id=parent)
 
     def get_stream(self, run_id: str) -> RunStream:
-        """A stream handle for an existing run (RunNotFoundError / RunExpiredError otherwise)."""
+        """A stream handle for an existing run.
+
+        Args:
+            run_id: The run's id.
+
+        Returns:
+            The run's stream handle.
+
+        Raises:
+            RunNotFoundError: no run has that id.
+            RunExpiredError: the run existed and its retention passed.
+        """
         info = self.store.log.info(run_id)
         return RunStream(self, run_id, info.session_id, info.agent_id)
 
     # -- continuing -------------------------------------------------------------------------------------
 
     def continue_run(self, run_id: str, decisions: Sequence[Decision | dict[str, Any]] | None = None) -> RunStream:
-        """Answer a paused run. No decisions (None or empty) approves every pending call.
+        """Answer a paused run.
+
+        A decision that does not fit leaves the run paused, untouched.
+
+        Args:
+            run_id: The paused run's id.
+            decisions: One decision for each pending call, as :class:`Decision` objects or their JSON form. None or
+                empty approves every pending call; a client tool's call still needs its result.
+
+        Returns:
+            The run's stream handle.
 
         Raises:
-            RunNotPausedError: the run is not paused. RunBusyError: another continue holds it right now.
-            DecisionError / ToolArgumentsError: a decision does not fit; the run stays paused, untouched.
+            RunNotPausedError: the run is not paused.
+            RunBusyError: another continue holds it right now.
+            DecisionError: a decision names no pending call or is malformed, some pending calls are left
+                undecided, or a client tool's call has no result.
+            ToolArgumentsError: edited arguments fail the tool's parameter schema.
+            PayloadTooLargeError: more decisions than ``max_decisions``.
+            RunNotFoundError: no run has that id.
+            RunExpiredError: the run existed and its retention passed.
         """
         state, step = self.store.load(run_id)
         if state.status != RunStatus.PAUSED:
@@ -397,18 +389,33 @@ class Runtime(Scheduling):
     # -- steering ---------------------------------------------------------------------------------------
 
     def send_message(self, run_id: str, message: UserContent) -> int:
-        """Add a user message to a run that has not ended: its next model turn takes it in (after the tool
-        results of the turn running now), and the log shows it as a user message (ids ``usr_...``), once. A run
-        whose last turn is answering when it arrives goes on with another turn instead of ending. Returns how
-        many messages were sent to the run so far. ``message`` may be content parts (images, files), stored once
-        beside the run; its parts count against the run's ``max_input_bytes`` with the parts it holds already.
+        """Add a user message to a run that has not ended.
+
+        Its next model turn takes it in, after the tool results of the turn running now. The log shows it as a
+        user message (ids ``usr_...``), once. A run whose last turn is answering when it arrives goes on with
+        another turn instead of ending.
+
+        Args:
+            run_id: The run's id.
+            message: Text, or content parts (images, files) stored once beside the run. Its parts count against
+                the run's ``max_input_bytes`` with the parts the run holds already.
+
+        Returns:
+            How many messages were sent to the run so far.
 
         Raises:
-            RunFinishedError: the run already ended. RunNotFoundError / RunExpiredError. ValidationError.
+            RunFinishedError: the run already ended.
+            RunNotFoundError: no run has that id.
+            RunExpiredError: the run existed and its retention passed.
+            ValidationError: ``message`` is not text or a list of well-formed parts.
+            PayloadTooLargeError: the text is over ``max_message_chars``.
             InputTooLargeError: a part, or the run's parts, over the limits.
+            UnsupportedError: a video part for a pydantic-ai agent.
         """
         checked = check_parts(message, self.settings)
-        self.store.log.info(run_id)  # 404 / 410 for an unknown or expired run
+        info = self.store.log.info(run_id)  # 404 / 410 for an unknown or expired run
+        if info.status == "ended":  # refused before its parts are stored and counted against the run
+            raise RunFinishedError(f"run {run_id!r} has already ended")
         if checked.parts is not None:  # the parts its agent cannot be given are refused, as when it started
             state, _ = self.store.load(run_id)
             manifest = self.store.agents.get(state.agent_id) or {}
@@ -421,17 +428,35 @@ class Runtime(Scheduling):
         return self.store.inbox_push(run_id, content)
 
     def follow_push(self, run_id: str, config_id: str) -> None:
-        """Start delivering the status updates of the run (an A2A task) to the push config ``config_id`` stored for
-        it (:mod:`agents_celery.storage.pushes`): a worker follows the log and POSTs them in order, with retries."""
+        """Start delivering the status updates of the run (an A2A task) to one of its push configs.
+
+        A worker follows the log and POSTs them in order, with retries.
+
+        Args:
+            run_id: The run's id.
+            config_id: The id of the push config stored for the run (:mod:`agents_celery.storage.pushes`).
+        """
         self._publisher.push(run_id, config_id)
 
     # -- stopping ---------------------------------------------------------------------------------------
 
     def stop(self, run_id: str, reason: str = "stopped by request") -> RunView:
-        """Stop a run whatever state it is in. A worker holding it stops at its next check (sub-second).
+        """Stop a run whatever state it is in.
+
+        A worker holding it stops at its next check (sub-second). A run no worker holds ends here, ``cancelled``.
+        Its child runs are stopped with it.
+
+        Args:
+            run_id: The run's id.
+            reason: Why the run is stopped, stored with the stop request.
+
+        Returns:
+            The run as it stands after the stop request.
 
         Raises:
-            RunFinishedError: the run already ended. RunNotFoundError / RunExpiredError.
+            RunFinishedError: the run already ended.
+            RunNotFoundError: no run has that id.
+            RunExpiredError: the run existed and its retention passed.
         """
         state, _ = self.store.load(run_id)
         if state.status.is_final:
@@ -461,17 +486,35 @@ class Runtime(Scheduling):
     # -- blocking ---------------------------------------------------------------------------------------
 
     def run(self, agent: Agent | str, message: UserContent, *, timeout: float | None = None, **kwargs: Any) -> Any:
-        """Start a run and block until it ends or pauses. Caller-bound: on Ctrl-C or timeout the run is stopped.
+        """Start a run and block until it ends or pauses.
 
-        Returns the run's :class:`RunView`; for an agent with a pydantic ``output_type`` (given as the
-        ``Agent``, or known to this Runtime through ``agents``) and no ``output_schema`` of the run's own, the
-        validated output as an instance of that model once the run completed, and OutputValidationError raised
-        when it failed for want of a valid answer (any other end: the RunView).
+        The run is bound to the caller: on Ctrl-C or timeout it is stopped. The timeout holds whether events come
+        or not (it is checked at least every quarter second).
+
+        Args:
+            agent: The agent, as an object or by name.
+            message: Text or content parts, as :meth:`stream` takes them.
+            timeout: Seconds to wait at most (None: no limit).
+            **kwargs: The other keyword arguments of :meth:`stream`.
+
+        Returns:
+            The run's :class:`RunView`. When the agent has a pydantic ``output_type`` (given as the ``Agent``, or
+            known to this Runtime through ``agents``) and the run no ``output_schema`` of its own, a completed run
+            returns the validated output as an instance of that model instead.
+
+        Raises:
+            RunTimeoutError: the run did not finish within ``timeout``; it was stopped.
+            OutputValidationError: the run of such an agent failed for want of a valid answer.
+            KeyboardInterrupt: the caller gave up (Ctrl-C); the run was stopped.
+            AgentsCeleryError: what :meth:`stream` raises.
         """
         stream = self.stream(agent, message, **kwargs)
         deadline = None if timeout is None else time.monotonic() + timeout
+        # Pages of events, and an idle tick when a quarter second brings none, until the run ends or pauses: the
+        # deadline is checked on each, so a run that says nothing (no worker, a long tool) cannot outlast it.
+        pages = self.store.log.tail(stream.id, -1, until_pause=True, block_ms=250, idle_seconds=0.25)
         try:
-            for _event in stream.events():
+            for _page in pages:
                 if deadline is not None and time.monotonic() > deadline:
                     raise RunTimeoutError(
                         f"run {stream.id!r} did not finish within {timeout}s; it was stopped", stream.id
@@ -492,7 +535,10 @@ class Runtime(Scheduling):
         return view
 
     def close(self) -> None:
-        """Close the Redis client, and the broker connections of the Celery app this Runtime made."""
+        """Close the Redis client, and the broker connections of the Celery app this Runtime made.
+
+        A Celery app given to this Runtime, or the host's, is left open.
+        """
         self.redis.close()
         self._publisher.close()
         if self._owns_celery_app:

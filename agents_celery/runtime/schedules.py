@@ -41,8 +41,26 @@ class Scheduling(Inspection):
         """Run ``agent`` with ``message`` on a cron expression (UTC) or every ``every`` seconds, from now on.
 
         Each tick starts one run (its idempotency key is the schedule id and the tick's time, so two beats or
-        a restarted one never start a tick twice). With ``session_id`` every run joins that session; a tick
-        that finds the session's previous run still live is skipped.
+        a restarted one never start a tick twice).
+
+        Args:
+            agent: The agent, as an object or by name.
+            message: The text each run starts with.
+            cron: A cron expression of five fields, in UTC (:mod:`agents_celery.schedule`).
+            every: Seconds between ticks, 1 or more. Give ``cron`` or ``every``, not both.
+            session_id: The session every run joins. A tick that finds the session's previous run still live is
+                skipped.
+            name: A name for the schedule.
+            user_id: The user the runs are of.
+
+        Returns:
+            The stored schedule, with its id and next tick.
+
+        Raises:
+            UnknownAgentError: nobody serves an agent of that name.
+            ValidationError: not exactly one of ``cron`` and ``every``, a cron expression that cannot be read or
+                never matches, ``every`` under 1, or an empty ``message``.
+            PayloadTooLargeError: ``message`` is over ``max_message_chars``.
         """
         manifest = self.agent_manifest(agent)
         now = int(time.time() * 1000)
@@ -58,17 +76,43 @@ class Scheduling(Inspection):
         return found
 
     def schedules(self) -> list[Schedule]:
-        """Every schedule, oldest first."""
+        """Every schedule, oldest first.
+
+        Returns:
+            The stored schedules.
+        """
         return self.schedule_store.all()
 
     def get_schedule(self, schedule_id: str) -> Schedule:
+        """One schedule.
+
+        Args:
+            schedule_id: The schedule's id.
+
+        Returns:
+            The stored schedule.
+
+        Raises:
+            ScheduleNotFoundError: no schedule has that id.
+        """
         found = self.schedule_store.get(schedule_id)
         if found is None:
             raise ScheduleNotFoundError(f"no schedule {schedule_id!r}")
         return found
 
     def pause_schedule(self, schedule_id: str, paused: bool = True) -> Schedule:
-        """Pause (no ticks fire) or resume a schedule; a resumed one goes on from its next tick after now."""
+        """Pause (no ticks fire) or resume a schedule; a resumed one goes on from its next tick after now.
+
+        Args:
+            schedule_id: The schedule's id.
+            paused: True pauses the schedule, False resumes it.
+
+        Returns:
+            The schedule as stored now.
+
+        Raises:
+            ScheduleNotFoundError: no schedule has that id.
+        """
         found = self.get_schedule(schedule_id)
         found.paused = paused
         found.next_at = found.due_after(int(time.time() * 1000))
@@ -76,14 +120,29 @@ class Scheduling(Inspection):
         return found
 
     def delete_schedule(self, schedule_id: str) -> None:
+        """Delete a schedule; the runs it started are left as they are.
+
+        Args:
+            schedule_id: The schedule's id.
+
+        Raises:
+            ScheduleNotFoundError: no schedule has that id.
+        """
         if not self.schedule_store.delete(schedule_id):
             raise ScheduleNotFoundError(f"no schedule {schedule_id!r}")
 
     def fire_schedules(self, now_ms: int | None = None) -> float | None:
-        """Start the runs of the ticks due now (Celery beat calls this); seconds until the next one (None: none).
+        """Start the runs of the ticks due now (Celery beat calls this).
 
         A tick missed while no beat ran (or while the schedule was paused) is not made up, but the last one
-        due is fired once when beat comes back.
+        due is fired once when beat comes back. A tick whose run is refused (the session is busy, the agent
+        unknown, the input invalid) is logged and skipped.
+
+        Args:
+            now_ms: The time to fire the ticks due at, in Unix ms (None: now).
+
+        Returns:
+            Seconds until the next tick is due (None: no schedule has one).
         """
         now = now_ms if now_ms is not None else int(time.time() * 1000)
         for schedule_id, due in self.schedule_store.due(now):

@@ -12,8 +12,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
@@ -65,6 +66,18 @@ def unavailable(exc: BaseException) -> RedisUnavailableError | None:
     if isinstance(exc, RedisUnavailableError):
         return exc
     return RedisUnavailableError(f"Redis does not answer: {exc}")
+
+
+@contextlib.contextmanager
+def answering() -> Iterator[None]:
+    """Inside, an error of :data:`UNAVAILABLE` comes out as :class:`RedisUnavailableError` (a misuse as itself)."""
+    try:
+        yield
+    except UNAVAILABLE as exc:
+        down = unavailable(exc)
+        if down is None or down is exc:
+            raise
+        raise down from exc
 
 
 #: Options of a plain client that a cluster client does not take (it makes a pool per node itself).

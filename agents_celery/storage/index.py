@@ -62,7 +62,7 @@ SCAN_CAP = 5000
 
 
 @dataclass(frozen=True)
-class Entry:
+class IndexEntry:
     """What the indexes know of a run."""
 
     run_id: str
@@ -75,7 +75,7 @@ class Entry:
         return json.dumps([self.run_id, self.created_ms, self.agent_id, self.session_id, self.user_id])
 
     @classmethod
-    def from_json(cls, raw: str | bytes) -> Entry:
+    def from_json(cls, raw: str | bytes) -> IndexEntry:
         run_id, created, agent, session, user = json.loads(raw)
         return cls(run_id, int(created), agent, session, user)
 
@@ -119,7 +119,7 @@ class RunIndex:
 
     # -- writes (added to a pipeline the caller sends anyway) --------------------------------------------
 
-    def _run_keys(self, entry: Entry) -> list[str]:
+    def _run_keys(self, entry: IndexEntry) -> list[str]:
         """The (unsplit) names of the indexes of the run's fields."""
         k = self.keys
         found = [k.runs, k.runs_of("agent", entry.agent_id), k.runs_of("session", entry.session_id)]
@@ -131,7 +131,7 @@ class RunIndex:
         """The bucket of index ``name`` that holds the run's entry."""
         return self.keys.bucket(name, run_id)
 
-    def created(self, pipe: Any, entry: Entry, status: RunStatus = RunStatus.QUEUED) -> None:
+    def add(self, pipe: Any, entry: IndexEntry, status: RunStatus = RunStatus.QUEUED) -> None:
         """A new run: every index of its fields, its status class (``live``, or ``scheduled`` for a delayed
         run), its session's activity."""
         for key in self._run_keys(entry):
@@ -139,7 +139,7 @@ class RunIndex:
         pipe.zadd(self._at(self.keys.runs_status(STATUS_CLASS[status]), entry.run_id), {entry.run_id: entry.created_ms})
         self._touch_session(pipe, entry.session_id, entry.user_id, entry.created_ms)
 
-    def moved(self, pipe: Any, entry: Entry, status: RunStatus, now_ms: int | None = None) -> None:
+    def move(self, pipe: Any, entry: IndexEntry, status: RunStatus, now_ms: int | None = None) -> None:
         """The run's status changed to ``status``: it leaves the other status classes; an end schedules its
         leaving every index when its retention is over."""
         target = STATUS_CLASS[status]
@@ -153,7 +153,7 @@ class RunIndex:
             pipe.zadd(self._at(self.keys.runs_expiring, entry.run_id), {entry.to_json(): expires})
         self._touch_session(pipe, entry.session_id, entry.user_id, now_ms)
 
-    def forget(self, pipe: Any, entry: Entry) -> None:
+    def forget(self, pipe: Any, entry: IndexEntry) -> None:
         """The run is gone (deleted or expired): out of every index."""
         for key in [*self._run_keys(entry), *(self.keys.runs_status(n) for n in CLASSES)]:
             pipe.zrem(self._at(key, entry.run_id), entry.run_id)
@@ -184,7 +184,7 @@ class RunIndex:
             return 0
         with self.redis.pipeline(transaction=False) as pipe:
             for raw in due:
-                self.forget(pipe, Entry.from_json(raw))
+                self.forget(pipe, IndexEntry.from_json(raw))
             pipe.execute()
         return len(due)
 

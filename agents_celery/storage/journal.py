@@ -31,7 +31,7 @@ AFTER_WRITE: list[Callable[[str, str, int], None]] = []
 
 
 @dataclass(frozen=True)
-class Entry:
+class JournalEntry:
     """One recorded unit."""
 
     name: str
@@ -50,14 +50,14 @@ class Journal:
         #: Called with the run id after each write (the failover fence of the run store: ``RunStore.fence``).
         self.fence: Callable[[str], Any] | None = None
 
-    def entries(self, run_id: str, segment: int) -> dict[int, Entry]:
+    def entries(self, run_id: str, segment: int) -> dict[int, JournalEntry]:
         """The units recorded for ``segment`` of the run, by ``seq``."""
         prefix = f"j:{segment}:"
-        found: dict[int, Entry] = {}
+        found: dict[int, JournalEntry] = {}
         for field, raw in self.redis.hscan_iter(self.keys.run(run_id).effects, match=f"{prefix}*", count=500):
             entry = json.loads(as_text(raw))
             seq = int(as_text(field)[len(prefix) :])
-            found[seq] = Entry(entry["name"], entry["ordinal"], entry["digest"], entry["result"])
+            found[seq] = JournalEntry(entry["name"], entry["ordinal"], entry["digest"], entry["result"])
         return found
 
     def write(
@@ -66,7 +66,7 @@ class Journal:
         token: str,
         segment: int,
         seq: int,
-        entry: Entry,
+        entry: JournalEntry,
         events: Sequence[NewEvent] = (),
         effect: tuple[str, str] | None = None,
     ) -> int:

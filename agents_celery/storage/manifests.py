@@ -13,7 +13,7 @@ from typing import Any
 
 import redis
 
-from ..errors import RedisUnavailableError
+from .connections import answering
 from .keys import Keys
 
 
@@ -42,17 +42,15 @@ class Manifests:
 
     def all(self) -> list[dict[str, Any]]:
         """Published manifests, in the order their module defines them."""
-        try:
-            with self.redis.pipeline(transaction=False) as pipe:
-                for key in self.keys.buckets_of(self.keys.agents):
-                    pipe.hvals(key)
-                raw = [v for part in pipe.execute() for v in part]
-        except redis.ConnectionError as exc:
-            raise RedisUnavailableError(f"Redis does not answer: {exc}") from exc
+        with answering(), self.redis.pipeline(transaction=False) as pipe:
+            for key in self.keys.buckets_of(self.keys.agents):
+                pipe.hvals(key)
+            raw = [v for part in pipe.execute() for v in part]
         found = [json.loads(v) for v in raw]
         return sorted(found, key=lambda m: (m.get("position", 0), m["name"]))
 
     def get(self, name: str) -> dict[str, Any] | None:
         """One agent's manifest (None: no worker published it)."""
-        raw = self.redis.hget(self.keys.bucket(self.keys.agents, name), name)
+        with answering():
+            raw = self.redis.hget(self.keys.bucket(self.keys.agents, name), name)
         return json.loads(raw) if raw else None

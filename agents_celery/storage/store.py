@@ -33,7 +33,7 @@ from ..settings import Settings
 from .connections import IdleCheck, ThreadClients, atomic, is_cluster, reconnect_if_closed
 from .eventlog import EventLog, LogStatus
 from .fence import Fence
-from .index import Entry, RunIndex
+from .index import IndexEntry, RunIndex
 from .keys import Keys
 from .ledger import Effect, Ledger
 from .manifests import Manifests
@@ -97,9 +97,9 @@ class SentClaim:
     known: CachedState | None
 
 
-def entry_of(state: RunState) -> Entry:
+def entry_of(state: RunState) -> IndexEntry:
     """What the indexes know of a run."""
-    return Entry(state.run_id, state.created_at, state.agent_id, state.session_id, state.user_id)
+    return IndexEntry(state.run_id, state.created_at, state.agent_id, state.session_id, state.user_id)
 
 
 def _no_check(client: redis.Redis) -> None:
@@ -438,7 +438,7 @@ class RunStore:
             for key in (k.run, k.events, k.effects, k.stop, k.messages, k.inbox):
                 pipe.pexpire(key, retention)
             pipe.set(k.gone, "1", px=retention + tombstone)
-            self.index.moved(pipe, entry_of(state), state.status)
+            self.index.move(pipe, entry_of(state), state.status)
             pipe.execute()
 
     def inbox_push(self, run_id: str, content: str | list[dict[str, Any]]) -> int:
@@ -470,15 +470,15 @@ class RunStore:
             pipe.hset(self.keys.run(run_id).run, "committed_ms", now_ms)
             pipe.execute()
 
-    def created(self, state: RunState, in_seconds: float) -> None:
+    def index_new_run(self, state: RunState, in_seconds: float) -> None:
         """A new run: the sweeper looks at it after ``in_seconds``, and it joins the run and session indexes
         (one round trip)."""
         with self.redis.pipeline(transaction=False) as pipe:
             pipe.zadd(self.live_key(state.run_id), {state.run_id: int((time.time() + in_seconds) * 1000)})
-            self.index.created(pipe, entry_of(state), state.status)
+            self.index.add(pipe, entry_of(state), state.status)
             pipe.execute()
 
-    def status_changed(self, state: RunState, watch_in: float | None = None) -> None:
+    def reindex(self, state: RunState, watch_in: float | None = None) -> None:
         """After a commit that changed the run's status: the sweeper watches it again in ``watch_in`` seconds
         (live) or lets it go (paused, ended), and the indexes follow, in one round trip."""
         with self.redis.pipeline(transaction=False) as pipe:
@@ -486,7 +486,7 @@ class RunStore:
                 pipe.zrem(self.live_key(state.run_id), state.run_id)
             else:
                 pipe.zadd(self.live_key(state.run_id), {state.run_id: int((time.time() + watch_in) * 1000)})
-            self.index.moved(pipe, entry_of(state), state.status)
+            self.index.move(pipe, entry_of(state), state.status)
             pipe.execute()
 
     def delete_run(self, state: RunState) -> None:

@@ -138,7 +138,15 @@ class FakeOpenAIServer:
         self.released.set()
 
     def start(self) -> Self:
-        """Bind the port and start serving in a daemon thread."""
+        """Bind the port and start serving in a daemon thread.
+
+        Returns:
+            This server.
+
+        Raises:
+            RuntimeError: it is already started.
+            OSError: the port cannot be bound.
+        """
         if self._httpd is not None:
             raise RuntimeError("FakeOpenAIServer is already started")
         httpd = _HTTPServer((self.host, self.port), _Handler)

@@ -51,6 +51,9 @@ class InlineRunner:
         settings: Other settings (default: the environment). Keys go under ``<key_prefix>:inline-<random>``.
         hooks: Worker-level hooks, as ``configure(app, hooks=...)`` takes them.
         max_steps: Steps one :meth:`drain` runs at most before it gives up (a guard against endless loops).
+
+    Raises:
+        ConfigurationError: the settings are invalid, or an embedded Redis is needed and cannot be found or started.
     """
 
     def __init__(
@@ -86,7 +89,13 @@ class InlineRunner:
 
     def drain(self) -> list[str]:
         """Run the queued steps (and the steps they queue) until none is left: every run has ended or paused.
-        Returns each step's outcome (``committed``, ``stale`` ...)."""
+
+        Returns:
+            Each step's outcome (``committed``, ``stale`` ...), in the order they ran.
+
+        Raises:
+            RuntimeError: ``max_steps`` steps ran and some are still queued.
+        """
         outcomes: list[str] = []
         while self._queue:
             if len(outcomes) >= self.max_steps:
@@ -96,23 +105,73 @@ class InlineRunner:
         return outcomes
 
     def stream(self, agent: Agent | str, message: str, **kwargs: Any) -> RunStream:
-        """Start a run and return its stream handle; nothing runs until :meth:`drain`."""
+        """Start a run and return its stream handle; nothing runs until :meth:`drain`.
+
+        Args:
+            agent: The agent, as an object or by name.
+            message: The run's first user message.
+            **kwargs: The other keyword arguments of :meth:`Runtime.stream`.
+
+        Returns:
+            The run's stream handle.
+
+        Raises:
+            AgentsCeleryError: what :meth:`Runtime.stream` raises.
+        """
         return self.runtime.stream(agent, message, **kwargs)
 
     def run(self, agent: Agent | str, message: str, **kwargs: Any) -> RunView:
-        """Start a run and run it until it ends or pauses; the run as it then stands."""
+        """Start a run and run it until it ends or pauses.
+
+        Args:
+            agent: The agent, as an object or by name.
+            message: The run's first user message.
+            **kwargs: The other keyword arguments of :meth:`Runtime.stream`.
+
+        Returns:
+            The run as it then stands.
+
+        Raises:
+            AgentsCeleryError: what :meth:`Runtime.stream` raises.
+            RuntimeError: the steps went on past ``max_steps`` (:meth:`drain`).
+        """
         stream = self.stream(agent, message, **kwargs)
         self.drain()
         return self.runtime.get(stream.run_id)
 
     def continue_run(self, run_id: str, decisions: Sequence[Decision | dict[str, Any]] | None = None) -> RunView:
-        """Answer a paused run (None approves every pending call) and run it until it ends or pauses again."""
+        """Answer a paused run and run it until it ends or pauses again.
+
+        Args:
+            run_id: The paused run's id.
+            decisions: As :meth:`Runtime.continue_run` takes them.
+
+        Returns:
+            The run as it then stands.
+
+        Raises:
+            AgentsCeleryError: what :meth:`Runtime.continue_run` raises.
+            RuntimeError: the steps went on past ``max_steps`` (:meth:`drain`).
+        """
         self.runtime.continue_run(run_id, decisions)
         self.drain()
         return self.runtime.get(run_id)
 
     def stop(self, run_id: str) -> RunView:
-        """Stop a run (a queued one ends at its next step)."""
+        """Stop a run, then run the steps still queued.
+
+        Args:
+            run_id: The run's id.
+
+        Returns:
+            The run as it then stands.
+
+        Raises:
+            RunFinishedError: the run already ended.
+            RunNotFoundError: no run has that id.
+            RunExpiredError: the run existed and its retention passed.
+            RuntimeError: the steps went on past ``max_steps`` (:meth:`drain`).
+        """
         self.runtime.stop(run_id)
         self.drain()
         return self.runtime.get(run_id)
@@ -120,14 +179,50 @@ class InlineRunner:
     # -- inspecting --------------------------------------------------------------------------------------
 
     def get(self, run_id: str) -> RunView:
+        """The run as it stands (:meth:`Runtime.get`).
+
+        Args:
+            run_id: The run's id.
+
+        Returns:
+            The run's :class:`RunView`.
+
+        Raises:
+            RunNotFoundError: no run has that id.
+            RunExpiredError: the run existed and its retention passed.
+        """
         return self.runtime.get(run_id)
 
     def events(self, run_id: str, after: int = -1) -> list[Event]:
-        """The run's events after offset ``after``, as stored."""
+        """The run's events after offset ``after``, as stored.
+
+        Args:
+            run_id: The run's id.
+            after: The offset to read after (-1: from the start).
+
+        Returns:
+            The events, oldest first.
+
+        Raises:
+            ValidationError: ``after`` is neither -1 nor an offset.
+            RunNotFoundError: no run has that id.
+            RunExpiredError: the run existed and its retention passed.
+        """
         return self.runtime.store.log.read(run_id, after)
 
     def text(self, run_id: str) -> str:
-        """All the assistant text the run streamed, joined."""
+        """All the assistant text the run streamed, joined.
+
+        Args:
+            run_id: The run's id.
+
+        Returns:
+            The text of the run's ``TEXT_MESSAGE_CONTENT`` events.
+
+        Raises:
+            RunNotFoundError: no run has that id.
+            RunExpiredError: the run existed and its retention passed.
+        """
         return "".join(e.data["delta"] for e in self.events(run_id) if e.type == "TEXT_MESSAGE_CONTENT")
 
     # -- closing -----------------------------------------------------------------------------------------

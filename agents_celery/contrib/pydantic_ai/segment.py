@@ -30,7 +30,7 @@ from pydantic_core import to_jsonable_python
 from ...errors import JournalMismatchError
 from ...events import UNIT_SAVED, EventType, NewEvent, make_event
 from ...runs import ToolCall
-from ...storage.journal import Entry, Journal
+from ...storage.journal import Journal, JournalEntry
 from ...storage.ledger import Ledger
 from .events import ModelStream, tool_result
 
@@ -95,7 +95,7 @@ class Segment:
     check: Callable[[], None]
     #: Decided calls of a "may have run" pause: approved re-runs, rejections (by tool call id).
     decided: Mapping[str, ToolCall] = field(default_factory=dict)
-    recorded: dict[int, Entry] = field(default_factory=dict)
+    recorded: dict[int, JournalEntry] = field(default_factory=dict)
     seq: int = 0
     ordinals: dict[str, int] = field(default_factory=dict)
     #: Units run (not replayed) by this attempt, and replayed.
@@ -144,7 +144,7 @@ class Segment:
         self.check()
         seq, ordinal = self.seq, self.ordinals.get(name, 0)
         self.seq, self.ordinals[name] = seq + 1, ordinal + 1
-        entry = Entry(name, ordinal, identity(operation_id, cache_key), None)
+        entry = JournalEntry(name, ordinal, identity(operation_id, cache_key), None)
         recorded = self.recorded.get(seq)
         if recorded is not None:
             if (recorded.name, recorded.ordinal, recorded.digest) != (entry.name, entry.ordinal, entry.digest):
@@ -165,14 +165,14 @@ class Segment:
         self.ran += 1
         return self._record(seq, entry, result, call_id)
 
-    def _record(self, seq: int, entry: Entry, result: object, call_id: str | None) -> object:
+    def _record(self, seq: int, entry: JournalEntry, result: object, call_id: str | None) -> object:
         saved = make_event(EventType.CUSTOM, name=UNIT_SAVED, value={"unit": seq})
         events, self._buffer = [*self.drain(), *self._buffer, saved], []
         effect = None
         if call_id is not None:
             done = {"status": "done", "token": self.token, "result": json.dumps(result), "error": None}
             effect = (call_id, json.dumps(done))
-        recorded = Entry(entry.name, entry.ordinal, entry.digest, result)
+        recorded = JournalEntry(entry.name, entry.ordinal, entry.digest, result)
         self.journal.write(self.run_id, self.token, self.number, seq, recorded, events, effect)
         return result
 
@@ -215,7 +215,7 @@ def _call_of(call_id: str, cache_key: tuple[object, ...], approvals: int) -> Too
     )
 
 
-def _mismatch(segment: Segment, seq: int, recorded: Entry, met: Entry) -> str:
+def _mismatch(segment: Segment, seq: int, recorded: JournalEntry, met: JournalEntry) -> str:
     return (
         f"run {segment.run_id!r} segment {segment.number}: unit #{seq} was recorded as {recorded.name!r} "
         f"(#{recorded.ordinal} of that name, identity {recorded.digest[:12]}) but the replay met {met.name!r} "

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ... import __version__
-from ...a2atask import TaskFold
+from ...a2a.task import TaskFold
 from ...content import UserContent, check_parts
 from ...errors import AgentsCeleryError, BadRequestError, PayloadTooLargeError, RunNotFoundError
 from ...runs import RunStatus, RunView

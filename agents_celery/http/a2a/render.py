@@ -1,14 +1,15 @@
-"""An A2A stream: the pages of a run's log through a :class:`~agents_celery.a2atask.TaskFold`, each result one
-SSE frame holding a JSON-RPC response (the mapping is :mod:`agents_celery.a2atask`'s). No I/O here."""
+"""An A2A stream: the pages of a run's log through a :class:`~agents_celery.a2a.task.TaskFold`, each result one
+SSE frame holding a JSON-RPC response (the mapping is :mod:`agents_celery.a2a.task`'s). No I/O here."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from ...a2atask import TaskFold
+from ...a2a.task import TaskFold
 from ...events import Event, EventType
+from ...storage.eventlog import Entry
 from . import wire
 
 #: How a stream's results are spelled on the wire (A2A 0.3's, :func:`.compat.stream_result`); None: as 1.0's.
@@ -33,7 +34,7 @@ class TaskPresenter:
         self.ends_after = ends_after
         self.finished = False
 
-    def needs_thread(self, events: int) -> bool:
+    def needs_thread(self, page: Sequence[Entry]) -> bool:
         """Rendering reads and writes no Redis."""
         return False
 

@@ -18,37 +18,37 @@ from pydantic import ValidationError as PydanticError
 from pydantic.alias_generators import to_camel
 
 # The task objects are written in the core (the worker's push deliveries need them too): named here for the door.
-from ...a2atask import (
+from ...a2a.task import (
     RUN_STATUSES as RUN_STATUSES,
 )
-from ...a2atask import (
+from ...a2a.task import (
     STREAM_ENDS as STREAM_ENDS,
 )
-from ...a2atask import (
+from ...a2a.task import (
     TERMINAL as TERMINAL,
 )
-from ...a2atask import (
+from ...a2a.task import (
     TaskState as TaskState,
 )
-from ...a2atask import (
+from ...a2a.task import (
     artifact_update as artifact_update,
 )
-from ...a2atask import (
+from ...a2a.task import (
     data_part as data_part,
 )
-from ...a2atask import (
+from ...a2a.task import (
     message as message,
 )
-from ...a2atask import (
+from ...a2a.task import (
     status as status,
 )
-from ...a2atask import (
+from ...a2a.task import (
     status_update as status_update,
 )
-from ...a2atask import (
+from ...a2a.task import (
     text_part as text_part,
 )
-from ...a2atask import (
+from ...a2a.task import (
     timestamp as timestamp,
 )
 from ...errors import (

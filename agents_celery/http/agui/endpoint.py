@@ -5,7 +5,7 @@ How AG-UI's words map onto ours:
 
 - ``threadId`` is the session; ``runId`` names one *segment* of a run: a run that pauses and is resumed goes
   on under the same run id of ours, and each input that resumes it names the next segment with its own runId.
-  The stream presents every event under the client's ids (:class:`~agents_celery.http.sse.Segment`).
+  The stream presents every event under the client's ids (:class:`~agents_celery.http.sse.AguiSegment`).
 - The same ``runId`` again attaches to its segment (replayed from its start, then live), never starting
   another run: a retried POST is safe. Segments are recorded per session (``storage.keys``: ``agui``).
 - A new run takes the last message (a user message); earlier messages, when sent, must agree with the
@@ -52,7 +52,7 @@ from ...runs import RunStatus, RunView
 from ...runtime import Runtime
 from ..access import Access
 from ..messages import Reply, Request, position_param
-from ..sse import LogStream, Segment
+from ..sse import AguiSegment, LogStream
 from . import render as agui_mod
 from .input import content_of, upgrade_binary
 
@@ -167,7 +167,7 @@ class AguiEndpoint:
         existing = self.runtime.idempotent_run(key, req.user_id)
         if existing is not None:  # a retry racing the first POST of this runId
             return self._attach(req, inp, existing, -1)
-        active = self._active(thread)
+        active = self.runtime.live_run(thread)
         if active is not None and active.agent_id != agent_id:
             raise SessionBusyError(f"thread {thread!r} is busy: it has a live run of another agent")
         if active is not None and active.status == RunStatus.PAUSED:
@@ -199,17 +199,6 @@ class AguiEndpoint:
         )
         self.store.sessions.mark_segment(thread, [client_run], stream.run_id, -1)
         return self._reply(inp, stream.run_id, -1)
-
-    def _active(self, thread: str) -> RunView | None:
-        run_id = self.store.sessions.active(thread)
-        if run_id is None:
-            return None
-        try:
-            view = self.runtime.get(run_id)
-        except Exception:  # expired or half-written: the Runtime heals the session when a run starts
-            return None
-        # an ended run whose worker has not yet given the session back (it is about to): the Runtime takes it over
-        return None if view.status.is_final else view
 
     def _resume(self, req: Request, inp: agui.RunAgentInput, view: RunView) -> Reply:
         self.access.allow(req, "continue", view)
@@ -286,7 +275,7 @@ class AguiEndpoint:
             state, _ = self.store.load(run_id)
             return agui_mod.snapshots(state.client.get("state"), state.messages, inp.thread_id, timestamp)
 
-        segment = Segment(inp.thread_id, inp.run_id, snapshots)
+        segment = AguiSegment(inp.thread_id, inp.run_id, snapshots)
         stream = LogStream(
             run_id, after, "agui", until_pause=True, keepalive_seconds=self.keepalive_seconds, segment=segment
         )
@@ -294,7 +283,7 @@ class AguiEndpoint:
         return Reply(200, stream=stream)
 
     def _refuse(self, inp: agui.RunAgentInput, message: str, code: str) -> Reply:
-        segment = Segment(inp.thread_id, inp.run_id, error=(message, code))
+        segment = AguiSegment(inp.thread_id, inp.run_id, error=(message, code))
         return Reply(200, stream=LogStream("", -1, "agui", until_pause=True, segment=segment))
 
 

@@ -62,7 +62,7 @@ class ChatEndpoint:
         if existing is not None:  # the same message again: a retried POST
             view = self.access.run(req, existing, "read")
             return self._reply(view.run_id, view.session_id, -1)
-        active = self._live(chat) if chat is not None else None
+        active = self.runtime.live_run(chat) if chat is not None else None
         if active is not None and active.status == RunStatus.PAUSED:
             ids = ", ".join(c.id for c in active.pending)
             raise SessionBusyError(
@@ -198,24 +198,13 @@ class ChatEndpoint:
             self.access.run(req, ident, "read", agent_id)
             return self.runtime.get(ident)
         self.access.session(req, ident, "read", agent_id)
-        view = self._live(ident)
+        view = self.runtime.live_run(ident)
         if view is None:
             newest = self.runtime.runs(session_id=ident, agent_id=agent_id, limit=1).runs
             view = self.runtime.get(newest[0].run_id) if newest else None
         if view is not None:
             self.access.allow(req, "read", view, view.agent_id)
         return view
-
-    def _live(self, chat: str) -> RunView | None:
-        """The chat's run that has not ended (running, queued or paused), or None."""
-        run_id = self.store.sessions.active(chat)
-        if run_id is None:
-            return None
-        try:
-            view = self.runtime.get(run_id)
-        except Exception:  # expired or half-written: the Runtime heals the session when a run starts
-            return None
-        return None if view.status.is_final else view
 
     def _segment_base(self, run_id: str) -> int:
         """The offset of the run's current segment's RUN_STARTED (0 for a run never paused)."""

@@ -8,13 +8,13 @@ does not know, so only the protocol's chunks are written.
 
 Mapping (stored event -> chunks):
 
-- STEP_STARTED / STEP_FINISHED -> ``start-step`` / ``finish-step``. A step an attempt left behind (a crash:
-  STEP_FINISHED ``abandoned``, CUSTOM ``attempt_abandoned``; a model retry: CUSTOM ``model_retry``) is
-  ``reset-step``: the SDK drops the parts since the last ``start-step``, and the next attempt's parts come in
-  the same step, so the message equals one of a run that never crashed. A guest's step (a pydantic-ai segment)
-  holds many units, and a retry replays the saved ones without writing their events again: each CUSTOM
-  ``unit_saved`` closes the SDK's step there (the next part opens another), so a reset drops only what no unit
-  saved.
+- STEP_STARTED / STEP_FINISHED -> ``start-step`` / ``finish-step`` (a workflow's step too: an SDK step of its own,
+  closing the one open). A step an attempt left behind (a crash: STEP_FINISHED ``abandoned``, CUSTOM
+  ``attempt_abandoned``; a model retry: CUSTOM ``model_retry``) is ``reset-step``: the SDK drops the parts since the
+  last ``start-step``, and the next attempt's parts come in the same step, so the message equals one of a run that
+  never crashed. A guest's step (a pydantic-ai segment) holds many units, and a retry replays the saved ones without
+  writing their events again: each CUSTOM ``unit_saved`` closes the SDK's step there (the next part opens another), so
+  a reset drops only what no unit saved.
 - TEXT_MESSAGE_START/CONTENT/END of the assistant -> ``text-start/delta/end`` (the message id).
 - TOOL_CALL_START/ARGS/END -> ``tool-input-start/delta/available`` (``input`` parsed from the arguments);
   TOOL_CALL_RESULT -> ``tool-output-available`` (``output`` the result, JSON when it parses), or
@@ -40,7 +40,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...events import UNIT_SAVED, Event, EventType
+from ...events import UNIT_SAVED, Event, EventType, json_or_text
+from ...storage.eventlog import Entry
 
 #: The response header that names the protocol (the SDK's own servers send it).
 HEADER = ("x-vercel-ai-ui-message-stream", "v1")
@@ -60,14 +61,6 @@ def message_id(run_id: str) -> str:
 def chunk_frame(chunk: dict[str, Any]) -> str:
     """One SSE frame of the stream: ``data: <json>``, no id and no event name (the SDK reads only data)."""
     return f"data: {json.dumps(chunk, separators=(',', ':'), ensure_ascii=False)}\n\n"
-
-
-def _parsed(text: str) -> Any:
-    """A tool's arguments or result: the JSON value when it is JSON, else the text."""
-    try:
-        return json.loads(text)
-    except (TypeError, ValueError):
-        return text
 
 
 @dataclass
@@ -157,6 +150,13 @@ class ChatFold:
         return []
 
     def _step(self, ev: Event) -> list[dict[str, Any]]:
+        meta = ev.data.get("metadata") or {}
+        if "workflow_step" in meta:  # a workflow's step: an SDK step of its own, inside the run's own steps
+            if ev.type is EventType.STEP_STARTED:
+                closed = self._close_sdk_step()
+                self._sdk_open, self._step_parts = True, 0
+                return [*closed, {"type": "start-step"}]
+            return self._close_sdk_step()
         if ev.type is EventType.STEP_STARTED:
             if self._in_step:  # the retry of a step whose attempt died (its parts were reset, or are now)
                 return self._reset()
@@ -213,7 +213,7 @@ class ChatFold:
             self._args[cid] += delta
             return [{"type": "tool-input-delta", "toolCallId": cid, "inputTextDelta": delta}]
         args = self._args.pop(cid)
-        parsed = _parsed(args) if args else {}
+        parsed = json_or_text(args) if args else {}
         return [{"type": "tool-input-available", "toolCallId": cid, "toolName": self._calls[cid], "input": parsed}]
 
     def _result(self, ev: Event) -> list[dict[str, Any]]:
@@ -223,7 +223,7 @@ class ChatFold:
         if cid in self._rejected:
             return [{"type": "tool-output-denied", "toolCallId": cid}]
         content = ev.data.get("content")
-        output = _parsed(content) if isinstance(content, str) else content
+        output = json_or_text(content) if isinstance(content, str) else content
         return [{"type": "tool-output-available", "toolCallId": cid, "output": output}]
 
     def _decided(self, decisions: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -287,7 +287,7 @@ class ChatPresenter:
         self._skip = skip
         self.finished = False
 
-    def needs_thread(self, events: int) -> bool:
+    def needs_thread(self, page: Sequence[Entry]) -> bool:
         """Rendering reads and writes no Redis."""
         return False
 

@@ -73,7 +73,7 @@ from .items import items_of, messages_of, page
 from .presenter import CHECKPOINTS_KEPT, Presenter
 from .render import (
     ResponseFold,
-    Segment,
+    ResponseSegment,
     approval_request_id,
     client_call_id,
     parse_response_id,
@@ -523,11 +523,13 @@ def _confirmations(manifest: dict[str, Any]) -> frozenset[str]:
     return frozenset(t["name"] for t in manifest.get("tools", []) if t.get("requires_confirmation"))
 
 
-def _segment_of(state: RunState, base: int, confirm: frozenset[str]) -> Segment:
+def _segment_of(state: RunState, base: int, confirm: frozenset[str]) -> ResponseSegment:
     stored = state.client.get("responses")
     record = expand(stored, state.client.get("context")) if isinstance(stored, dict) else {}
     functions = frozenset(t["name"] for t in state.client_tools if t.get("name"))
-    return Segment(state.run_id, base, state.agent_id, dict(record or {}), functions, confirm, dict(state.usage))
+    return ResponseSegment(
+        state.run_id, base, state.agent_id, dict(record or {}), functions, confirm, dict(state.usage)
+    )
 
 
 def _answers(fold: ResponseFold) -> list[dict[str, Any]]:

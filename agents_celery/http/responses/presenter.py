@@ -5,9 +5,10 @@ response's start."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ...events import Event
+from ...storage.eventlog import Entry
 from ..sse import frame
 from .render import ResponseFold
 
@@ -49,9 +50,9 @@ class Presenter:
                 self._next_save = (self.fold.seq // CHECKPOINT_EVERY + 1) * CHECKPOINT_EVERY
         return "".join(out)
 
-    def needs_thread(self, events: int) -> bool:
-        """Whether rendering ``events`` more may save a checkpoint (a Redis write: under asyncio, on a thread)."""
-        return self._save is not None and self.fold.seq + _MOST_PER_EVENT * events >= self._next_save
+    def needs_thread(self, page: Sequence[Entry]) -> bool:
+        """Whether rendering ``page`` may save a checkpoint (a Redis write: under asyncio, on a thread)."""
+        return self._save is not None and self.fold.seq + _MOST_PER_EVENT * len(page) >= self._next_save
 
     def error(self, exc: BaseException) -> str:
         """The ``error`` event a broken stream ends with (the SDK raises it as ``APIError``, from its ``error``

@@ -116,7 +116,7 @@ def usage_object(usage: dict[str, int]) -> dict[str, Any]:
 
 
 @dataclass
-class Segment:
+class ResponseSegment:
     """What a response says of itself besides its output (from the request that started its run)."""
 
     run_id: str
@@ -154,7 +154,7 @@ _STATE = (
 class ResponseFold:
     """The Responses events of one segment and its Response object, folded from the run's log (module docs)."""
 
-    def __init__(self, segment: Segment) -> None:
+    def __init__(self, segment: ResponseSegment) -> None:
         self.segment = segment
         self.seq = -1
         self.output: list[dict[str, Any]] = []
@@ -190,7 +190,7 @@ class ResponseFold:
         return {**state, "calls": [self._calls.names, self._calls.raw_args], "rendering": RENDERING}
 
     @classmethod
-    def restore(cls, segment: Segment, state: dict[str, Any]) -> ResponseFold | None:
+    def restore(cls, segment: ResponseSegment, state: dict[str, Any]) -> ResponseFold | None:
         """The fold a :meth:`snapshot` was taken of; None for one made by another rendering."""
         if state.get("rendering") != RENDERING:
             return None

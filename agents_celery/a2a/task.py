@@ -25,13 +25,12 @@ Mapping (stored event -> A2A):
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from .events import UNIT_SAVED, Event, EventType
+from ..events import UNIT_SAVED, Event, EventType, json_or_text
 
 TaskState = Literal[
     "TASK_STATE_SUBMITTED",
@@ -101,13 +100,6 @@ def artifact_update(
 
 
 _RETRIES = ("attempt_abandoned", "model_retry")
-
-
-def _parsed(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except (TypeError, ValueError):
-        return text
 
 
 @dataclass
@@ -252,7 +244,7 @@ class TaskFold:
             call["args"] += str(ev.data.get("delta", ""))
             return []
         call["done"] = True
-        arguments = _parsed(call["args"]) if call["args"] else {}
+        arguments = json_or_text(call["args"]) if call["args"] else {}
         return self._working(f"call-{cid}", {"tool_call": {"id": cid, "name": call["name"], "arguments": arguments}})
 
     def _finished(self, ev: Event) -> list[dict[str, Any]]:
@@ -278,7 +270,7 @@ class TaskFold:
         for cid in ids:
             call = self._calls.get(cid, {})
             args = call.get("args") or "{}"
-            pending.append({"tool_call_id": cid, "name": call.get("name", ""), "arguments": _parsed(args)})
+            pending.append({"tool_call_id": cid, "name": call.get("name", ""), "arguments": json_or_text(args)})
         names = ", ".join(f"{p['name']} ({p['tool_call_id']})" for p in pending)
         text = (
             f"waiting for decisions on {names}: send a message on this task with a data part "
