@@ -435,38 +435,6 @@ def test_lease_keeper_renews_and_notices_stop(r: redis.Redis, fast_settings: Any
         r.delete(store.keys.run(run_id).lease, store.keys.run(run_id).stop)
 
 
-def test_the_lease_is_renewed_until_the_commit_gives_it_up(settings: Any) -> None:
-    """A step whose commit reaches Redis long after its work ended (a greenlet waiting for a busy hub: seconds with
-    a thousand runs ending together) still holds its lease then. The keeper stopped renewing it when the work
-    ended: the lease expired before the commit, which was refused ("lost the lease"), and the turn ran again."""
-    from contextlib import contextmanager
-
-    from agents_celery import Agent, ScriptedModel
-    from agents_celery.engine.attempt import Delivery
-    from agents_celery.testing import InlineRunner
-
-    ttl = 0.4
-    timings = {"lease_ttl_seconds": ttl, "heartbeat_seconds": 0.1, "stop_poll_seconds": 0.05}
-
-    class Late(Delivery):
-        """Its commit is sent three TTLs after the step's work ended."""
-
-        @contextmanager
-        def committing(self, run_id: str, next_step: int, agent_id: str, push_next: bool) -> Any:
-            with super().committing(run_id, next_step, agent_id, push_next) as carried:
-                time.sleep(3 * ttl)  # the delay under test (the hub elsewhere), not a wait for an outcome
-                yield carried
-
-    agent = Agent("late", model=ScriptedModel(["Committed late."]))
-    with InlineRunner([agent], settings=settings.model_copy(update=timings)) as runner:
-        run_id = runner.stream("late", "hi").run_id
-        runner._queue.clear()  # the step is run here, with the late delivery
-        assert runner.engine.execute(run_id, 0, Late()) == "committed"
-        view = runner.get(run_id)
-        assert view.status.value == "completed" and view.output == "Committed late."
-        assert [e.type for e in runner.events(run_id)].count("STEP_STARTED") == 1
-
-
 def test_event_writer_writes_trickles_at_once_and_batches_bursts(r: redis.Redis, fast_settings: Any) -> None:
     from agents_celery.engine.writer import BURST, EventWriter, _flusher
     from agents_celery.events import make_event

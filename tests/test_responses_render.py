@@ -182,7 +182,7 @@ def test_a_stream_saves_its_fold_every_so_many_sequence_numbers() -> None:
         ResponseFold(ResponseSegment(RUN, 0, "agent")), save=lambda f, ev: saved.append((f.seq, ev.offset))
     )
     for ev in events:
-        assert presenter.needs_thread(1) or presenter.fold.seq + 1 < presenter._next_save
+        assert presenter.needs_thread([(ev.offset, "")]) or presenter.fold.seq + 1 < presenter._next_save
         presenter.frames([ev])
     assert [seq // CHECKPOINT_EVERY for seq, _ in saved] == [1, 2, 3] and all(
         s % CHECKPOINT_EVERY < 8 for s, _ in saved
