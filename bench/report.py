@@ -154,7 +154,8 @@ history (`git log -p docs/benchmarks.md`), not repeated here.
   1,000 at load 5-7). No lease was lost: the worker's log had 117 "Too many connections" (redis-py 6+ caps a pool at
   100 connections; more than 100 greenlets waited on a reply at once as a burst of turns ended), each taken for
   Redis being away, so the attempt was given back and its model turn ran again. The engine's pool now has two
-  connections per slot plus 16 and waits when full (`storage/connections.worker_pool`). With a core burnt beside
+  connections per slot plus 16 and waits when full (`storage/connections.worker_pool`; a PING through it costs
+  84-90 us of CPU on greenlets against 92-98 us through redis-py's plain pool, same run: no dearer). With a core burnt beside
   it (load 8-12), 824 of 1,000 commits were then refused: the keeper stopped renewing a lease when the step's work
   ended, and the commit reached Redis more than a TTL later on a hub busy with a thousand turns ending together;
   the keeper now renews until the commit gives the lease up. The keeper itself was not the cause: measured in those
