@@ -93,3 +93,37 @@ def test_background_then_continue_and_cancel(client: httpx.Client, fake_openai: 
     stopped = client.post(f"/workflows/slow-parallel/runs/{slow['run_id']}/cancel")
     assert stopped.status_code == 200 and stopped.json()["stop_requested"] is True
     wait_for(lambda: client.get(f"/runs/{slow['run_id']}").json()["status"] == "cancelled", what="the stop")
+
+
+@pytest.mark.parametrize("front", ["flask", "django"])
+def test_an_agent_step_streams_its_tokens_as_they_come(apis: SharedApis, fake_openai: Any, front: str) -> None:
+    """AgentOS's stream of a workflow shows an agent step's own run events live (RunContent as each token comes),
+    not in a burst once the step's run has ended: the first RunContent arrives while that run still streams."""
+    from .test_workflows import writes
+
+    client = httpx.Client(base_url=apis.get(front).url, timeout=30)
+
+    words = [f"w{i}" for i in range(30)]
+    fake_openai.responder = by_agent(
+        scout=lambda turn, message: FakeReply(text=" ".join(words), token_delay=0.1), author=writes
+    )
+    first_content_at = None
+    step_run_ended_at = None
+    with client.stream("POST", "/workflows/research-count-write/runs", data={"message": "tea"}) as resp:
+        assert resp.status_code == 200
+        for line in resp.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            event = json.loads(line.removeprefix("data: "))
+            if event["event"] == "RunContent" and first_content_at is None:
+                first_content_at = event
+                child = event["run_id"]
+                step_status = client.get(f"/runs/{child}").json()["status"]
+                assert step_status == "running", f"the step's run was {step_status} when its first token showed"
+            if event["event"] == "RunCompleted" and event.get("step_name") == "research":
+                step_run_ended_at = event
+            if event["event"] in ("WorkflowCompleted", "WorkflowError"):
+                break
+    client.close()
+    assert first_content_at is not None and step_run_ended_at is not None
+    assert first_content_at["step_name"] == "research" and first_content_at["workflow_id"] == "research-count-write"

@@ -30,6 +30,7 @@ from ...engine.children import child_run_id
 from ...events import Event, EventType
 from ...runs import RunState
 from ...storage.eventlog import Entry
+from ...storage.follow import ChildPage, Watching
 from ...workflows.plan import as_text
 from ...workflows.walk import Progress, name_of
 from ..sse import error_frame, frame
@@ -122,6 +123,10 @@ class WorkflowPresenter:
         self.renderers: dict[str, AgentOSRenderer] = {}
         #: The step each child runs (child run id -> path).
         self.steps_of: dict[str, str] = {}
+        #: What the stream's tail reads along (the stream sets it): an agent step's run is followed live from its
+        #: start to its end, so its tokens show as they come (:class:`~agents_celery.http.sse.FollowsChildren`).
+        self.watching: Watching | None = None
+        self.workflow_id = self.workflow_run_id = ""
 
     def needs_thread(self, page: Sequence[Entry]) -> bool:
         """Rendering a page that opens or closes a step's run reads that run's log (Redis): under asyncio, on a
@@ -162,6 +167,7 @@ class WorkflowPresenter:
         return fields
 
     def render(self, ev: Event) -> list[str]:
+        self.workflow_id, self.workflow_run_id = ev.agent_id, ev.run_id
         data, meta = ev.data, ev.data.get("metadata") or {}
         if ev.type is EventType.RUN_STARTED:
             return [] if meta.get("continued") else [self._base(ev, "WorkflowStarted")]
@@ -172,6 +178,8 @@ class WorkflowPresenter:
         if ev.type is EventType.SUBAGENT_STARTED:
             child = data.get("subagent_run_id", "")
             self.steps_of[child] = str(data.get("parent_tool_call_id", "")).removeprefix("step:")
+            if self.watching is not None:  # from here on its log is read along with the workflow's
+                self.watching.last[child] = self.shown.get(child, -1)
             return []
         if ev.type in (EventType.SUBAGENT_FINISHED, EventType.SUBAGENT_ERROR):
             return self._child(ev)
@@ -227,17 +235,33 @@ class WorkflowPresenter:
             extra["step_results"] = [step_output(self.nodes[name_of(p)], p, self.outputs[p]) for p in inner]
         return [self._base(ev, kind, **fields, **extra)]
 
+    def child_page(self, page: ChildPage) -> str:
+        """New events of an agent step's run, read live along with the workflow's log."""
+        child_id = page.run_id
+        if child_id not in self.steps_of:
+            return ""
+        agent = self.nodes.get(name_of(self.steps_of[child_id]), {}).get("executor_name", "")
+        # A child run's session is its own id (engine/children.py), as its log's info says.
+        events = [Event.from_stored(offset, stored, child_id, child_id, agent) for offset, stored in page.entries]
+        return "".join(self._shown(child_id, events))
+
     def _child(self, parent: Event) -> list[str]:
-        """The child's own run events the stream has not shown, as AgentOS shows an agent step's run (with the
-        step's and the workflow's ids)."""
+        """At the step's end: what the stream has not shown of its run (all of it when nothing was followed)."""
         child_id = parent.data.get("subagent_run_id", "")
+        if self.watching is not None:
+            self.watching.last.pop(child_id, None)
+        return self._shown(child_id, self.child_log(child_id))
+
+    def _shown(self, child_id: str, events: list[Event]) -> list[str]:
+        """The child's run events after those shown, as AgentOS shows an agent step's run (with the step's and the
+        workflow's ids)."""
         path = self.steps_of.get(child_id) or ""
         renderer = self.renderers.setdefault(child_id, AgentOSRenderer(None, self.confirm))
         after = self.shown.get(child_id, -1)
         step = {k: v for k, v in self._step_fields(path).items() if k != "parent_step_id"}
-        ids = {"workflow_id": parent.agent_id, "workflow_run_id": parent.run_id, **step}
+        ids = {"workflow_id": self.workflow_id, "workflow_run_id": self.workflow_run_id, **step}
         out: list[str] = []
-        for ev in self.child_log(child_id):
+        for ev in events:
             if ev.offset <= after:
                 renderer.remember(ev)
                 continue
