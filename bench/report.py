@@ -155,10 +155,10 @@ history (`git log -p docs/benchmarks.md`), not repeated here.
   100 connections; more than 100 greenlets waited on a reply at once as a burst of turns ended), each taken for
   Redis being away, so the attempt was given back and its model turn ran again. The engine's pool now has two
   connections per slot plus 16 and waits when full (`storage/connections.worker_pool`; a PING through it costs
-  84-90 us of CPU on greenlets against 92-98 us through redis-py's plain pool, same run: no dearer). With a core burnt beside
-  it (load 8-12), 824 of 1,000 commits were then refused: the keeper stopped renewing a lease when the step's work
-  ended, and the commit reached Redis more than a TTL later on a hub busy with a thousand turns ending together;
-  the keeper now renews until the commit gives the lease up. The keeper itself was not the cause: measured in those
+  84-90 us of CPU on greenlets against 92-98 us through redis-py's plain pool, same run: no dearer). With a core
+  burnt beside it (load 8-12), 824 of 1,000 commits were then refused: the keeper stopped renewing a lease when
+  the step's work ended, and the commit reached Redis more than a TTL later on a hub busy with a thousand turns
+  ending together; the keeper now renews until the commit gives the lease up. The keeper itself was not the cause: measured in those
   runs, its renewals came at most 3.2-3.3 s after the previous one (TTL 10 s, heartbeat 2 s), one pipelined beat
   for 1,000 leases took 47-78 ms on average and at most 0.75-1.0 s, and a step held its lease 4-9 ms after its
   claim at the median (p99 92-337 ms, at most 0.4-2.1 s). After the fixes: 5 of 5 runs pass at load 2.8-4.4 (all
