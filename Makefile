@@ -45,7 +45,8 @@ SLOW_JOBS ?= 2
 # The whole suite, slow crash and browser tests included (CI runs exactly this), in three tiers. Starts a Redis
 # if none answers and RabbitMQ (the RabbitMQ-broker tests); installs what is missing of Debian's redis-server
 # and redis-cli (tests/test_rewind.py), chromium, rabbitmq-server, the pinned AG-UI JS client and npm's MCP
-# reference server and the AI SDK chat client (npm ci), and bundles the useChat example page (the browser test).
+# reference server and the AI SDK chat client (npm ci), bundles the useChat example page (the browser test), and
+# installs Agno in a venv of its own (.venv-agno: its client drives the /workflows routes).
 test: install
 	PY=$(PY) scripts/ensure-redis
 	scripts/ensure-redis-tools
@@ -55,6 +56,7 @@ test: install
 	scripts/ensure-mcp-everything
 	scripts/ensure-aisdk-client
 	scripts/ensure-aisdk-page
+	scripts/ensure-agno
 	$(PY) -m pytest -n $(TEST_JOBS) --dist worksteal -m "not slow and not browser and not serial"
 	$(PY) -m pytest -n $(SLOW_JOBS) --dist worksteal -m "(slow or browser) and not serial"
 	$(PY) -m pytest -m serial
@@ -101,4 +103,4 @@ lock: install
 	mv $(LOCK).new $(LOCK)
 
 clean:
-	rm -rf $(VENV) .venv-oldest .venv-newest .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-oldest .venv-newest .venv-agno .pytest_cache .mypy_cache .ruff_cache

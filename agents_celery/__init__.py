@@ -23,6 +23,14 @@ _EXPORTS: dict[str, str] = {
     "ToolContext": "tools",
     "tool": "tools",
     "MCPTools": "mcp",
+    # workflows
+    "Workflow": "workflows",
+    "Step": "workflows",
+    "StepInput": "workflows",
+    "Parallel": "workflows",
+    "Condition": "workflows",
+    "Loop": "workflows",
+    "Router": "workflows",
     # models
     "Model": "models",
     "OpenAIChat": "models",
@@ -47,6 +55,8 @@ _EXPORTS: dict[str, str] = {
     # celery
     "STEP_TASK": "broker.publisher",
     "configure": "broker.celery_app",
+    "run_signature": "broker.signatures",
+    "RunDidNotComplete": "broker.signatures",
     "create_celery_app": "broker.celery_app",
     # hooks
     "Hooks": "hooks",
@@ -122,6 +132,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from .agent import Agent, load_agents
     from .broker.celery_app import configure, create_celery_app
     from .broker.publisher import STEP_TASK
+    from .broker.signatures import RunDidNotComplete, run_signature
     from .decisions import Decision
     from .errors import (
         AbandonedRunError,
@@ -172,3 +183,4 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from .schedule import Schedule
     from .settings import Settings, load_settings
     from .tools import Tool, ToolContext, tool
+    from .workflows import Condition, Loop, Parallel, Router, Step, StepInput, Workflow

@@ -72,6 +72,9 @@ class Agent:
     #: ``run_step(ctx)`` (a :class:`~agents_celery.engine.steps.StepContext`, returning a ``StepResult``) instead of
     #: a model turn or a tool step.
     guest: ClassVar[bool] = False
+    #: A run of this agent waiting for its child runs is woken on the worker of the child that ended (its step runs
+    #: there at once) rather than through the broker: a workflow, whose steps between its agents are short.
+    wakes_inline: ClassVar[bool] = False
     #: The history policy (see ``history`` above); a class default too, for subclasses that set their own up.
     history: HistoryPolicy | None = None
     #: What the final answer must be (see ``output_type`` above; None: plain text); a class default too.

@@ -147,10 +147,16 @@ class RunState(BaseModel):
     children: list[str] = Field(default_factory=list)
     #: Calls of paused child runs waiting for a decision (each with its ``run_id``); part of :attr:`pending`.
     child_pending: list[ToolCall] = Field(default_factory=list)
+    #: A workflow run (:mod:`agents_celery.workflows`): where it stands (each step's output by path, the decisions of
+    #: its conditions, loops and routers); empty for an agent's run.
+    workflow: dict[str, Any] = Field(default_factory=dict)
     #: User messages of the run's inbox taken into ``messages`` so far (``Runtime.send_message``).
     inbox_taken: int = 0
     #: Where to POST a summary when the run completes, fails, is cancelled or pauses.
     webhook_url: str | None = None
+    #: The Celery canvas waiting for the run's end (``run_signature``): the rest of the chain, links, errbacks and
+    #: chord of the task that started it, sent on with the run's output when it ends.
+    canvas: dict[str, Any] | None = None
     #: The schedule that started the run, and the tick (ms) it was started for.
     schedule_id: str | None = None
     scheduled_for: int | None = None
@@ -211,7 +217,10 @@ class RunState(BaseModel):
 
     def to_json(self) -> str:
         """The stored JSON: everything but ``messages`` (schema 2; the messages live in their own list)."""
-        return self.model_copy(update={"schema_version": SCHEMA_VERSION}).model_dump_json(exclude={"messages"})
+        left_out = {"messages"} if self.workflow else {"messages", "workflow"}  # an agent's run: no workflow key
+        if self.canvas is None:
+            left_out.add("canvas")
+        return self.model_copy(update={"schema_version": SCHEMA_VERSION}).model_dump_json(exclude=left_out)
 
     def to_json_v1(self) -> str:
         """Schema 1: the messages inside the JSON (how a run is created: one key, written atomically)."""

@@ -27,7 +27,7 @@ from .report import RunInfo, document, readme_section, write_readme
 BENCHES = [
     "eventlog", "steps", "latency", "tokens", "sse", "responses", "aisdk", "a2a", "recovery", "pool", "gevent",
     "langgraph_side", "listing", "schedules", "subagents", "history", "pydantic_ai", "openai_agents", "cluster", "mcp",
-    "parts",
+    "parts", "workflows",
 ]  # fmt: skip
 #: Exit statuses.
 MET, MISSED, FAILED = 0, 1, 2

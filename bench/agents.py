@@ -7,6 +7,8 @@
 - ``long_summarize`` and ``long_plain``: a long session with and without ``Summarize`` (bench/history.py).
 - ``mcp_calls`` and ``py_calls``: N calls of a counting tool, an MCP server's (``BENCH_MCP_URL``) or a Python
   function doing the same (bench/mcp.py).
+- ``ten_functions`` and ``three_agents``: workflows (bench/workflows.py): ten function steps of :func:`passes`, and
+  three agent steps of ``helper``.
 - ``recover``: turn 0 calls ``sleepy``, which records ``pid:attempt:time_ns`` in Redis, then sleeps on its first
   attempt (the bench kills the worker meanwhile) and returns at once on a retry; turn 1 answers.
 """
@@ -20,7 +22,19 @@ from typing import Any
 
 import redis
 
-from agents_celery import Agent, MCPTools, OpenAIChat, ScriptedModel, ScriptedToolCall, ScriptedTurn, Summarize, tool
+from agents_celery import (
+    Agent,
+    MCPTools,
+    OpenAIChat,
+    ScriptedModel,
+    ScriptedToolCall,
+    ScriptedTurn,
+    Step,
+    StepInput,
+    Summarize,
+    Workflow,
+    tool,
+)
 from agents_celery.models import ModelChunk
 from agents_celery.tools import ToolContext
 
@@ -188,4 +202,17 @@ py_calls = Agent(
     model=CallingModel("count"),
     tools=[count],
     description="N calls of the same counting tool as a Python function (bench/mcp.py).",
+)
+
+
+def passes(given: StepInput) -> str:
+    """A function step that does nothing but pass its input on (the same function the plain chain's tasks call)."""
+    return given.previous_text
+
+
+ten_functions = Workflow(
+    "ten_functions", "Ten function steps.", steps=[Step(f"f{i}", function=passes) for i in range(10)]
+)
+three_agents = Workflow(
+    "three_agents", "Three agent steps.", steps=[Step(f"a{i}", agent=helper, message="go") for i in range(3)]
 )

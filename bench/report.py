@@ -149,6 +149,28 @@ history (`git log -p docs/benchmarks.md`), not repeated here.
   typed `create` re-walked the whole request body every turn (7.8%) and its pool kept 100 of 1,000 connections
   (new TCP connections 3.9%): `OpenAIChat` now posts the body as built through the SDK's `client.post` and keeps
   1,000 connections (28.9 s -> 24.1-25.5 s for the 1,000 runs); httpcore's scan of its pool per request is 5%.
+- **A thousand runs held at once on one gevent worker** (tests/test_gevent_capacity.py, 2026-12-07, 2 cores, bare
+  hop 1.9-2.6 ms when measured beside it): the test failed about half the time, "N runs lost their lease" (37 of
+  1,000 at load 5-7). No lease was lost: the worker's log had 117 "Too many connections" (redis-py 6+ caps a pool at
+  100 connections; more than 100 greenlets waited on a reply at once as a burst of turns ended), each taken for
+  Redis being away, so the attempt was given back and its model turn ran again. The engine's pool now has two
+  connections per slot plus 16 and waits when full (`storage/connections.worker_pool`; a PING through it costs 84-90
+  us of CPU on greenlets against 92-98 us through redis-py's plain pool, same run: no dearer). With a core burnt
+  beside it (load 8-12), 824 of 1,000 commits were then refused: the keeper stopped renewing a lease when the step's
+  work ended, and the commit reached Redis more than a TTL later on a hub busy with a thousand turns ending
+  together; the keeper now renews until the commit gives the lease up. The keeper itself was not the cause: measured
+  in those runs, its renewals came at most 3.2-3.3 s after the previous one (TTL 10 s, heartbeat 2 s), one pipelined
+  beat for 1,000 leases took 47-78 ms on average and at most 0.75-1.0 s, and a step held its lease 4-9 ms after its
+  claim at the median (p99 92-337 ms, at most 0.4-2.1 s). After the fixes: 5 of 5 runs pass at load 2.8-4.4 (all
+  1,000 in flight 13.5-28.1 s after the first was sent, the test 37-71 s) and 5 of 5 with a core burnt beside it,
+  load 3.0-10.6 (28-84 s, the test 68-147 s), then 3 and 3 more after merging main (load 1.4-17; the test 31-48 s);
+  no attempt ended before its commit; in one run the sweeper sent again a step still in the worker's intake past the
+  enqueue grace (its copy found the lease held and did nothing).
+- **A Responses `starting_after` resume** re-rendered the segment from its start: 4.0x the `/runs/<id>/events?after=`
+  resume on a 308-event response and 18x on a 1,208-event one (the "folded from its start" rows, same run). Streams
+  now save the renderer's fold every 64 sequence numbers (`storage/renders.py`, the last 4 per response, expiring
+  with the run) and a resume starts from the latest one at or before N: 1.71x and 1.80x, 1.01x between the two
+  lengths (2026-12-07, bare hop 1.90-2.59 ms, load 2.0-2.6).
 - **hiredis** is not a dependency: it made the step ~3% faster but the readers slower, and an SSE subscriber
   cost about twice the memory (its parser keeps a 64 KiB buffer per connection).
 - With a real model (hundreds of ms per turn) the per-step overhead measured here is noise; it matters for

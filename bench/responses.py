@@ -5,10 +5,13 @@
   client ``http.client`` reading lines as they arrive. Floor: XADD -> XREAD BLOCK across processes, p50, measured
   in the same run (before and after). Target <= 3x, as the other dialects. Beside it (info), the same runs read as
   ``GET /runs/<id>/events`` (the canonical dialect), interleaved, so the renderer's own cost shows under the load.
-- Resume: on the finished response of one such run (about 1,250 events), the time from sending
-  ``GET /v1/responses/<id>?stream=true&starting_after=N`` (N near the end) to its first event arriving. Floor: the
-  same run's ``GET /runs/<id>/events?after=<offset>`` to its first event (what the other dialects' resume costs;
-  the Responses renderer folds the segment from its start to number the events). Informational.
+- Resume: on the finished response of one such run (about 310 events) and on one four times as long (about 1,220:
+  1,200 words at once), the time from sending ``GET /v1/responses/<id>?stream=true&starting_after=N`` (N near the
+  end) to its first event arriving. Floor: the same run's ``GET /runs/<id>/events?after=<offset>`` to its first
+  event (what the other dialects' resume costs). Target <= 2x on both: the resume starts from the latest checkpoint
+  of the renderer's fold that the live stream saved (:mod:`agents_celery.storage.renders`), so it does not grow
+  with the response. Beside them (info), the same resumes with the checkpoints deleted before each: the fold from
+  the segment's start, what every resume cost before the checkpoints.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from typing import Any
 
 from .common import Row, agents_worker, log, median, percentile, prefixed, runtime_for
 from .latency import GAP, sse_token_latencies, stamping_server, xread_floor
+
+#: The words of the long response the resume is measured on too (about four times the short one's events).
+LONG_WORDS = 1200
 
 
 def responses_token_latencies(port: int, tokens: int) -> tuple[list[float], str, int]:
@@ -70,11 +76,55 @@ def first_event_ms(port: int, path: str) -> float:
         conn.close()
 
 
+def streamed_response(port: int) -> tuple[str, int]:
+    """Stream one response to its end (the model's answer is the server's current one); its id and last sequence
+    number (the live stream saves the checkpoints a resume starts from)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    response_id, last = "", -1
+    try:
+        body = json.dumps(
+            {"model": "streamer", "input": f"long {uuid.uuid4().hex}", "stream": True, "background": True}
+        )
+        conn.request("POST", "/v1/responses", body, {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        assert resp.status == 200, resp.status
+        while raw := resp.readline():
+            if raw.startswith(b"data:"):
+                event = json.loads(raw[5:])
+                last = event.get("sequence_number", last)
+                if event["type"] == "response.created":
+                    response_id = event["response"]["id"]
+    finally:
+        conn.close()
+    return response_id, last
+
+
+def resumes(port: int, rt: Any, response_id: str, last: int, n: int) -> tuple[float, float, float]:
+    """Medians (ms) to the first event of ``n`` resumes near the end of the response: ``starting_after``, the same
+    with the run's checkpoints deleted before each (folded from the start), and ``/runs/<id>/events?after=``; the
+    first and the last interleaved, so the machine's drift hits both."""
+    run_id = response_id.removeprefix("resp_").rpartition("_")[0]
+    offset = rt.store.log.info(run_id).last_offset
+    path = f"/v1/responses/{response_id}?stream=true&starting_after={last - 5}"
+    cold = []
+    for _ in range(n):
+        rt.store.redis.delete(rt.store.keys.run(run_id).renders)
+        cold.append(first_event_ms(port, path))
+    first_event_ms(port, path)  # saves the checkpoints again (a resume renders and saves as a live stream does)
+    warm, canonical = [], []
+    for _ in range(n):
+        warm.append(first_event_ms(port, path))
+        canonical.append(first_event_ms(port, f"/runs/{run_id}/events?after={offset - 5}"))
+    return median(warm), median(cold), median(canonical)
+
+
 def run(quick: bool) -> list[Row]:
+    from agents_celery.testing.openai_server import FakeReply
+
     from .sse import start_api
 
     samples, tokens, runs = 500, 300, 1 if quick else 3
-    resumes = 20 if quick else 60
+    n_resumes = 20 if quick else 60
     with prefixed("responses") as prefix:
         log("responses: XADD -> XREAD BLOCK floor")
         floor = xread_floor(prefix, samples)
@@ -94,15 +144,13 @@ def run(quick: bool) -> list[Row]:
                 got, response_id, last = responses_token_latencies(port, tokens)
                 lat += got
                 canonical_lat += sse_token_latencies(rt, port, tokens)
-            run_id = response_id.removeprefix("resp_").rpartition("_")[0]
-            offset = rt.store.log.info(run_id).last_offset
+            log(f"responses: {n_resumes} resumes near the end of a {last + 1}-event response")
+            short = resumes(port, rt, response_id, last, n_resumes)
+            server.responder = lambda _request: FakeReply(text="w " * LONG_WORDS)
+            long_id, long_last = streamed_response(port)
+            log(f"responses: {n_resumes} resumes near the end of a {long_last + 1}-event response")
+            long = resumes(port, rt, long_id, long_last, n_resumes)
             rt.close()
-            log(f"responses: {resumes} resumes near the end of a {last + 1}-event response")
-            resumed = [
-                first_event_ms(port, f"/v1/responses/{response_id}?stream=true&starting_after={last - 5}")
-                for _ in range(resumes)
-            ]
-            canonical = [first_event_ms(port, f"/runs/{run_id}/events?after={offset - 5}") for _ in range(resumes)]
             floor += xread_floor(prefix, samples // 2)  # the floor again, after: drift hits both
         finally:
             if api is not None:
@@ -116,6 +164,14 @@ def run(quick: bool) -> list[Row]:
             "XADD->XREAD BLOCK p99", percentile(floor, 99), "<=", None),
         Row("token latency p50, Responses SSE vs /runs/<id>/events SSE", percentile(lat, 50), "ms",
             "/runs SSE p50", percentile(canonical_lat, 50), "<=", None),
-        Row(f"starting_after resume, first event ({last + 1}-event response)", median(resumed), "ms",
-            "/runs/<id>/events?after= first event", median(canonical), "<=", None),
+        Row(f"starting_after resume, first event ({last + 1}-event response)", short[0], "ms",
+            "/runs/<id>/events?after= first event", short[2], "<=", 2.0),
+        Row(f"starting_after resume, first event ({long_last + 1}-event response)", long[0], "ms",
+            "/runs/<id>/events?after= first event", long[2], "<=", 2.0),
+        Row(f"the same, {last + 1}-event response, folded from its start (no checkpoint) (info)", short[1], "ms",
+            "/runs/<id>/events?after= first event", short[2], "<=", None),
+        Row(f"the same, {long_last + 1}-event response, folded from its start (no checkpoint) (info)", long[1], "ms",
+            "/runs/<id>/events?after= first event", long[2], "<=", None),
+        Row(f"starting_after resume, {long_last + 1}- vs {last + 1}-event response (info)", long[0], "ms",
+            f"the {last + 1}-event response's", short[0], "<=", None),
     ]  # fmt: skip

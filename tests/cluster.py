@@ -43,7 +43,7 @@ def worker_env(
             "CELERY_BROKER_URL": broker_url,
             "AGENTS_CELERY_KEY_PREFIX": prefix,
             "AGENTS_CELERY_QUEUE": queue,
-            "AGENTS_CELERY_AGENTS": "tests.agents_fixture",
+            "AGENTS_CELERY_AGENTS": "tests.agents_fixture,tests.agents_workflows",
             "PYTHONPATH": str(ROOT),
         }
     )

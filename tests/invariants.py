@@ -177,6 +177,9 @@ class _Sequence:
 
     def step_started(self, e: Event) -> None:
         meta: dict[str, Any] = e.data.get("metadata") or {}
+        if "workflow_step" in meta:  # a workflow's step (agents_celery.workflows): a loop starts it again, by design
+            assert isinstance(meta["workflow_step"], str), f"a workflow step without its path, at {e.offset}"
+            return
         name, attempt = e.data["step_name"], meta.get("attempt")
         assert isinstance(attempt, int) and attempt >= 1, f"STEP_STARTED without its attempt number, at {e.offset}"
         before = self.attempts.get(name)

@@ -218,3 +218,73 @@ def test_the_closed_check_works_on_sockets_numbered_past_1023(settings: Any) -> 
         for s in fillers:
             s.close()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+# -- a worker's pool (worker_pool) ------------------------------------------------------------------------------
+
+#: Greenlets that each hold a connection at the same moment (a BLPOP that waits half a second): more than redis-py's
+#: default pool holds (100), and more than ``worker_pool(100)`` makes (216), so some wait for one to come back.
+HOLDERS = 300
+#: Run on greenlets (a gevent worker's process): ``HOLDERS`` commands in flight at once through ``connect(url,
+#: **options)``, printing how each ended.
+_BURST = """
+from gevent import monkey; monkey.patch_all()
+import collections, json, sys, gevent, redis
+from agents_celery.storage.connections import connect, worker_pool
+url, key, slots, holders = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+client = connect(url, **worker_pool(slots)) if slots else connect(url)
+def hold():
+    try:
+        client.blpop([key], timeout=0.5)
+        return "ok"
+    except redis.ConnectionError as exc:
+        return str(exc)
+jobs = [gevent.spawn(hold) for _ in range(holders)]
+gevent.joinall(jobs)
+print(json.dumps(collections.Counter(job.value for job in jobs)))
+"""
+
+
+def _burst(settings: Any, slots: int) -> dict[str, int]:
+    """How the commands of :data:`HOLDERS` greenlets in flight at once ended (``slots`` 0: redis-py's own pool)."""
+    import json
+    import sys
+
+    key = f"{settings.key_prefix}:test:burst:{os.getpid()}"
+    args = [sys.executable, "-c", _BURST, settings.redis_url, key, str(slots), str(HOLDERS)]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return dict(json.loads(done.stdout.splitlines()[-1]))
+
+
+def test_a_worker_pool_holds_every_greenlet_s_command_where_redis_py_s_own_fails(settings: Any) -> None:
+    """The mechanism behind runs of tests/test_gevent_capacity.py running their turn twice: redis-py (6 and later)
+    caps a pool at 100 connections and fails the 101st command in flight with "Too many connections", which the
+    engine took for Redis being away (it gave the attempt back and ran the turn again). A worker's pool
+    (``worker_pool``) has room for its slots, and past that a command waits for a connection instead of failing."""
+    plain = _burst(settings, 0)
+    assert plain.get("Too many connections", 0) >= HOLDERS - 100, plain  # redis-py's default: the mechanism
+    assert _burst(settings, 1000) == {"ok": HOLDERS}  # room for every slot
+    assert _burst(settings, 100) == {"ok": HOLDERS}  # 216 connections for 300 commands: the rest waited
+
+
+def test_a_worker_s_engine_gets_a_pool_for_its_concurrency(settings: Any) -> None:
+    """``worker_init`` tells the app its pool's concurrency before the engine makes its Redis client."""
+    from celery import signals
+
+    from agents_celery.broker.celery_app import create_celery_app
+    from agents_celery.broker.extension import extension
+
+    class Starting:
+        """What ``worker_init`` is sent by: Celery's WorkController (the parts the app reads)."""
+
+        pool_cls, concurrency = "threads", 1000
+
+        def __init__(self, app: Any) -> None:
+            self.app = app
+
+    app = create_celery_app(settings, agents={})
+    signals.worker_init.send(sender=Starting(app))
+    pool = extension(app).engine.store.redis.connection_pool
+    assert isinstance(pool, redis.BlockingConnectionPool) and pool.max_connections == 2016, pool
+    pool.disconnect()

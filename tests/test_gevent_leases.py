@@ -4,6 +4,9 @@ streaming beside it never expire, and nothing is retried (issue #32).
 
 On the keeper as a greenlet (before) the compute below outlived the lease: its commit was refused and the step
 ran a second attempt.
+
+And what a busy hub does after the work: a commit that reaches Redis long after the step's work ended still holds
+its lease (in process, the delay made by the delivery).
 """
 
 from __future__ import annotations
@@ -107,3 +110,35 @@ def test_a_tool_computing_past_the_ttl_keeps_every_lease_on_a_gevent_worker(
         starts = Counter(e.data["step_name"] for e in events if e.type is EventType.STEP_STARTED)
         again = f"run {i}: a step was attempted again (a lease expired): {starts}\n{own.workers[0].output()}"
         assert set(starts.values()) == {1}, again
+
+
+def test_the_lease_is_renewed_until_the_commit_gives_it_up(settings: Any) -> None:
+    """A step whose commit reaches Redis long after its work ended (a greenlet waiting for a busy hub: seconds with
+    a thousand runs ending together) still holds its lease then. The keeper stopped renewing it when the work
+    ended: the lease expired before the commit, which was refused ("lost the lease"), and the turn ran again."""
+    from contextlib import contextmanager
+
+    from agents_celery import Agent, ScriptedModel
+    from agents_celery.engine.attempt import Delivery
+    from agents_celery.testing import InlineRunner
+
+    ttl = 0.4
+    timings = {"lease_ttl_seconds": ttl, "heartbeat_seconds": 0.1, "stop_poll_seconds": 0.05}
+
+    class Late(Delivery):
+        """Its commit is sent three TTLs after the step's work ended."""
+
+        @contextmanager
+        def committing(self, run_id: str, next_step: int, agent_id: str, push_next: bool) -> Any:
+            with super().committing(run_id, next_step, agent_id, push_next) as carried:
+                time.sleep(3 * ttl)  # the delay under test (the hub elsewhere), not a wait for an outcome
+                yield carried
+
+    agent = Agent("late", model=ScriptedModel(["Committed late."]))
+    with InlineRunner([agent], settings=settings.model_copy(update=timings)) as runner:
+        run_id = runner.stream("late", "hi").run_id
+        runner._queue.clear()  # the step is run here, with the late delivery
+        assert runner.engine.execute(run_id, 0, Late()) == "committed"
+        view = runner.get(run_id)
+        assert view.status.value == "completed" and view.output == "Committed late."
+        assert [e.type for e in runner.events(run_id)].count("STEP_STARTED") == 1

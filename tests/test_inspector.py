@@ -330,3 +330,24 @@ def test_the_input_shows_image_thumbnails_and_file_names(page: Any, api: ApiServ
     wait_for(lambda: thumb.evaluate("img => img.naturalWidth") == 40, timeout=30, what="the thumbnail decoded")
     expect(page.locator("#input figure.attachment a.name")).to_have_text(["square.png", "report.pdf"])
     expect(page.locator("#input figure.attachment").nth(1)).to_contain_text("application/pdf, 5 KB")
+
+
+def test_a_workflow_run_shows_its_steps_as_a_tree(page: Any, api: ApiServer, fake_openai: Any) -> None:
+    fake_openai.responder = ScriptResponder(["found five words about reefs"])
+    resp = httpx.post(
+        f"{api.url}/workflows/two-researchers/runs", data={"message": "reefs", "stream": "false", "background": "true"}
+    )
+    assert resp.status_code == 202, resp.text
+    page.goto(f"{api.url}/ui/runs/{resp.json()['run_id']}")
+    expect(page.locator("#status")).to_have_text("completed")
+    top = page.locator("#steps > li")
+    expect(top).to_have_count(3)
+    assert top.evaluate_all("items => items.map(i => i.dataset.path)") == ["gather", "dig", "write"]
+    inner = page.locator("#steps > li[data-path='dig'] > ol > li")
+    assert sorted(inner.evaluate_all("items => items.map(i => i.dataset.path)")) == ["analyst", "scout", "tally"]
+    assert set(page.locator("#steps li").evaluate_all("items => items.map(i => i.dataset.state)")) == {"done"}
+    expect(page.locator("#steps li[data-path='tally'] > .output")).to_have_text("→ tallied reefs")
+    link = page.locator("#steps li[data-path='write'] > a")
+    expect(link).to_have_text("its run")
+    link.click()
+    expect(page.locator("#agent")).to_have_text("wf-author")  # the step's own run, in the inspector

@@ -90,3 +90,22 @@ def test_tool_calls_are_scripted_from_the_command_line() -> None:
             client.close()
     bad = subprocess.run([*MODULE, "--tool-call", "get_time=[1]"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "JSON object of arguments" in bad.stderr
+
+
+def test_held_streams_wait_for_their_release() -> None:
+    """``--held``: a stream sends nothing after its headers until ``POST /release``; streams then flow."""
+    import httpx
+
+    from agents_celery.testing.openai_server import release
+
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    with serving("--tokens", "3", "--held") as (url, _), httpx.Client(timeout=httpx.Timeout(30, read=0.5)) as client:
+        with client.stream("POST", f"{url}/chat/completions", json=body) as held:
+            assert held.status_code == 200
+            with pytest.raises(httpx.ReadTimeout):  # half a second with no chunk: held
+                next(held.iter_raw())
+        release(url)
+        text = client.post(f"{url}/chat/completions", json=body).text
+        chunks = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
+        words = [c["choices"][0]["delta"].get("content") for c in chunks if c["choices"]]
+        assert len([w for w in words if w]) == 3 and text.rstrip().endswith("data: [DONE]"), text

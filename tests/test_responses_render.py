@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from agents_celery.events import Event, EventType
-from agents_celery.http.responses.endpoint import Presenter
+from agents_celery.http.responses.presenter import Presenter
 from agents_celery.http.responses.render import ResponseFold, ResponseSegment, parse_response_id, response_id
 
 RUN = "ab" * 16
@@ -137,3 +137,54 @@ def test_malformed_response_ids_name_nothing(value: str) -> None:
 
 def test_response_ids_round_trip() -> None:
     assert parse_response_id(response_id("a_b", 12)) == ("a_b", 12)
+
+
+def test_a_fold_restored_from_its_checkpoint_at_any_event_renders_on_the_same() -> None:
+    """A resume starts from a checkpoint (the fold's state as JSON, agents_celery/storage/renders.py): from any
+    event, a fold restored from it renders the rest of the log exactly as the fold it was taken of."""
+    call = [
+        (EventType.TOOL_CALL_START, {"tool_call_id": "c1", "tool_call_name": "add"}),
+        (EventType.TOOL_CALL_ARGS, {"tool_call_id": "c1", "delta": '{"a": 1}'}),
+        (EventType.TOOL_CALL_END, {"tool_call_id": "c1"}),
+    ]
+    paused = {"outcome": {"type": "interrupt", "interrupts": [{"id": "c1", "tool_call_id": "c1"}]}}
+    events = log(
+        START, STEP, *text("m1", "He"), (EventType.CUSTOM, {"name": "model_retry"}), *text("m2", "Hi", "!"), *call,
+        STEP_END, (EventType.RUN_FINISHED, paused), (EventType.RUN_STARTED, {"metadata": {"continued": True}}),
+        (EventType.STEP_STARTED, {"step_name": "tools"}),
+        (EventType.TOOL_CALL_RESULT, {"message_id": "t", "tool_call_id": "c1", "content": "2"}),
+        (EventType.STEP_FINISHED, {"step_name": "tools"}), STEP, *text("m3", "Two", "."), STEP_END, DONE,
+    )  # fmt: skip
+    for base, confirm in ((0, frozenset({"add"})), (17, frozenset({"add"})), (0, frozenset())):
+        segment = ResponseSegment(RUN, base, "agent", confirm=confirm)
+        whole, _ = render(events, base, confirm=confirm)
+        for cut in range(len(events)):
+            fold = ResponseFold(segment)
+            for ev in events[: cut + 1]:
+                fold.feed(ev)
+            restored = ResponseFold.restore(segment, json.loads(json.dumps(fold.snapshot())))
+            assert restored is not None
+            rest = [e for ev in events[cut + 1 :] for e in restored.feed(ev)]
+            assert (
+                rest == whole[len(whole) - len(rest) :]
+                and restored.response() == render(events, base, confirm=confirm)[1].response()
+            )
+    fresh = ResponseSegment(RUN, 0, "agent")
+    assert ResponseFold.restore(fresh, {**ResponseFold(fresh).snapshot(), "rendering": 0}) is None
+
+
+def test_a_stream_saves_its_fold_every_so_many_sequence_numbers() -> None:
+    from agents_celery.http.responses.presenter import CHECKPOINT_EVERY
+
+    events = log(START, STEP, *text("m1", *["w"] * 3 * CHECKPOINT_EVERY), STEP_END, DONE)
+    saved: list[tuple[int, int]] = []
+    presenter = Presenter(
+        ResponseFold(ResponseSegment(RUN, 0, "agent")), save=lambda f, ev: saved.append((f.seq, ev.offset))
+    )
+    for ev in events:
+        assert presenter.needs_thread([(ev.offset, "")]) or presenter.fold.seq + 1 < presenter._next_save
+        presenter.frames([ev])
+    assert [seq // CHECKPOINT_EVERY for seq, _ in saved] == [1, 2, 3] and all(
+        s % CHECKPOINT_EVERY < 8 for s, _ in saved
+    )
+    assert presenter.finished and saved[-1][1] < len(events) - 1  # none at the end: nothing follows it

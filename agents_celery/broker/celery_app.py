@@ -31,7 +31,7 @@ from ..errors import ConfigurationError
 from ..greenlets import green
 from ..hooks import Hooks, LoggingHooks
 from ..settings import Settings, load_settings, settings_from
-from . import a2apush, webhooks
+from . import a2apush, signatures, webhooks
 from .extension import EXTENSION, AgentsCelery, extension
 from .observability import register_metrics
 from .publisher import OWN_TASK_OPTIONS, STEP_TASK
@@ -186,6 +186,7 @@ def configure(
     _register_step(app, ext)
     webhooks.register(app, settings)
     a2apush.register(app, settings, lambda: ext.engine.store)
+    signatures.register(app, settings)
     return ext
 
 
@@ -202,8 +203,9 @@ def _register_step(app: Celery, ext: AgentsCelery) -> None:
     def _init(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is app:
             pool = get_implementation(getattr(sender, "pool_cls", None) or ext.app.conf.worker_pool)
+            ext.slots = int(getattr(sender, "concurrency", 0) or 0)  # before the engine makes its Redis pool
             if getattr(pool, "is_green", False):
-                _with_green_broker(ext.app, int(getattr(sender, "concurrency", 0) or 0))
+                _with_green_broker(ext.app, ext.slots)
 
     @signals.worker_ready.connect(weak=False)  # type: ignore[untyped-decorator]
     def _ready(sender: Any = None, **_: Any) -> None:

@@ -38,7 +38,7 @@ from ..engine.sweeper import SweeperThread
 from ..hooks import Hooks
 from ..ids import pid
 from ..settings import Settings
-from ..storage.connections import connect
+from ..storage.connections import connect, worker_pool
 from ..storage.leases import new_token
 from ..storage.store import Ack, Claim, RunStore, SentClaim
 from .fastpaths import FastPaths, StepMessages
@@ -92,6 +92,9 @@ class AgentsCelery:
         #: threads (``commit_acks``, ``claim_on_receipt``); the step task's request class holds them too.
         self.step_messages = StepMessages()
         self._paths_known = False
+        #: How many steps this worker process runs at once (its pool's concurrency, from ``worker_init``; 0 until
+        #: then): the engine's Redis pool has room for them (:func:`~agents_celery.storage.connections.worker_pool`).
+        self.slots = 0
         _joined(app)
 
     def queue_of(self, agent_id: str) -> str:
@@ -208,7 +211,7 @@ class AgentsCelery:
         with self._lock:
             if self._engine is None or self._pid != pid():
                 fast = self.fast
-                client = connect(self.settings.redis_url, health_check_interval=30)
+                client = connect(self.settings.redis_url, health_check_interval=30, **worker_pool(self.slots))
                 store = RunStore(
                     client,
                     self.settings,

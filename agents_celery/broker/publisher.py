@@ -8,6 +8,7 @@ of its own: a bare app with the broker settings, no task registered, no worker s
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from celery import Celery
@@ -17,10 +18,14 @@ from ..settings import Settings
 from ..webhook import NOTIFIED, event_key, summary
 from .fastpaths import DirectPublisher, FastPaths
 
+log = logging.getLogger(__name__)
+
 #: The step task's stable name (Flower shows it with the run id and step as arguments).
 STEP_TASK = "agents_celery.step"
 #: The task that delivers a run's webhook (:mod:`agents_celery.broker.webhooks`).
 WEBHOOK_TASK = "agents_celery.webhook"
+#: What ends a run a user's Celery canvas waits for (:mod:`.signatures`).
+ENDED_TASK = "agents_celery.run_ended"
 #: The task that delivers an A2A task's push notifications (:mod:`agents_celery.broker.a2apush`).
 A2A_PUSH_TASK = "agents_celery.a2a_push"
 #: Options our tasks carry themselves, so the host app's settings neither change them nor are changed.
@@ -77,7 +82,10 @@ class StepPublisher:
 
     def notify(self, state: RunState, step: int, queue: str | None = None) -> None:
         """Send the webhook task of the run's new status, when the run has a ``webhook_url`` (and the status is
-        one webhooks are sent for). ``step``: the run's committed steps (part of the idempotency key)."""
+        one webhooks are sent for), and the run's end to the Celery canvas waiting for it (``run_signature``).
+        ``step``: the run's committed steps (part of the idempotency key)."""
+        if state.canvas is not None and state.status.is_final:
+            send_end(self.app, state, queue or self.queue)
         if not state.webhook_url or state.status.value not in NOTIFIED:
             return
         key = event_key(state.run_id, step, state.status.value)
@@ -91,3 +99,22 @@ class StepPublisher:
     def close(self) -> None:
         if self.direct is not None:
             self.direct.close()
+
+
+def send_end(app: Celery, state: RunState, queue: str) -> None:
+    """Send the run's end to the Celery canvas that waits for it (:mod:`.signatures`): the run's output, with the
+    rest of the chain, the links, the errbacks and the chord of the task that started it as the task's options."""
+    canvas = state.canvas or {}
+    options: dict[str, Any] = {
+        "chain": canvas.get("chain") or None,
+        "link": canvas.get("callbacks") or None,
+        "link_error": canvas.get("errbacks") or None,
+        "chord": canvas.get("chord") or None,
+        "group_id": canvas.get("group") or None,
+        "group_index": canvas.get("group_index"),
+        "root_id": canvas.get("root_id") or None,
+        "parent_id": canvas.get("id") or None,
+    }
+    args = [state.output, state.run_id, state.status.value, state.error.message if state.error else None]
+    app.send_task(ENDED_TASK, args=args, queue=queue, task_id=f"{state.run_id}-ended", **options)
+    log.info("run=%s: its end (%s) sent to the canvas waiting for it", state.run_id, state.status.value)

@@ -33,6 +33,10 @@ log = logging.getLogger(__name__)
 
 #: Sends the task for ``(run_id, step, agent_id)`` (the engine's enqueue).
 Send = Callable[[str, int, str], None]
+#: The tool calls of a workflow run that stand for its running steps (:mod:`agents_celery.workflows`) have ids
+#: ``step:<path>``: an agent step's child run is such a call's, and a running step's STEP_STARTED is closed when the
+#: run ends without it (a stop) and opened again in the segment a continue starts, as its SUBAGENT events are.
+STEP_CALL = "step:"
 
 
 @dataclass
@@ -116,7 +120,7 @@ def unfinished(state: RunState) -> list[NewEvent]:
     """A SUBAGENT_ERROR for each child a running parent still waits for, as the parent ends without it."""
     if state.status != RunStatus.RUNNING:  # a paused run's stream already closed its children
         return []
-    return [
+    out = [
         make_event(
             EventType.SUBAGENT_ERROR,
             subagent_run_id=c.child_run_id,
@@ -126,6 +130,18 @@ def unfinished(state: RunState) -> list[NewEvent]:
         for c in state.tool_calls
         if c.child_run_id and not c.done
     ]
+    return out + [step_event(EventType.STEP_FINISHED, c, ended=True) for c in running_steps(state)]
+
+
+def running_steps(state: RunState) -> list[ToolCall]:
+    """A workflow run's steps that run (their STEP_STARTED is open): agent steps whose child works, function
+    steps an attempt runs."""
+    return [c for c in state.tool_calls if c.id.startswith(STEP_CALL) and not c.done and c.decision is None]
+
+
+def step_event(type_: EventType, call: ToolCall, **flags: bool) -> NewEvent:
+    """A STEP_STARTED or STEP_FINISHED of the workflow step ``call`` stands for (``flags``: why, in its metadata)."""
+    return make_event(type_, step_name=call.name, metadata={"workflow_step": call.id[len(STEP_CALL) :], **flags})
 
 
 def child_run_id(parent_run_id: str, tool_call_id: str) -> str:
@@ -188,8 +204,15 @@ def subagent_started(call: ToolCall, description: str | None = None) -> NewEvent
 
 
 def reopened(state: RunState) -> list[NewEvent]:
-    """The SUBAGENT_STARTED of each child a paused run still waits for, as a continue opens its next segment."""
-    return [subagent_started(c) for c in state.tool_calls if c.child_run_id and not c.done]
+    """The SUBAGENT_STARTED of each child a paused run still waits for, as a continue opens its next segment (a
+    workflow step's STEP_STARTED before it)."""
+    out: list[NewEvent] = []
+    for c in state.tool_calls:
+        if c.child_run_id and not c.done:
+            if c.id.startswith(STEP_CALL):
+                out.append(step_event(EventType.STEP_STARTED, c, reopened=True))
+            out.append(subagent_started(c))
+    return out
 
 
 def look(store: RunStore, call: ToolCall) -> tuple[ToolCall, list[NewEvent], list[ToolCall]]:

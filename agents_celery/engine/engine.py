@@ -103,7 +103,7 @@ class Engine:
         #: Sends the run's webhook when it pauses or ends (``notify(state, committed_steps)``).
         self.notify = notify
         #: Follows a run through its pause or end (webhook, indexes, session, children, parent).
-        self.lifecycle = Lifecycle(store, enqueue, notify)
+        self.lifecycle = Lifecycle(store, enqueue, notify, wake=self._wake)
         #: Worker-level hooks (``configure(app, hooks=...)``): told everything an agent's own hooks are told.
         self.hooks = list(hooks)
         self.leases = Leases(store.redis, store.keys)
@@ -151,6 +151,14 @@ class Engine:
                 raise
             log.warning("run=%s step=%d: %s (%s)", attempt.run_id, attempt.step, _FATES[fate], exc)
             attempt.outcome, attempt.blip = fate, fate == "given back" and self._is_blip(exc)
+        finally:
+            self._unhold(attempt)
+
+    def _unhold(self, attempt: Attempt) -> None:
+        """The keeper stops renewing the attempt's lease: its commit gave it up, or the attempt ends without one."""
+        if attempt.lease is not None:
+            self.keeper.drop(attempt.lease)
+            attempt.lease = None
 
     def fate_of(self, exc: BaseException) -> Fate | None:
         """What an exception out of a step means for its attempt, decided here once (dramatiq's ``throws``):
@@ -230,6 +238,20 @@ class Engine:
         log.warning("run=%s step=%d: could not give the lease back (%s); it expires by itself", run_id, step, error)
         return None
 
+    def _wake(self, run_id: str, step: int, agent_id: str) -> None:
+        """Wake a parent run whose child paused or ended: a run of an agent that ``wakes_inline`` (a workflow) takes
+        its step here and now, on this worker (no broker hop between its steps); any other's step is sent. A step
+        that fails here is sent too (a claim that finds it taken does nothing)."""
+        agent = self.agents.get(agent_id)
+        if agent is None or not agent.wakes_inline:
+            self.enqueue(run_id, step, agent_id)
+            return
+        try:
+            self.execute(run_id, step)
+        except Exception as exc:  # Redis or the broker away: the sweeper covers a send lost too
+            log.warning("run=%s step=%d: woken here but failed (%s); the step is sent", run_id, step, exc)
+            self.enqueue(run_id, step, agent_id)
+
     def _send_again(self, run_id: str, step: int, agent_id: str | None = None) -> None:
         """Send a given-back step again (a lost send is the sweeper's: the lease is free, the step is due)."""
         try:
@@ -243,7 +265,11 @@ class Engine:
 
     def _do_step(self, attempt: Attempt) -> StepResult:
         """The step's work under the lease: the result to commit (with the events not yet appended). When it
-        fails, ``attempt.not_run`` gets the tool calls it never invoked."""
+        fails, ``attempt.not_run`` gets the tool calls it never invoked. The keeper renews the lease from here
+        until the commit gave it up (:meth:`_unhold`): on a busy gevent worker a step's commit can reach Redis
+        many seconds after its work ended (the greenlet waits for the hub), and a lease left unrenewed meanwhile
+        expired; the commit was refused and the turn ran again (824 of 1,000 runs, with a core burnt beside
+        tests/test_gevent_capacity.py)."""
         state = attempt.state
         agent = self.agents.get(state.active_agent or state.agent_id)
         attempt.lease = self.keeper.hold(attempt.run_id, attempt.token, taken=attempt.claimed)
@@ -264,9 +290,6 @@ class Engine:
                     c.id for c in state.tool_calls if not c.done and not c.agent and c.id not in invoked
                 ]
             raise
-        finally:
-            self.keeper.drop(attempt.lease)
-            attempt.lease = None
         return result
 
     def _context(self, attempt: Attempt, agent: Agent | None, writer: EventWriter) -> StepContext:
@@ -316,6 +339,7 @@ class Engine:
         except InboxGrew:
             result = goes_on(result)
             enqueued = self._commit_once(attempt, result)
+        self._unhold(attempt)
         call_hooks(hooks, "after_commit", info)
         self._after_commit(result, attempt.step, enqueued=enqueued)
         call_hooks(hooks, "after_step", info, result.state.status.value)
@@ -328,6 +352,8 @@ class Engine:
         if result.awaiting is not None:  # before the commit: a crash between the two leaves a harmless note
             self.store.await_children(attempt.run_id, result.awaiting)
         push = result.log_status == "live" and not result.waits
+        if attempt.lease is not None:  # a renewal failing from now on is this commit's doing (or it is refused)
+            attempt.lease.committing = True
         with attempt.delivery.committing(attempt.run_id, step + 1, state.agent_id, push) as carried:
             self.store.commit(
                 state,

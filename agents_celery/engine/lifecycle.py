@@ -4,8 +4,8 @@ As rq's ``job_lifecycle.py`` is for a job: whoever commits a run's end (the engi
 stopping a run nobody works on) or finds one whose worker died before following it through (the sweeper)
 calls :meth:`Lifecycle.settled`, which, in this order:
 
-1. sends the run's webhook (before the run leaves the sweeper's index: a crash here leaves it there, and the
-   sweeper sends it instead; webhooks are at least once);
+1. sends the run's webhook, and the end of a run a user's Celery canvas waits for (before the run leaves the
+   sweeper's index: a crash here leaves it there, and the sweeper sends them instead; both are at least once);
 2. moves the run in the indexes (out of the live one, into those of its status);
 3. when it ended: appends its messages to its session's history (once), frees the session, starts the next run
    waiting in the session's line, keeps its ended children as long as itself and stops its live ones;
@@ -48,30 +48,38 @@ class Lifecycle:
 
     Args:
         send: Sends a step of an existing run (a woken parent, a resumed run).
+        wake: Wakes a parent whose child paused or ended (the engine runs a workflow's step at once).
         notify: Sends a run's webhook (None: no webhooks from here).
         first: Sends the first step of a run that waited for its session (default: ``send(run_id, 0, agent)``).
     """
 
     def __init__(
-        self, store: RunStore, send: Send, notify: Notify | None = None, first: SendFirst | None = None
+        self,
+        store: RunStore,
+        send: Send,
+        notify: Notify | None = None,
+        first: SendFirst | None = None,
+        wake: Send | None = None,
     ) -> None:
         self.store = store
         self.send = send
+        #: Wakes a parent run whose child paused or ended (default: ``send`` its step).
+        self.wake = wake or send
         self.notify = notify
         self.first: SendFirst = first or (lambda run_id, agent_id, _queue: send(run_id, 0, agent_id))
         self.leases = Leases(store.redis, store.keys)
 
     def follow_through(self, state: RunState, steps: int) -> None:
         """Follow through a commit that paused or ended the run (``steps``: its committed steps)."""
-        if self.notify is not None and state.webhook_url:
-            self.notify(state, steps)
+        if self.notify is not None and (state.webhook_url or state.canvas is not None):
+            self.notify(state, steps)  # webhooks; the end of a run a Celery canvas waits for
         self.store.reindex(state)
         if state.status.is_final:
             self.store.sessions.sync(state)
             self.store.sessions.release(state.session_id, state.run_id)
             start_next(self.store, self.first, state.session_id)
             self._children_follow(state)
-        children.wake_parent(self.store, self.send, state)
+        children.wake_parent(self.store, self.wake, state)
 
     def _children_follow(self, state: RunState) -> None:
         """A parent run ended: its ended children are kept as long as it is, its live ones are stopped."""

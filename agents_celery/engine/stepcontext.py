@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..agent import Agent
 from ..errors import FencedError
@@ -144,7 +144,9 @@ def step_finished(ctx: StepContext, kind: str) -> NewEvent:
 
 
 def with_step_finished(ctx: StepContext, result: StepResult) -> StepResult:
-    """``result`` with the step's STEP_FINISHED in front of its run-ending events, if it has none."""
-    if not ctx.step_open or any(e.type is EventType.STEP_FINISHED for e in result.events):
+    """``result`` with the step's STEP_FINISHED in front of its run-ending events, if it has none (a workflow's
+    steps have STEP_FINISHED events of their own: only the engine step's, by its name, counts)."""
+    own = f'"step_name":"{step_name(ctx.info.kind, ctx.step)}"'
+    if not ctx.step_open or any(e.type is EventType.STEP_FINISHED and own in e.json for e in result.events):
         return result
-    return StepResult(result.state, [step_finished(ctx, ctx.info.kind), *result.events], result.log_status)
+    return replace(result, events=[step_finished(ctx, ctx.info.kind), *result.events])

@@ -108,6 +108,13 @@ class ContinueBody(_Body):
     background: bool = False
 
 
+class WorkflowContinueBody(ContinueBody):
+    """``POST /workflows/<id>/runs/<run_id>/continue``: our ``tools`` decisions, or Agno's ``step_requirements`` (a
+    JSON list; in a form, its JSON text)."""
+
+    step_requirements: list[dict[str, Any]] | None = None
+
+
 class ResumeBody(_Body):
     """``POST /agents/<agent_id>/runs/<run_id>/resume``. No ``last_event_index``: from the start."""
 

@@ -39,6 +39,7 @@ from ..errors import (
     NotFoundError,
     RunExpiredError,
     RunNotFoundError,
+    UnknownAgentError,
     ValidationError,
 )
 from ..events import Event
@@ -47,9 +48,11 @@ from ..runs import RunView, SessionInfo, SessionView, ToolCall
 from ..runtime import Runtime
 from ..schedule import Schedule
 from ..storage.eventlog import LogInfo
+from ..workflows.workflow import is_workflow
 from .a2a.endpoint import A2AEndpoint
 from .access import Access
 from .agentos.render import AGNO_STATUS, tool_object
+from .agentos.workflows import WorkflowsEndpoint
 from .agui.endpoint import AguiEndpoint
 from .aisdk.endpoint import ChatEndpoint
 from .bodies import ContinueBody, Limits, MessageBody, ResumeBody, RunBody, ScheduleBody, int_param, parse
@@ -130,6 +133,7 @@ class API:
         self.aisdk = ChatEndpoint(runtime, self.access, keepalive_seconds)
         self.a2a = A2AEndpoint(runtime, self.access, keepalive_seconds, block_seconds)
         self.responses = ResponsesEndpoint(runtime, self.access, self.limits, keepalive_seconds, block_seconds)
+        self.workflows = WorkflowsEndpoint(runtime, self.access, self.limits, keepalive_seconds, block_seconds)
 
     #: The dialect endpoints a route may call (:attr:`~.routes.Route.call`), by the attribute that holds each.
     ENDPOINTS: ClassVar[dict[str, type]] = {
@@ -137,6 +141,7 @@ class API:
         "aisdk": ChatEndpoint,
         "a2a": A2AEndpoint,
         "responses": ResponsesEndpoint,
+        "workflows": WorkflowsEndpoint,
     }
 
     def handler(self, route: Route) -> Callable[..., Reply]:
@@ -192,14 +197,21 @@ class API:
 
     def list_agents(self, req: Request) -> Reply:
         self.access.allow(req, "list")
-        return Reply(200, [_agent(m) for m in self.runtime.agents()])
+        return Reply(200, [_agent(m) for m in self.runtime.agents() if not is_workflow(m)])  # (/workflows lists those)
 
     def get_agent(self, req: Request, agent_id: str) -> Reply:
         self.access.allow(req, "list", agent_id=agent_id)
-        return Reply(200, _agent(self.runtime.agent_manifest(agent_id)))
+        return Reply(200, _agent(self._agent_manifest(agent_id)))
+
+    def _agent_manifest(self, agent_id: str) -> dict[str, Any]:
+        """An agent's manifest: 404 for a workflow (its routes are ``/workflows/...``) as for a name nobody serves."""
+        manifest = self.runtime.agent_manifest(agent_id)
+        if is_workflow(manifest):
+            raise UnknownAgentError(f"{agent_id!r} is a workflow: run it at /workflows/{agent_id}/runs")
+        return manifest
 
     def create_run(self, req: Request, agent_id: str) -> Reply:
-        manifest = self.runtime.agent_manifest(agent_id)  # 404 before looking at the body
+        manifest = self._agent_manifest(agent_id)  # 404 before looking at the body
         self.access.allow(req, "start", agent_id=agent_id)
         body = parse(req.body(), RunBody, ("output_schema",), limits=self.limits_for("create_run"))
         if body.output_schema is not None:  # before the session check records an owner

@@ -36,6 +36,7 @@ from .bodies import (
     ResumeBody,
     RunBody,
     ScheduleBody,
+    WorkflowContinueBody,
 )
 
 #: What a route answers: ``json`` (an object; a 204 has no body), ``list`` (a JSON array), ``page`` (a page of a
@@ -98,6 +99,7 @@ class Special:
 
 _PARAM = re.compile(r"\{(\w+)(?::(\w+))?\}")
 _RUN = "/agents/{agent_id}/runs/{run_id}"
+_WORKFLOW_RUN = "/workflows/{workflow_id}/runs/{run_id}"
 _RESPONSE = "/v1/responses/{response_id}"
 _CONVERSATION = "/v1/conversations/{conversation_id}"
 
@@ -151,6 +153,50 @@ ROUTES: tuple[Route, ...] = (
         "runs, newest first: {runs, next_cursor}",
         returns="a page of runs",
         errors=(400,),
+    ),
+    # -- AgentOS's workflows (http/agentos/workflows.py) --
+    Route(
+        "GET", "/workflows", "list_workflows", "list", "the workflows served", returns="list", call="workflows.index"
+    ),
+    Route(
+        "GET",
+        "/workflows/{workflow_id}",
+        "get_workflow",
+        "json",
+        "one workflow and its steps",
+        returns="workflow",
+        errors=(404,),
+        call="workflows.get",
+    ),
+    Route(
+        "POST",
+        "/workflows/{workflow_id}/runs",
+        "create_workflow_run",
+        "wait",
+        "start a workflow run (AgentOS's workflow events with stream=true; its WorkflowRunOutput otherwise)",
+        errors=(400, 404, 409, 422),
+        body=RunBody,
+        call="workflows.create",
+    ),
+    Route(
+        "POST",
+        f"{_WORKFLOW_RUN}/continue",
+        "continue_workflow_run",
+        "wait",
+        "answer a paused workflow run (tools decisions, or AgentOS's step_requirements)",
+        errors=(400, 404, 409, 410, 422),
+        body=WorkflowContinueBody,
+        call="workflows.continue_",
+    ),
+    Route(
+        "POST",
+        f"{_WORKFLOW_RUN}/cancel",
+        "cancel_workflow_run",
+        "json",
+        "stop a workflow run (its running steps stop with it)",
+        returns="stopping",
+        errors=(404, 409, 410),
+        call="workflows.cancel",
     ),
     Route("GET", "/runs/{run_id}", "get_run", "json", "run state", returns="state", errors=(404, 410)),
     Route(

@@ -20,7 +20,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import KW_ONLY, dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import redis
 
@@ -108,6 +108,22 @@ class Presenter(Protocol):
 
     def error(self, exc: BaseException) -> str: ...
 
+    def needs_thread(self, page: Sequence[Entry]) -> bool:
+        """Whether rendering ``page`` may call Redis (sync: under asyncio it goes to a thread): the Responses API
+        saving a checkpoint, a workflow's presenter reading the log of a step's run."""
+        ...
+
+
+@runtime_checkable
+class FollowsChildren(Protocol):
+    """A presenter that shows child runs' work live (an AgentOS workflow stream, its agent steps' runs): the stream
+    hands it the :class:`~agents_celery.storage.follow.Watching` its tail reads along, where it adds the children
+    it follows, and their new entries come to :meth:`child_page`."""
+
+    watching: Watching | None
+
+    def child_page(self, page: ChildPage) -> str: ...
+
 
 class Prefix:
     """What a stream that starts after offset N needs of the log up to N, folded as it is read (pages of
@@ -157,6 +173,8 @@ class Renderer:
         self.shown: dict[str, int] = {}
         #: The children the tail reads along (live: their work shows as it happens); None: not followed live.
         self.watching = watching
+        if isinstance(stream.presenter, FollowsChildren):  # it adds and drops the children it follows
+            stream.presenter.watching = watching
 
     def head(self) -> str:
         """The meta frames that open the stream."""
@@ -168,9 +186,11 @@ class Renderer:
         return "".join(out)
 
     def page(self, page: list[Entry] | ChildPage) -> str:
-        if isinstance(page, ChildPage):
-            return "".join(self._child_page(page))
         presenter = self.stream.presenter
+        if isinstance(page, ChildPage):
+            if isinstance(presenter, FollowsChildren):
+                return presenter.child_page(page)
+            return "".join(self._child_page(page))
         if presenter is not None:
             text = presenter.frames([self.info.event(entry) for entry in page])
             self.finished = presenter.finished
@@ -271,10 +291,13 @@ class Renderer:
         return [frame(e, e["type"]) for e in agui_mod.attributed(read(child_id), child_id, segment, after)]
 
     def needs_thread(self, page: list[Entry] | ChildPage) -> bool:
-        """Whether rendering ``page`` reads Redis (sync: under asyncio it goes to a thread): the AG-UI endpoint's
-        snapshots, or a child's log (the first page may re-open children; a SUBAGENT_* event opens or closes one)."""
+        """Whether rendering ``page`` calls Redis (sync: under asyncio it goes to a thread): a presenter's own (the
+        Responses API saving a checkpoint, a workflow's reading its steps' runs), the AG-UI endpoint's snapshots,
+        or a child's log (the first page may re-open children; a SUBAGENT_* event opens or closes one)."""
         if isinstance(page, ChildPage):
             return False
+        if self.stream.presenter is not None:
+            return self.stream.presenter.needs_thread(page)
         segment = self.stream.segment
         if segment is not None and segment.snapshots is not None:
             return True
@@ -338,8 +361,10 @@ class LogStream:
         return (-1, min(PREFIX_PAGE, self.after + 1)) if self.after >= 0 and folded else None
 
     def _watching(self, keys: Keys) -> Watching | None:
-        """What the tail reads along for an AG-UI stream that shows child runs live (None: nothing)."""
-        return Watching(keys) if self.child_log is not None and self.dialect == "agui" else None
+        """What the tail reads along for a stream that shows child runs live: AG-UI's, or a presenter's that
+        follows children (an AgentOS workflow stream shows its agent steps' runs); None: nothing."""
+        follows = isinstance(self.presenter, FollowsChildren)
+        return Watching(keys) if follows or (self.child_log is not None and self.dialect == "agui") else None
 
     def frames(self, log: EventLog) -> Iterator[str]:
         """The SSE text, read through ``log`` (sync: one kept connection of its client)."""

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -40,14 +40,12 @@ from ..errors import (
     RunTimeoutError,
     StateError,
     UnsupportedError,
-    ValidationError,
 )
-from ..events import Event, EventType, make_event, parse_position
+from ..events import EventType, make_event
 from ..output import check_schema
 from ..runs import RunState, RunStatus, RunView
 from ..settings import Settings, load_settings
-from ..storage.connections import connect, connect_async
-from ..storage.eventlog import AsyncEventLog, check_offset
+from ..storage.connections import connect
 from ..storage.leases import Leases
 from ..storage.parts import record_fields
 from ..storage.schedules import ScheduleStore
@@ -62,112 +60,17 @@ from .admission import (
 )
 from .admission import client_tools as check_client_tools
 from .schedules import Scheduling
+from .stream import RunStream
 
 if TYPE_CHECKING:
     from celery import Celery
+
+__all__ = ["RunStream", "Runtime", "Send"]
 
 log = logging.getLogger(__name__)
 
 #: Sends a step: ``send(run_id, step, agent_id, queue, task_id=..., root_id=..., parent_id=...)``.
 Send = Callable[..., None]
-
-
-def _position(offset: int | str | None) -> tuple[int, str | None]:
-    """``None`` (from the start), an offset, or ``"<offset>.<tag>"``: the offset to read after, and the tag."""
-    if offset is None:
-        return -1, None
-    if isinstance(offset, str):
-        try:
-            after, tag = parse_position(offset)
-        except ValueError as exc:
-            raise ValidationError(str(exc)) from None
-        return check_offset(after, "offset"), tag
-    return check_offset(offset, "offset"), None
-
-
-class RunStream:
-    """A handle on one run's event log. Persist ``run_id`` and the last offset you saw to reconnect later.
-
-    The HTTP client's :class:`agents_celery.client.RunStream` has the same names: ``run_id`` (``id``),
-    ``session_id``, ``agent_id``, ``events(offset)`` and ``get()``.
-    """
-
-    def __init__(self, runtime: Runtime, run_id: str, session_id: str, agent_id: str) -> None:
-        self.runtime = runtime
-        self.run_id = run_id
-        self.session_id = session_id
-        self.agent_id = agent_id
-
-    @property
-    def id(self) -> str:
-        """The run id (``run_id``)."""
-        return self.run_id
-
-    def events(self, offset: int | str | None = None, *, until_pause: bool = True) -> Iterator[Event]:
-        """The events after ``offset`` (all when None), then live ones, until the run ends or pauses.
-
-        Args:
-            offset: Where to read after: None (from the start), an offset, or a position such as
-                ``"140.1a2b3c4d"`` (an event's :attr:`~agents_celery.events.Event.position`). With a position,
-                LogRewoundError says when the log no longer holds that event at 140 (Redis lost writes).
-            until_pause: Whether a pause ends the iteration too. With False it follows the run until it ends.
-
-        Returns:
-            An iterator of the run's events, oldest first.
-
-        Raises:
-            ValidationError: ``offset`` is neither an offset nor a position.
-            LogRewoundError: the log no longer holds the event at that position (checked before this returns).
-            RunNotFoundError: no run has that id (raised when the iteration starts).
-            RunExpiredError: the run existed and its retention passed (raised when the iteration starts).
-        """
-        after, tag = _position(offset)
-        if tag is not None:
-            self.runtime.store.log.verify(self.run_id, after, tag)
-        return self.runtime.store.log.events(self.run_id, after, until_pause=until_pause)
-
-    async def aevents(self, offset: int | str | None = None, *, until_pause: bool = True) -> AsyncIterator[Event]:
-        """Async version of :meth:`events`.
-
-        Args:
-            offset: Where to read after, as :meth:`events` takes it.
-            until_pause: Whether a pause ends the iteration too, as in :meth:`events`.
-
-        Yields:
-            The run's events, oldest first.
-
-        Raises:
-            ValidationError: ``offset`` is neither an offset nor a position.
-            LogRewoundError: the log no longer holds the event at that position.
-            RunNotFoundError: no run has that id.
-            RunExpiredError: the run existed and its retention passed.
-        """
-        after, tag = _position(offset)
-        # A client per call: an asyncio Redis client belongs to the event loop that created it.
-        client = connect_async(self.runtime.settings.redis_url, socket_connect_timeout=2)
-        try:
-            log = AsyncEventLog(client, self.runtime.store.keys)
-            if tag is not None:
-                await log.verify(self.run_id, after, tag)
-            async for event in log.events(self.run_id, after, until_pause=until_pause):
-                yield event
-        finally:
-            await client.aclose()
-
-    def get(self) -> RunView:
-        """The run as it stands (:meth:`Runtime.get`).
-
-        Returns:
-            The run's :class:`RunView`.
-
-        Raises:
-            RunNotFoundError: no run has that id.
-            RunExpiredError: the run existed and its retention passed.
-        """
-        return self.runtime.get(self.run_id)
-
-    def __repr__(self) -> str:
-        return f"RunStream(run_id={self.run_id!r}, agent={self.agent_id!r})"
 
 
 class Runtime(Scheduling):
@@ -231,6 +134,7 @@ class Runtime(Scheduling):
         webhook_url: str | None = None,
         multitask_strategy: str = "reject",
         output_schema: dict[str, Any] | None = None,
+        canvas: dict[str, Any] | None = None,
     ) -> RunStream:
         """Start a run and return its stream handle (the run executes on the workers).
 
@@ -272,6 +176,7 @@ class Runtime(Scheduling):
                 agent's ``output_type``. The model is asked with it and the answer is validated. A failed answer
                 is sent back to the model, ``output_retries`` times. The run's ``output`` is the validated JSON
                 value (docs/output.md).
+            canvas: The Celery canvas that waits for the run's end (``run_signature`` passes it; not for callers).
 
         Returns:
             The run's stream handle; for a retried idempotent call, the handle of the run the first call created.
@@ -334,6 +239,7 @@ class Runtime(Scheduling):
                 client=dict(client or {}),
                 webhook_url=webhook_url,
                 output_schema=output_schema,
+                canvas=canvas,
                 schedule_id=schedule[0] if schedule else None,
                 scheduled_for=schedule[1] if schedule else None,
                 created_at=now,

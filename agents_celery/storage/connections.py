@@ -124,6 +124,32 @@ def connect(url: str, *, blocking_pool: bool = False, **options: Any) -> redis.R
     return redis.Redis(connection_pool=pool)
 
 
+#: A worker's pool: how many connections one step slot may hold at once (its own command, and its model or tool
+#: call's on a thread of its own, which keeps a connection there too), and how many the process adds (the event
+#: flusher, the sweeper, claims sent ahead of their step).
+PER_SLOT, PROCESS_CONNECTIONS = 2, 16
+#: How long a command waits for a connection of a worker's pool when every one is in use (redis-py's default).
+POOL_WAIT_SECONDS = 20.0
+
+
+def worker_pool(slots: int) -> dict[str, Any]:
+    """:func:`connect` options for the client of a worker process that runs ``slots`` steps at once.
+
+    redis-py (6 and later) caps a pool at 100 connections and raises ``MaxConnectionsError`` ("Too many
+    connections") at the 101st. A ``--pool gevent --concurrency 1000`` worker passed that whenever more than 100
+    of its greenlets had a command in flight: at the end of a burst of turns, on a busy hub, where a greenlet
+    holds its connection from its send until the hub comes back to read the reply. The engine took the error for
+    Redis being away, gave the attempt back and ran the model turn again (tests/test_gevent_capacity.py: 37 runs
+    of 1,000 ran their turn twice). So the pool has room for every slot, and when all of it is in use a command
+    waits for a connection to come back (a blocking pool) instead of failing; it fails only after
+    :data:`POOL_WAIT_SECONDS`. Connections are made on demand, so an idle worker holds few."""
+    return {
+        "blocking_pool": True,
+        "max_connections": max(100, PER_SLOT * slots + PROCESS_CONNECTIONS),
+        "timeout": POOL_WAIT_SECONDS,
+    }
+
+
 def is_cluster(client: Any) -> bool:
     """Whether ``client`` is a Redis Cluster client (sync or asyncio)."""
     return isinstance(client, (redis.cluster.RedisCluster, acluster.RedisCluster))

@@ -206,10 +206,11 @@ class EventLog:
             raise RedisUnavailableError(f"Redis does not answer: {exc}") from exc
         return log_info(run_id, row)
 
-    def read(self, run_id: str, after: int = -1, limit: int | None = None) -> list[Event]:
-        """The events with offset > ``after`` (at most ``limit``), oldest first."""
+    def read(self, run_id: str, after: int = -1, limit: int | None = None, info: LogInfo | None = None) -> list[Event]:
+        """The events with offset > ``after`` (at most ``limit``), oldest first (``info``: the log's, when the caller
+        read it already)."""
         check_offset(after)
-        info = self.info(run_id)
+        info = info or self.info(run_id)
         raw: Any = self._redis.xrange(self._keys.run(run_id).events, min=f"{after + 1}-0", count=limit)
         return [info.event(e) for e in entries(raw)]
 

@@ -59,6 +59,10 @@ Per run (``<p>:run:{<run_id>}...``):
   on the connection that sends it; ``PX`` 1 s. Only with ``wait_replicas`` set.
 - ``<p>:run:{<rid>}:gone`` *string* — tombstone written when the run ends, ``PX retention + tombstone``;
   tells an expired run (410) from one that never existed (404).
+- ``<p>:run:{<rid>}:renders`` *hash* — renderers' checkpoints (:mod:`.renders`): ``<renderer>:<base>:<seq>`` ->
+  JSON ``{position, state}``, the state of a dialect's fold over the response segment at ``base`` after sequence
+  number ``seq``, the last few per segment. Written by API processes as they render. ``PX`` the run record's TTL
+  once it has one, else the retention (so never past the run); deleted with the run.
 
 Per session (``<p>:session:{<sid>}...``; :mod:`.sessions`). ``<sid>`` is the session id itself, unless the id
 has a ``}`` or starts with ``#``: then it is ``#`` and the id's SHA-256 (:func:`session_tag`), so that every key
@@ -128,6 +132,7 @@ class RunKeys:
     sent: str
     fence: str
     a2apush: str
+    renders: str
 
     @property
     def claiming(self) -> list[str]:
@@ -144,7 +149,7 @@ class RunKeys:
     @property
     def every(self) -> list[str]:
         """Every key of the run: what deleting it deletes."""
-        return [*self.ending, self.sent, self.fence, self.a2apush]
+        return [*self.ending, self.sent, self.fence, self.a2apush, self.renders]
 
 
 @dataclass(frozen=True)
@@ -196,6 +201,7 @@ class Keys:
             sent=f"{base}:sent",
             fence=f"{base}:fence",
             a2apush=f"{base}:a2apush",
+            renders=f"{base}:renders",
         )
 
     def session(self, session_id: str) -> SessionKeys:

@@ -77,6 +77,9 @@ class Holding:
     stop: threading.Event = field(default_factory=threading.Event)
     #: When the lease was last renewed (``time.monotonic``); written only by the keeper's thread.
     renewed: float = field(default_factory=time.monotonic)
+    #: Set by the step as it sends the commit that gives the lease up: a renewal that fails from then on is the
+    #: commit's doing (or the commit is refused, and says so), not a lost lease; the keeper stops renewing it.
+    committing: bool = False
     wake_stop: Callable[[], None] = field(default=_not_woken, repr=False)
     wake_lost: Callable[[], None] = field(default=_not_woken, repr=False)
 
@@ -116,7 +119,15 @@ class LeaseKeeper:
         """Keep ``run_id``'s lease alive for ``token`` until :meth:`drop`. ``taken``: when the claim that took it
         was sent (``time.monotonic``): the first renewal is then due a heartbeat after the claim, not after this
         call, which on a busy gevent worker can come seconds later (the step's greenlet waits its turn)."""
-        holding = Holding(run_id, token, renewed=time.monotonic() if taken is None else taken)
+        now = time.monotonic()
+        holding = Holding(run_id, token, renewed=now if taken is None else taken)
+        if now - holding.renewed > self._ttl_ms / 2000:  # the lease is half gone before its first renewal
+            log.warning(
+                "run %r: its step held the lease %.1f s after the claim took it (TTL %.1f s): the process is too busy",
+                run_id,
+                now - holding.renewed,
+                self._ttl_ms / 1000,
+            )
         holding.wake_stop, holding.wake_lost = setter_for(holding.stop), setter_for(holding.lost)
         with self._lock:
             self._held[id(holding)] = holding
@@ -154,6 +165,7 @@ class LeaseKeeper:
         """One round trip: stop checks for every holding, renewals for those due (a lost lease is not ours again)."""
         now = time.monotonic()
         due = [h for h in held if now - h.renewed >= self._renew and not h.lost.is_set()]
+        self._warn_if_late(now, due)
         keys = leases.keys
         script = leases.renew_script
         replies = pipelined(
@@ -164,13 +176,35 @@ class LeaseKeeper:
         for h, stopped in zip(held, replies[: len(held)], strict=True):
             if stopped and not h.stop.is_set():
                 h.wake_stop()
-        with self._lock:  # a step that committed meanwhile gave its lease up and left: not a lost lease
+        with self._lock:  # a step that committed meanwhile gave its lease up (and left, or is leaving): not lost
             failed = [h for h, renewed in zip(due, replies[len(held) :], strict=True) if not renewed]
             failed = [h for h in failed if self._held.get(id(h)) is h]
+            for h in failed:
+                if h.committing:
+                    del self._held[id(h)]
+            failed = [h for h in failed if not h.committing]
         for h, renewed in zip(due, replies[len(held) :], strict=True):
             if renewed:
                 h.renewed = now
         for h in failed:
             if not h.lost.is_set():
-                log.warning("run %r: lease lost; this attempt can no longer write", h.run_id)
+                log.warning(
+                    "run %r: lease lost %.1f s after its last renewal (TTL %.1f s); this attempt can no longer write",
+                    h.run_id,
+                    now - h.renewed,
+                    self._ttl_ms / 1000,
+                )
                 h.wake_lost()
+
+    def _warn_if_late(self, now: float, due: list[Holding]) -> None:
+        """Say when renewals come half a TTL after the last (a late beat, or a step that held its lease late):
+        the leases are at risk, and the log should say so before one is lost."""
+        late = [now - h.renewed for h in due if now - h.renewed > self._ttl_ms / 2000]
+        if late:
+            log.warning(
+                "lease keeper: %d leases renewed up to %.1f s after their last renewal (heartbeat %.1f s, TTL %.1f s)",
+                len(late),
+                max(late),
+                self._renew,
+                self._ttl_ms / 1000,
+            )

@@ -40,6 +40,7 @@ from .manifests import Manifests
 from .parts import Parts
 from .pending import Pending, SendAhead, call_now
 from .records import ClaimArgs, ClaimReply, CommitArgs
+from .renders import Renders
 from .replies import as_text
 from .scripts import refusal, register
 from .sessions import Sessions
@@ -151,6 +152,8 @@ class RunStore:
         self.ledger = Ledger(client, self.keys, self._client, send_ahead)
         #: The images and files of user messages (:mod:`.parts`).
         self.parts = Parts(client, self.keys)
+        #: The renderers' checkpoints (:mod:`.renders`): where a resume deep in a response starts.
+        self.renders = Renders(client, self.keys, settings.retention_ms)
         self.sessions = Sessions(client, self.keys, settings, self.index, self.parts)
         self.agents = Manifests(client, self.keys)
         #: The failover fence (``wait_replicas``): commits, creations, status changes and started tool calls

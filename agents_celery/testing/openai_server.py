@@ -20,7 +20,9 @@ From a shell (for a worker, a bench or another language's tests)::
 
 serves until interrupted (Ctrl-C or SIGTERM), answering every request with ``--tokens`` streamed words (or
 ``--text``); it prints ``fake OpenAI server on http://127.0.0.1:8011/v1`` once it listens (``--port 0``, the
-default, picks a free port: read the URL from that line). Any API key is accepted.
+default, picks a free port: read the URL from that line). Any API key is accepted. With ``--held`` every stream
+waits before its first chunk until ``POST /release`` (:func:`release`): a test holds a thousand turns in flight for
+as long as the worker takes to start them all, then lets them end together.
 """
 
 from __future__ import annotations
@@ -75,6 +77,8 @@ _ERROR_KINDS: dict[int, tuple[str, str | None]] = {
     404: ("invalid_request_error", "model_not_found"),
     429: ("requests", "rate_limit_exceeded"),
 }
+#: How often a held stream (``held``) sends an SSE comment while it waits to be released.
+HELD_PING_SECONDS = 10.0
 _CONNECTION_ERRORS = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError)
 
 
@@ -88,13 +92,20 @@ class FakeOpenAIServer:
         responder: Maps each request body to a reply; defaults to a one-turn :class:`ScriptResponder`.
         host: Interface to listen on.
         port: Port; 0 picks a free one.
+        held: Streams wait before their first chunk until :meth:`release` (or ``POST /release``).
 
     Attributes:
         responder: The current responder; may be replaced while the server runs.
     """
 
-    def __init__(self, responder: Responder | None = None, *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, responder: Responder | None = None, *, host: str = "127.0.0.1", port: int = 0, held: bool = False
+    ) -> None:
         self.responder: Responder = responder or ScriptResponder(["Hello from the fake OpenAI server."])
+        #: Set while streams may go on (always, unless ``held`` and not yet released).
+        self.released = threading.Event()
+        if not held:
+            self.released.set()
         self.host = host
         self.port = port
         self._httpd: _HTTPServer | None = None
@@ -121,6 +132,10 @@ class FakeOpenAIServer:
         """How many chat completion requests were received."""
         with self._lock:
             return len(self._requests)
+
+    def release(self) -> None:
+        """Let held streams go on (see ``held``); streams started later are not held."""
+        self.released.set()
 
     def start(self) -> Self:
         """Bind the port and start serving in a daemon thread.
@@ -149,6 +164,7 @@ class FakeOpenAIServer:
         if httpd is None or thread is None:
             return
         httpd.shutdown()
+        self.released.set()  # a held stream ends too
         with self._lock:
             connections = list(self._connections)
         for conn in connections:
@@ -220,6 +236,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path.split("?")[0].rstrip("/") == "/release":
+            self.server.fake.release()
+            self._send_json(200, {"released": True})
+            return
         if self.path.split("?")[0].rstrip("/") != "/v1/chat/completions":
             self._send_error(404, f"Unknown request URL: POST {self.path}", "unknown_url")
             return
@@ -258,6 +278,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
+        while not self.server.fake.released.wait(HELD_PING_SECONDS):  # well inside a client's read timeout
+            self._write_chunk(b": held\n\n")
         while reply.hang:  # ends when the client closes the connection (the write fails)
             self._write_chunk(b": ping\n\n")
             time.sleep(reply.token_delay or 0.1)
@@ -406,14 +428,16 @@ def filler_text(tokens: int) -> str:
 
 
 @contextlib.contextmanager
-def server_process(tokens: int, token_delay: float) -> Iterator[str]:
+def server_process(tokens: int, token_delay: float, *, held: bool = False) -> Iterator[str]:
     """This server in a process of its own (:func:`main`: a thread per stream, its work off the caller's
-    interpreter), every completion ``tokens`` words ``token_delay`` seconds apart; yields its ``/v1`` URL and
-    stops the process on exit. What a test or a bench of a thousand streams at once uses."""
+    interpreter), every completion ``tokens`` words ``token_delay`` seconds apart (``held``: each stream waits
+    for :func:`release` first); yields its ``/v1`` URL and stops the process on exit. What a test or a bench of a
+    thousand streams at once uses."""
     import re
     import subprocess
 
     cmd = [sys.executable, "-m", __name__, "--tokens", str(tokens), "--token-delay", str(token_delay)]
+    cmd += ["--held"] if held else []
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline() if proc.stdout else ""
@@ -426,6 +450,15 @@ def server_process(tokens: int, token_delay: float) -> Iterator[str]:
         proc.wait(timeout=10)
         if proc.stdout:
             proc.stdout.close()
+
+
+def release(url: str) -> None:
+    """Let the held streams of the server at ``url`` (its ``/v1`` URL) go on: ``POST /release``."""
+    import urllib.request
+
+    request = urllib.request.Request(url.removesuffix("/v1") + "/release", data=b"", method="POST")
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        answer.read()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -441,6 +474,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     what.add_argument("--tokens", type=int, default=20, help="answer with this many words, one chunk each (default 20)")
     what.add_argument("--text", help="answer with this text instead")
     parser.add_argument("--token-delay", type=float, default=0.0, help="seconds before each streamed chunk (default 0)")
+    parser.add_argument("--held", action="store_true", help="streams wait before their first chunk until POST /release")
     parser.add_argument(
         "--tool-call",
         action="append",
@@ -464,7 +498,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"--tool-call {item!r}: give NAME={{...}} with a JSON object of arguments")
         calls.append(ScriptedToolCall(name, arguments))
     turns: list[ScriptedTurn | str] = [ScriptedTurn("", calls), text] if calls else [text]
-    server = FakeOpenAIServer(ScriptResponder(turns, token_delay=args.token_delay), host=args.host, port=args.port)
+    responder = ScriptResponder(turns, token_delay=args.token_delay)
+    server = FakeOpenAIServer(responder, host=args.host, port=args.port, held=args.held)
     stopped = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopped.set())

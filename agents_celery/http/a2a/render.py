@@ -4,11 +4,12 @@ SSE frame holding a JSON-RPC response (the mapping is :mod:`agents_celery.a2a.ta
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...a2a.task import TaskFold
 from ...events import Event, EventType
+from ...storage.eventlog import Entry
 from . import wire
 
 #: How a stream's results are spelled on the wire (A2A 0.3's, :func:`.compat.stream_result`); None: as 1.0's.
@@ -32,6 +33,10 @@ class TaskPresenter:
         self.rpc_id = rpc_id
         self.ends_after = ends_after
         self.finished = False
+
+    def needs_thread(self, page: Sequence[Entry]) -> bool:
+        """Rendering reads and writes no Redis."""
+        return False
 
     def frames(self, events: list[Event]) -> str:
         out = []

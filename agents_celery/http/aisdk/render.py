@@ -8,13 +8,13 @@ does not know, so only the protocol's chunks are written.
 
 Mapping (stored event -> chunks):
 
-- STEP_STARTED / STEP_FINISHED -> ``start-step`` / ``finish-step``. A step an attempt left behind (a crash:
-  STEP_FINISHED ``abandoned``, CUSTOM ``attempt_abandoned``; a model retry: CUSTOM ``model_retry``) is
-  ``reset-step``: the SDK drops the parts since the last ``start-step``, and the next attempt's parts come in
-  the same step, so the message equals one of a run that never crashed. A guest's step (a pydantic-ai segment)
-  holds many units, and a retry replays the saved ones without writing their events again: each CUSTOM
-  ``unit_saved`` closes the SDK's step there (the next part opens another), so a reset drops only what no unit
-  saved.
+- STEP_STARTED / STEP_FINISHED -> ``start-step`` / ``finish-step`` (a workflow's step too: an SDK step of its own,
+  closing the one open). A step an attempt left behind (a crash: STEP_FINISHED ``abandoned``, CUSTOM
+  ``attempt_abandoned``; a model retry: CUSTOM ``model_retry``) is ``reset-step``: the SDK drops the parts since the
+  last ``start-step``, and the next attempt's parts come in the same step, so the message equals one of a run that
+  never crashed. A guest's step (a pydantic-ai segment) holds many units, and a retry replays the saved ones without
+  writing their events again: each CUSTOM ``unit_saved`` closes the SDK's step there (the next part opens another), so
+  a reset drops only what no unit saved.
 - TEXT_MESSAGE_START/CONTENT/END of the assistant -> ``text-start/delta/end`` (the message id).
 - TOOL_CALL_START/ARGS/END -> ``tool-input-start/delta/available`` (``input`` parsed from the arguments);
   TOOL_CALL_RESULT -> ``tool-output-available`` (``output`` the result, JSON when it parses), or
@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...events import UNIT_SAVED, Event, EventType, json_or_text
+from ...storage.eventlog import Entry
 
 #: The response header that names the protocol (the SDK's own servers send it).
 HEADER = ("x-vercel-ai-ui-message-stream", "v1")
@@ -149,6 +150,13 @@ class ChatFold:
         return []
 
     def _step(self, ev: Event) -> list[dict[str, Any]]:
+        meta = ev.data.get("metadata") or {}
+        if "workflow_step" in meta:  # a workflow's step: an SDK step of its own, inside the run's own steps
+            if ev.type is EventType.STEP_STARTED:
+                closed = self._close_sdk_step()
+                self._sdk_open, self._step_parts = True, 0
+                return [*closed, {"type": "start-step"}]
+            return self._close_sdk_step()
         if ev.type is EventType.STEP_STARTED:
             if self._in_step:  # the retry of a step whose attempt died (its parts were reset, or are now)
                 return self._reset()
@@ -278,6 +286,10 @@ class ChatPresenter:
         #: Chunks not to send (a reconnect by chunk index: the client has them).
         self._skip = skip
         self.finished = False
+
+    def needs_thread(self, page: Sequence[Entry]) -> bool:
+        """Rendering reads and writes no Redis."""
+        return False
 
     def frames(self, events: list[Event]) -> str:
         out = [self._prefix] if self._prefix else []

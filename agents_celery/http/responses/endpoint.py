@@ -27,10 +27,14 @@ A response whose run's retention passed answers 404, as OpenAI's API does (our `
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
+import logging
 import time
 import uuid
 from typing import Any
+
+import redis
 
 from ...decisions import Decision
 from ...errors import (
@@ -48,10 +52,11 @@ from ...errors import (
 from ...events import Event, EventType
 from ...runs import RunState
 from ...runtime import Runtime
+from ...storage.follow import LogInfo
 from ..access import Access
 from ..bodies import ConversationBody, ConversationItemsBody, CreateBody, Limits, parse
 from ..messages import Reply, Request, Wait
-from ..sse import LogStream, frame
+from ..sse import LogStream
 from .input import (
     Input,
     approval,
@@ -65,6 +70,7 @@ from .input import (
     parse_input,
 )
 from .items import items_of, messages_of, page
+from .presenter import CHECKPOINTS_KEPT, Presenter
 from .render import (
     ResponseFold,
     ResponseSegment,
@@ -81,6 +87,10 @@ from .turn import Anchor, Turn, anchor_runs, classify
 CANCEL_WAIT_SECONDS = 10.0
 #: How many events after a segment's end are looked at for the next segment's start (it is the next event).
 _NEXT_START_WITHIN = 8
+#: The renderer's name in the run's checkpoints (:mod:`agents_celery.storage.renders`).
+RENDERER = "responses"
+
+log = logging.getLogger(__name__)
 
 
 def _listing(items: list[dict[str, Any]]) -> dict[str, Any]:
@@ -91,39 +101,6 @@ def _listing(items: list[dict[str, Any]]) -> dict[str, Any]:
         "last_id": items[-1].get("id") if items else None,
         "has_more": False,
     }
-
-
-class Presenter:
-    """A response's stream for :class:`~.sse.LogStream`: the fold's events after ``starting_after``, until the
-    segment's end."""
-
-    def __init__(self, fold: ResponseFold, starting_after: int = -1) -> None:
-        self.fold = fold
-        self.starting_after = starting_after
-        self.finished = False
-
-    def frames(self, events: list[Event]) -> str:
-        out = []
-        for ev in events:
-            for rendered in self.fold.feed(ev):
-                seq = rendered["sequence_number"]
-                if seq > self.starting_after:
-                    out.append(frame(rendered, rendered["type"], seq))
-            if self.fold.ended:
-                self.finished = True
-                break
-        return "".join(out)
-
-    def error(self, exc: BaseException) -> str:
-        """The ``error`` event a broken stream ends with (the SDK raises it as ``APIError``, from its ``error``
-        object); resume with ``starting_after`` the last sequence number received before it. Its own number is the
-        next of the stream, and it has no ``id:`` line: it is not part of the response, a replay has another event
-        there."""
-        code = str(getattr(exc, "code", "stream_error"))
-        seq = max(self.fold.seq, self.starting_after) + 1
-        error = {"message": str(exc), "type": "server_error", "param": None, "code": code}
-        event = {"type": "error", "code": code, "message": str(exc), "param": None, "sequence_number": seq}
-        return frame({**event, "error": error}, "error")
 
 
 class ResponsesEndpoint:
@@ -311,7 +288,10 @@ class ResponsesEndpoint:
         answer = lambda: Reply(200, self._object(run_id, base))  # noqa: E731
         return Reply(200, wait=Wait(run_id, base - 1, self.block, answer=answer, keepalive=self.keepalive))
 
-    def _fold(self, run_id: str, base: int) -> ResponseFold:
+    def _fold(self, run_id: str, base: int, info: LogInfo | None = None) -> ResponseFold:
+        """A fold of the segment at ``base``. ``info``: the log's, read before; when it had ended, the last segment's
+        usage is the state's, with nothing to read when the fold gets there (a resume near the end of a finished
+        response renders its terminal event in its first page)."""
         state, _ = self.store.load(run_id)
         record = state.client.get("responses")
         if isinstance(record, dict) and isinstance(record.get("confirm"), list):
@@ -319,7 +299,9 @@ class ResponsesEndpoint:
         else:  # a run started on another route (or before the set was recorded): the agent as deployed now
             confirm = _confirmations(self.runtime.agent_manifest(state.agent_id))
         segment = _segment_of(state, base, confirm)
-        segment.end_usage = lambda at: self._end_usage(run_id, at)
+        ended = info.last_offset if info is not None and info.status == "ended" else None
+        final = dict(state.usage)
+        segment.end_usage = lambda at: final if at == ended else self._end_usage(run_id, at)
         return ResponseFold(segment)
 
     def _end_usage(self, run_id: str, at: int) -> dict[str, int]:
@@ -343,39 +325,74 @@ class ResponsesEndpoint:
             raise _not_found(response_id(run_id, base))
         return fold.response(usage=True)
 
-    def _stream(self, run_id: str, base: int, starting_after: int) -> LogStream:
+    def _stream(self, run_id: str, base: int, starting_after: int, info: LogInfo | None = None) -> LogStream:
         """The response's SSE. The fold takes in the earlier segments here, and the stream tails from the
         response's start: a pause for the client's function calls ends its segment with a RUN_FINISHED that a
-        tail from the log's start would take for the run's end (the stream of a continue was empty)."""
-        fold = self._fold(run_id, base)
-        if base > 0:
+        tail from the log's start would take for the run's end (the stream of a continue was empty). A resume
+        starts from the latest checkpoint at or before ``starting_after`` instead, when the log still holds the
+        event it was made at."""
+        fold, after = self._fold(run_id, base, info), base - 1
+        restored = self._restored(run_id, base, starting_after, fold) if starting_after >= 0 else None
+        if restored is not None:
+            fold, after = restored
+        elif base > 0:
             for ev in self.store.log.read(run_id, -1, limit=base):
                 fold.feed(ev)
-        presenter = Presenter(fold, starting_after)
+        save = functools.partial(self._checkpoint, run_id, base)
+        presenter = Presenter(fold, starting_after, save)
         return LogStream(
-            run_id, base - 1, "responses", until_pause=True, keepalive_seconds=self.keepalive, presenter=presenter
+            run_id,
+            after,
+            "responses",
+            until_pause=True,
+            keepalive_seconds=self.keepalive,
+            presenter=presenter,
+            info=info,
         )
+
+    def _restored(
+        self, run_id: str, base: int, starting_after: int, fresh: ResponseFold
+    ) -> tuple[ResponseFold, int] | None:
+        """The fold of the latest checkpoint at or before ``starting_after`` and the offset it was made at; None
+        when there is none, or the log holds another event at that offset now (Redis lost writes)."""
+        found = self.store.renders.find(run_id, RENDERER, base, starting_after)
+        if found is None:
+            return None
+        fold = ResponseFold.restore(fresh.segment, found.state)
+        return None if fold is None else (fold, found.offset)
+
+    def _checkpoint(self, run_id: str, base: int, fold: ResponseFold, ev: Event) -> None:
+        """Save ``fold``'s state, made at ``ev``; a failed save only costs a later resume its shortcut."""
+        try:
+            self.store.renders.save(run_id, RENDERER, base, fold.seq, ev.position, fold.snapshot(), CHECKPOINTS_KEPT)
+        except redis.RedisError as exc:
+            log.info("run=%s: a checkpoint of response %s was not saved: %s", run_id, response_id(run_id, base), exc)
 
     def _segment(self, req: Request, named: str, action: str) -> tuple[str, int]:
         """(run id, base) of a response the caller may ``action`` (404 for one that does not exist, has expired
         or is another user's)."""
+        run_id, base, _ = self._located(req, named, action)
+        return run_id, base
+
+    def _located(self, req: Request, named: str, action: str) -> tuple[str, int, LogInfo]:
+        """:meth:`_segment`, and the run's log as it stood."""
         parsed = parse_response_id(named)
         if parsed is None:
             raise _not_found(named)
         run_id, base = parsed
         try:
-            self.access.run(req, run_id, action)  # type: ignore[arg-type]
-            first = self.store.log.read(run_id, base - 1, limit=1)
+            info = self.access.run(req, run_id, action)  # type: ignore[arg-type]
+            first = self.store.log.read(run_id, base - 1, limit=1, info=info)
         except (RunNotFoundError, RunExpiredError):
             raise _not_found(named) from None
         if not first or first[0].offset != base or not starts_segment(first[0]):
             raise _not_found(named)
-        return run_id, base
+        return run_id, base, info
 
     # -- the other routes ------------------------------------------------------------------------------------
 
     def retrieve(self, req: Request, response_id: str) -> Reply:
-        run_id, base = self._segment(req, response_id, "read")
+        run_id, base, info = self._located(req, response_id, "read")
         if req.query.get("stream", "").lower() in ("true", "1"):
             # An EventSource reconnecting sends the last id: line it saw (the frames' ids are sequence numbers).
             after = req.query.get("starting_after") or req.headers.get("Last-Event-ID")
@@ -384,7 +401,7 @@ class ResponsesEndpoint:
                 if not after.isascii() or not after.isdigit() or len(after) > 18:
                     raise BadRequestError(f"starting_after must be a sequence number, got {after[:40]!r}")
                 starting_after = int(after)
-            return Reply(200, stream=self._stream(run_id, base, starting_after))
+            return Reply(200, stream=self._stream(run_id, base, starting_after, info))
         return Reply(200, self._object(run_id, base))
 
     def cancel(self, req: Request, response_id: str) -> Reply:

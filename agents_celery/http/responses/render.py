@@ -41,6 +41,9 @@ from typing import Any
 
 from ...events import Event, EventType, ToolCalls
 
+#: The version of the fold's rendering a checkpoint was made by (:meth:`ResponseFold.snapshot`): bump it when the
+#: rendering changes, so a checkpoint of the old one is not resumed from.
+RENDERING = 1
 #: The Response statuses.
 TERMINAL_EVENT = {"completed": "response.completed", "cancelled": "response.cancelled", "failed": "response.failed"}
 
@@ -141,6 +144,13 @@ class ResponseSegment:
         return isinstance(spec, dict) and spec.get("type") in ("json_schema", "json_object")
 
 
+#: The fold's fields a checkpoint holds: all of its state but the segment (which the request gives) and the calls.
+_STATE = (
+    "seq", "output", "status", "_in_progress_sent", "start_usage", "usage", "_at", "error", "created_at", "started",
+    "ended", "previous_base", "decisions", "answered", "function_outputs", "_open", "_step_items",
+)  # fmt: skip
+
+
 class ResponseFold:
     """The Responses events of one segment and its Response object, folded from the run's log (module docs)."""
 
@@ -171,6 +181,24 @@ class ResponseFold:
         self._calls = ToolCalls()
         self._open: dict[str, int] = {}  # message or call id -> output index, while its item is open
         self._step_items: list[str] = []  # ids of the items opened in the current step (closed at its end)
+
+    # -- checkpoints (agents_celery.storage.renders) ------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """The fold's state as JSON data: :meth:`restore` with the same segment folds on exactly as this one."""
+        state = {name: getattr(self, name) for name in _STATE}
+        return {**state, "calls": [self._calls.names, self._calls.raw_args], "rendering": RENDERING}
+
+    @classmethod
+    def restore(cls, segment: ResponseSegment, state: dict[str, Any]) -> ResponseFold | None:
+        """The fold a :meth:`snapshot` was taken of; None for one made by another rendering."""
+        if state.get("rendering") != RENDERING:
+            return None
+        fold = cls(segment)
+        for name in _STATE:
+            setattr(fold, name, state[name])
+        fold._calls.names, fold._calls.raw_args = state["calls"]
+        return fold
 
     # -- folding ---------------------------------------------------------------------------------------------
 

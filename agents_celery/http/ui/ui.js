@@ -336,9 +336,59 @@ function runPage() {
     return box;
   }
 
+  // A workflow run's steps as a tree: containers (parallel, condition, loop, router) hold their steps; each node
+  // is shown once, by its path (a loop's iterations are nodes of their own: grow@1, grow@2), with its state, its
+  // output and, for an agent step, a link to the step's own run.
+  const tree = { nodes: {}, section: document.getElementById("workflow"), root: document.getElementById("steps") };
+  function treeNode(path, name, kind, parent) {
+    if (tree.nodes[path]) return tree.nodes[path];
+    tree.section.hidden = false;
+    const label = el("span", { class: "label", text: `${kind} ${name}` });
+    const item = el("li", { "data-path": path, "data-state": "running" }, label, el("span", { class: "output" }), el("ol"));
+    const holder = parent && tree.nodes[parent] ? tree.nodes[parent].querySelector(":scope > ol") : tree.root;
+    holder.append(item);
+    tree.nodes[path] = item;
+    return item;
+  }
+  function renderStep(ev) {
+    const meta = ev.metadata || {};
+    const path = meta.workflow_step;
+    if (ev.type === "STEP_STARTED") {
+      const item = treeNode(path, ev.step_name, meta.executor === "agent" ? "agent step" : "step", meta.parent);
+      item.dataset.state = "running";
+    } else if (tree.nodes[path]) {
+      const item = tree.nodes[path];
+      item.dataset.state = meta.suspended ? "paused" : meta.failed || meta.ended || meta.stopped ? "failed" : meta.abandoned ? "running" : "done";
+    }
+  }
+  function renderNode(value) {
+    const item = treeNode(value.node, value.name, value.type.toLowerCase(), value.parent);
+    if (value.phase === "completed") item.dataset.state = "done";
+    if (value.phase === "iteration_started") item.querySelector(":scope > .output").textContent = `iteration ${value.iteration}`;
+    if (value.condition_result !== undefined) item.querySelector(":scope > .output").textContent = `when: ${value.condition_result}`;
+    if (value.selected_steps) item.querySelector(":scope > .output").textContent = `chose ${value.selected_steps.join(", ")}`;
+  }
+  function renderOutput(value) {
+    const item = tree.nodes[value.step];
+    if (!item) return;
+    const text = typeof value.output === "string" ? value.output : JSON.stringify(value.output);
+    item.querySelector(":scope > .output").textContent = "→ " + (text.length > 120 ? text.slice(0, 117) + "..." : text);
+  }
+  function renderChild(ev) {
+    const path = String(ev.parent_tool_call_id || "").replace(/^step:/, "");
+    const item = tree.nodes[path];
+    if (!item || item.querySelector(":scope > a")) return;
+    item.querySelector(":scope > .label").after(" ", el("a", { href: encodeURIComponent(ev.subagent_run_id), text: "its run" }));
+  }
+
   // One stored event, rendered once (events at or below the last rendered offset are skipped).
   function render(offset, ev) {
     const type = ev.type;
+    const meta = ev.metadata || {};
+    if ((type === "STEP_STARTED" || type === "STEP_FINISHED") && meta.workflow_step) renderStep(ev);
+    else if (type === "CUSTOM" && ev.name === "workflow_node") renderNode(ev.value);
+    else if (type === "CUSTOM" && ev.name === "step_output") renderOutput(ev.value);
+    else if (type === "SUBAGENT_STARTED" && String(ev.parent_tool_call_id || "").startsWith("step:")) renderChild(ev);
     if (type === "TEXT_MESSAGE_START") {
       const kind = ev.role === "user" ? "message user" : "message";
       state.messages[ev.message_id] = add(el("li", { class: kind, "data-message": ev.message_id }));
@@ -362,7 +412,7 @@ function runPage() {
         state.calls[ev.tool_call_id] = item;
       }
       item.querySelector(".result").textContent = "→ " + ev.content;
-    } else if (type === "STEP_STARTED" && ev.metadata && ev.metadata.attempt > 1) {
+    } else if (type === "STEP_STARTED" && meta.attempt > 1) {
       add(el("li", { class: "retry", text: `retried: ${ev.step_name} step, attempt ${ev.metadata.attempt}` }));
     } else if (type === "CUSTOM" && ev.name === "attempt_abandoned") {
       add(el("li", { class: "retry", text: "an attempt of this step was abandoned (its worker stopped)" }));
