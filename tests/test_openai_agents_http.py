@@ -5,6 +5,7 @@ continue, drop the connection, resume), a strict ``?format=agui`` stream and the
 from __future__ import annotations
 
 import json
+import shutil
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -20,6 +21,7 @@ from .api_support import ApiServer, frames, read_until
 from .cluster import Deployment
 from .conftest import TEST_REDIS_URL
 from .invariants import assert_agui_stream, counter_of
+from .test_agui_client import CLIENT, node
 from .test_api import AGENTOS_TYPES, END, stored
 from .test_openai_agents import TRIAGE, WEATHER
 
@@ -116,3 +118,26 @@ def test_a_session_of_an_sdk_agent_as_conversation_items(client: httpx.Client, f
         ("message", "assistant"),
     ]
     assert items[-1]["content"][0]["text"] == "It is sunny in London at noon."
+
+
+def test_the_official_agui_client_resumes_an_sdk_interrupt_with_edited_arguments(
+    sdk_api: ApiServer, sdk_deployment: Deployment, fake_openai: Any
+) -> None:
+    """``@ag-ui/client`` meets the approval as an interrupt, resumes it with edited arguments (which the SDK lacks):
+    the call runs with them, once, and the MESSAGES_SNAPSHOT shows the SDK's items as chat messages."""
+    if shutil.which("node") is None or not (CLIENT / "node_modules" / "@ag-ui" / "client").is_dir():
+        pytest.fail("the AG-UI client is not installed: run scripts/ensure-agui-client (make test does)")
+    asked, edited = f"/tmp/{uuid.uuid4().hex}", f"/tmp/{uuid.uuid4().hex}"
+    fake_openai.responder = ScriptResponder(
+        [ScriptedTurn("Deleting.", [ScriptedToolCall("delete_file", {"path": asked})]), "Done, it is gone."]
+    )
+    got = node(sdk_api, "interrupt", uuid.uuid4().hex, agent="sdk_files", edited=edited)
+    (interrupt,) = got["interrupts"]
+    assert interrupt["reason"] == "tool_call" and interrupt["toolCallId"]
+    assert "TOOL_CALL_RESULT" in got["resumedTypes"] and got["pendingAfter"] == 0
+    assert got["messages"][-1]["content"] == "Done, it is gone."
+    assert any(m["role"] == "tool" and m["content"] == f"deleted {edited}" for m in got["messages"])
+    assert got["replayError"] is None
+    with redis.Redis.from_url(TEST_REDIS_URL) as r:
+        count = counter_of(r, sdk_deployment.prefix)
+        assert count(f"sdk:delete_file:{edited}") == 1 and count(f"sdk:delete_file:{asked}") == 0
