@@ -163,3 +163,17 @@ point = Agent(
     output_type=Point,
     model_settings=ModelSettings(temperature=0),
 )
+
+
+# -- MCP servers: agents_celery.testing.mcp_server over streamable HTTP (SDK_MCP_URL) --------------------------------
+
+from agents.mcp import MCPServerStreamableHttp  # noqa: E402 (the MCP part of this module)
+
+_MCP_URL = os.environ.get("SDK_MCP_URL", "http://127.0.0.1:9/mcp")
+words = MCPServerStreamableHttp(params={"url": _MCP_URL}, name="words", client_session_timeout_seconds=30)
+mcp_agent = Agent(name="sdk_mcp", instructions="Count with the tools.", model=_model(), mcp_servers=[words])
+
+guarded = MCPServerStreamableHttp(
+    params={"url": _MCP_URL}, name="guarded", require_approval="always", client_session_timeout_seconds=30
+)
+mcp_approval = Agent(name="sdk_mcp_approval", instructions="Count when allowed.", model=_model(), mcp_servers=[guarded])

@@ -11,8 +11,10 @@ an approval's edited arguments are what the call runs with.
 from __future__ import annotations
 
 import asyncio
-import logging
+import contextlib
+import os
 import re
+from collections.abc import AsyncIterator
 from typing import Any
 
 from agents import Agent as SdkAgent
@@ -30,8 +32,6 @@ from ..guests.agent import GuestTool, Journals, ModelName, drive, output_value, 
 from ..guests.segment import MayHaveRun
 from .items import Split, sdk_items, split_messages, typed
 from .segment import IDEMPOTENT, JournaledModel, Segment, SegmentHooks, dumped, wrap_graph
-
-log = logging.getLogger(__name__)
 
 #: The key of a run's ``client`` dict under which a caller passes the SDK run's options (``context``,
 #: ``max_turns``): what ``CeleryRunner.run(..., context=..., max_turns=...)`` sends.
@@ -63,12 +63,8 @@ class SdkGuest(Agent):
         self.sdk_agent = agent
         self._journals = Journals()
         wrap_graph(agent)
-        if agent.mcp_servers:  # their calls would run unjournaled, on servers no worker connects: said at load
-            log.warning(
-                "agent %r has MCP servers; agents-celery does not serve an Agents SDK agent's MCP servers yet "
-                "(docs/openai-agents.md, 'Not done'): its runs will fail when they reach them",
-                agent.name,
-            )
+        #: The MCP servers of the agents its runs may reach (given as agents): each segment connects them.
+        self._servers = servers_of(agent)
 
     def manifest(self) -> dict[str, Any]:
         handoffs = [getattr(h, "name", None) or getattr(h, "agent_name", "") for h in self.sdk_agent.handoffs]
@@ -130,37 +126,45 @@ class SdkGuest(Agent):
     async def _run(self, segment: Segment, given: list[dict[str, Any]], options: dict[str, Any]) -> Any:
         token = segment.enter()
         try:
-            config, hooks = self._config(segment)
-            result = Runner.run_streamed(
-                self.sdk_agent,
-                given,  # type: ignore[arg-type]
-                context=options.get("context"),
-                max_turns=int(options.get("max_turns") or DEFAULT_MAX_TURNS),
-                run_config=config,
-                hooks=hooks,
-            )
-            return await _drained(result)
+            async with connected(self._servers):
+                return await self._first(segment, given, options)
         finally:
             segment.leave(token)
+
+    async def _first(self, segment: Segment, given: list[dict[str, Any]], options: dict[str, Any]) -> Any:
+        config, hooks = self._config(segment)
+        result = Runner.run_streamed(
+            self.sdk_agent,
+            given,  # type: ignore[arg-type]
+            context=options.get("context"),
+            max_turns=int(options.get("max_turns") or DEFAULT_MAX_TURNS),
+            run_config=config,
+            hooks=hooks,
+        )
+        return await _drained(result, segment)
 
     async def _resume(self, segment: Segment, resumed: _Resume, options: dict[str, Any]) -> Any:
         token = segment.enter()
         try:
-            run_state = await RunState.from_json(self.sdk_agent, resumed.saved["run_state"])
-            resumed.decide(run_state, segment)
-            if resumed.new:
-                run_state.add_input(resumed.new)  # type: ignore[arg-type]
-            config, hooks = self._config(segment)
-            result = Runner.run_streamed(
-                self.sdk_agent,
-                run_state,
-                max_turns=int(options.get("max_turns") or DEFAULT_MAX_TURNS),
-                run_config=config,
-                hooks=hooks,
-            )
-            return await _drained(result)
+            async with connected(self._servers):
+                return await self._again(segment, resumed, options)
         finally:
             segment.leave(token)
+
+    async def _again(self, segment: Segment, resumed: _Resume, options: dict[str, Any]) -> Any:
+        run_state = await RunState.from_json(self.sdk_agent, resumed.saved["run_state"])
+        resumed.decide(run_state, segment)
+        if resumed.new:
+            run_state.add_input(resumed.new)  # type: ignore[arg-type]
+        config, hooks = self._config(segment)
+        result = Runner.run_streamed(
+            self.sdk_agent,
+            run_state,
+            max_turns=int(options.get("max_turns") or DEFAULT_MAX_TURNS),
+            run_config=config,
+            hooks=hooks,
+        )
+        return await _drained(result, segment)
 
     def _settle(
         self,
@@ -250,10 +254,11 @@ def _pending(item: Any) -> ToolCall:
     )
 
 
-async def _drained(result: Any) -> Any:
+async def _drained(result: Any, segment: Segment) -> Any:
     """Read the streamed run to its end (our events come from its units, not from here); a cancellation (a stop)
     cancels the run's own task too. What a unit of ours raised inside a tool call (a call that may have run, a
-    stop, a lost lease, a journal that does not fit) comes out as itself, not as the SDK's ``UserError`` around it."""
+    stop, a lost lease, a journal that does not fit) comes out as itself, not as the SDK's ``UserError`` around it,
+    nor as the tool error the SDK made of it inside an MCP call (:meth:`.segment.Segment.reraise`)."""
     try:
         async for _event in result.stream_events():
             pass
@@ -265,6 +270,7 @@ async def _drained(result: Any) -> Any:
         if ours is exc:
             raise
         raise ours from None
+    segment.reraise()  # a call that may have run, met where the SDK made it a tool error: the segment pauses
     return result
 
 
@@ -277,6 +283,43 @@ def _ours(exc: BaseException) -> BaseException:
             return seen
         seen = seen.__cause__
     return exc
+
+
+def servers_of(agent: SdkAgent[Any]) -> list[Any]:
+    """The MCP servers of ``agent`` and of the agents it hands off to (given as agents), each once."""
+    found: dict[int, Any] = {}
+    pending, seen = [agent], set()
+    while pending:
+        one = pending.pop()
+        if id(one) in seen:
+            continue
+        seen.add(id(one))
+        found.update((id(s), s) for s in one.mcp_servers)
+        pending += [h for h in one.handoffs if isinstance(h, SdkAgent)]
+    return list(found.values())
+
+
+#: (process, server) -> the lock a segment holds while it has that MCP server connected.
+_SERVER_LOCKS: dict[tuple[int, int], asyncio.Lock] = {}
+
+
+@contextlib.asynccontextmanager
+async def connected(servers: list[Any]) -> AsyncIterator[None]:
+    """The MCP servers connected for one segment (``connect()``, then ``cleanup()`` in the same task, as the SDK
+    asks). A server object is the agents module's, one per process: a segment holds it while it runs, so the segments
+    of one process that reach the same MCP server run one after another (each connects it for itself)."""
+    if not servers:
+        yield
+        return
+    pid = os.getpid()
+    locks = [_SERVER_LOCKS.setdefault((pid, id(s)), asyncio.Lock()) for s in servers]
+    async with contextlib.AsyncExitStack() as stack:
+        for lock in sorted(locks, key=id):  # one order for every segment: no two wait for each other
+            await stack.enter_async_context(lock)
+        for server in servers:
+            await server.connect()
+            stack.push_async_callback(server.cleanup)
+        yield
 
 
 def _context_items(state: OurState) -> list[dict[str, Any]]:

@@ -14,6 +14,9 @@ Only the SDK's public seams are used:
   wrapper is transparent outside a worker's segment (a script's ``Runner.run`` is a plain run). Inside one, a call
   is a unit named ``tool:<name>`` through the effect ledger (``run_id:call_id``); its result, as the model is
   shown it (``ItemHelpers.tool_call_output_item``), is journaled with its TOOL_CALL_RESULT.
+- **MCP servers** (``mcp_servers=[...]``): each server's ``call_tool`` is wrapped the same way (:func:`wrap_server`):
+  a call is a unit named ``mcp:<server>.<tool>`` through the effect ledger, journaled with the server's
+  ``CallToolResult``; the segment connects the servers for its run (:mod:`.guest`).
 
 A unit's identity (:func:`~agents_celery.contrib.guests.segment.digest`) is its kind, agent, the model's name and the
 names of the tools and handoffs it offers for a model call; the tool and the call id for a tool call. Never the
@@ -105,13 +108,33 @@ def wrap_tools(tools: list[Any]) -> None:
             wrap_tool(tool)
 
 
+def wrap_server(server: Any) -> None:
+    """Route the calls of an agent's MCP server (``call_tool``) through the segment running them (a journaled
+    unit); in place, once, transparent outside a worker's segment. The SDK makes an MCP server's function tools
+    anew for every run, so the server, which stays, is where its calls are met."""
+    original = server.call_tool
+    if getattr(original, _WRAPPED, False):
+        return
+
+    async def call_tool(tool_name: str, arguments: dict[str, Any] | None, meta: dict[str, Any] | None = None) -> Any:
+        segment = current_segment()
+        if segment is None:
+            return await (original(tool_name, arguments) if meta is None else original(tool_name, arguments, meta))
+        return await segment.mcp_call(server, original, tool_name, arguments, meta)
+
+    setattr(call_tool, _WRAPPED, True)
+    server.call_tool = call_tool
+
+
 def wrap_graph(agent: SdkAgent[Any], seen: set[int] | None = None) -> None:
-    """Wrap the function tools of ``agent`` and of the agents it hands off to (given as agents)."""
+    """Wrap the function tools and MCP servers of ``agent`` and of the agents it hands off to (given as agents)."""
     seen = set() if seen is None else seen
     if id(agent) in seen:
         return
     seen.add(id(agent))
     wrap_tools(list(agent.tools))
+    for server in agent.mcp_servers:
+        wrap_server(server)
     for other in agent.handoffs:
         if isinstance(other, SdkAgent):
             wrap_graph(other, seen)
@@ -134,8 +157,16 @@ class Segment(GuestSegment):
     resulted: set[str] = field(default_factory=set)
     #: Model units met (run or replayed).
     model_calls: int = 0
+    #: What a unit raised where the SDK turns any exception into a model-visible error (an MCP server's
+    #: ``call_tool``): raised again at the next model call or at the segment's end, out of the SDK's reach.
+    escaped: BaseException | None = None
     _handoff_tools: set[str] = field(default_factory=set)
     _last_calls: dict[str, str] = field(default_factory=dict)
+
+    def reraise(self) -> None:
+        """Raise what escaped the SDK's error handling, if anything did (:attr:`escaped`)."""
+        if self.escaped is not None:
+            raise self.escaped
 
     # -- model calls ------------------------------------------------------------------------------------------
 
@@ -209,6 +240,35 @@ class Segment(GuestSegment):
         self.resulted.add(call_id)
         return returned[0] if returned else result
 
+    async def mcp_call(
+        self, server: Any, original: Any, tool_name: str, arguments: dict[str, Any] | None, meta: Any
+    ) -> Any:
+        """An MCP server's tool call as a unit named ``mcp:<server>.<tool>``, through the effect ledger. The SDK does
+        not hand ``call_tool`` the model's call id: the call is known by its place (the segment, and how many calls
+        of that name came before it in the segment: the same on every attempt), its TOOL_CALL_RESULT read off the
+        next model call's input. A call the user rejected after it may have run is answered without the server."""
+        from mcp.types import CallToolResult, TextContent
+
+        name = f"mcp:{server.name}.{tool_name}"
+        call_id = f"{name}@{self.number}.{self.ordinals.get(name, 0)}"
+        rejected = self.rejection(call_id)
+        if rejected is not None:
+            return CallToolResult(content=[TextContent(type="text", text=rejected)], is_error=False)
+
+        async def body() -> object:
+            got = await (original(tool_name, arguments) if meta is None else original(tool_name, arguments, meta))
+            dumped: object = got.model_dump(mode="json", exclude_none=True)
+            return dumped
+
+        call = GuestCall(call_id, tool_name, arguments or {})
+        try:
+            recorded = await self.journaled(name, digest("mcp", server.name, tool_name), body, call=call)
+        except Exception as exc:  # the SDK would make ours a tool error the model sees: kept to raise again
+            if _ours(exc):
+                self.escaped = self.escaped or exc
+            raise
+        return CallToolResult.model_validate(recorded)
+
 
 class SegmentHooks(RunHooks[Any]):
     """The runner's hooks of a segment: each model call's agent, for :class:`JournaledModel`."""
@@ -245,10 +305,11 @@ class JournaledModel(Model):
         return settings
 
     def _begin(self, input: Any, tools: list[Any], handoffs: list[Any]) -> tuple[SdkAgent[Any], Model]:
+        self.segment.reraise()  # before this call's input (with the error the SDK made of it) is taken in
         agent = self.agent
         if agent is None:
             raise RuntimeError("JournaledModel called outside a run whose hooks name the agent (SegmentHooks)")
-        wrap_tools(tools)  # tools made per run (MCP) are met here first
+        wrap_tools(list(agent.tools))  # an agent reached through a Handoff object is first met here
         self.segment.before_model(agent, input, handoffs)
         return agent, self._inner(agent)
 
@@ -340,6 +401,17 @@ class JournaledModel(Model):
             total_tokens=used.get("input_tokens", 0) + used.get("output_tokens", 0),
         )
         return ModelResponse(output=output, usage=usage, response_id=recorded.get("id"))
+
+
+def _ours(exc: BaseException) -> bool:
+    """Whether ``exc`` is the step's to handle (a call that may have run, a stop, a lost lease, a journal that does
+    not fit, Redis not answering), not the tool's."""
+    from ...engine.steps import Cancelled
+    from ...errors import AgentsCeleryError
+    from ...storage.connections import is_unavailable
+    from ..guests.segment import MayHaveRun
+
+    return isinstance(exc, AgentsCeleryError | Cancelled | MayHaveRun) or is_unavailable(exc)
 
 
 def _error_of(event: Any) -> str:
