@@ -21,8 +21,10 @@ $(DEMO_STAMP): pyproject.toml $(LOCK) | $(PY)
 	$(PY) -m pip install -q -c $(LOCK) -e '.[demo]'
 	touch $@
 
+# The dev venv installs with uv (a wheel on PyPI, pinned by the lock): the same resolution as pip's, in seconds.
 $(DEV_STAMP): pyproject.toml $(LOCK) | $(PY)
-	$(PY) -m pip install -q -c $(LOCK) -e '.[dev]'
+	$(PY) -m pip install -q -c $(LOCK) uv
+	$(VENV)/bin/uv pip install -q --python $(PY) -c $(LOCK) -e '.[dev]'
 	touch $@ $(DEMO_STAMP)
 
 lint: install
