@@ -307,3 +307,41 @@ def test_resets_of_the_worker_s_redis_connections_while_the_model_streams_cost_n
     finally:
         worker.stop()
         proxy.close()
+
+
+def test_two_calls_of_one_response_killed_between_them_each_run_once(crashable: Deployment, fake_openai: Any) -> None:
+    """A model response asking for two tools: the worker killed after the first one's journal write (the second
+    write: the model call's, then the first tool's); the replay returns the first from the journal and runs the
+    second, in the same order (the SDK runs them one after another inside a segment)."""
+    two = [
+        ScriptedTurn(
+            tool_calls=[
+                ScriptedToolCall("get_lat_lng", {"location": "Oslo"}),
+                ScriptedToolCall("get_weather", {"lat": 59.9, "lng": 10.7}),
+            ]
+        ),
+        "Cold in Oslo.",
+    ]
+    agents = module(fake_openai)
+    result, calls = in_process(fake_openai, agents.weather, "Weather in Oslo?", two)
+    dead = alive(crashable)
+    rt = crashable.runtime
+    fake_openai.responder = ScriptResponder(two)
+    with redis.Redis.from_url(TEST_REDIS_URL) as r:
+        counts = Counts(r, crashable, *WEATHER_TOOLS)
+        r.set(_crash_key(crashable, "sdk_journal"), 2)
+        before = fake_openai.calls
+        stream = rt.stream("sdk_weather", "Weather in Oslo?")
+        events = all_events(rt, stream.id, timeout=90)
+        assert sum(w.proc.poll() is not None for w in crashable.workers) == dead + 1
+        assert stream.get().status.value == "completed", events[-1].data
+        assert fake_openai.calls - before == calls == 2
+        assert_run_sound(
+            events, tool_counts={"sdk:get_lat_lng": 1, "sdk:get_weather": 1, "sdk:get_time": 0}, counter=counts
+        )
+    assert stream.get().output == result.final_output
+    assert [e.data["content"] for e in events if e.type.value == "TOOL_CALL_RESULT"] == [
+        "Oslo: 51.5,-0.1",
+        "sunny at 59.9,10.7",
+    ]
+    assert _abandoned(events)
