@@ -302,3 +302,34 @@ def test_the_agent_is_given_images_the_client_s_context_and_a_session_of_our_own
     assert image and image[0]["image_url"]["url"] == PNG
     asked = next(m["content"] for m in rt.get_stream(second.id).get().messages if m["role"] == "user")
     assert asked[1]["type"] == "image_url" and "ref" in asked[1]  # the image stored once, beside the run
+
+
+def test_the_client_s_own_tool_pauses_the_run_for_its_answer(shared: Deployment, fake_openai: Any) -> None:
+    """A tool the client runs itself (AG-UI's frontend tools, the Responses API's ``function`` tools) is offered to
+    the SDK agent's model beside its own; a call of it pauses the run (``client_tool``) until the client answers with
+    its result, which the model is then shown."""
+    rt = shared.runtime
+    spec = {
+        "name": "pick_color",
+        "description": "Ask the user for a color.",
+        "parameters": {"type": "object", "properties": {"prompt": {"type": "string"}}},
+    }
+    turns = [ScriptedTurn(tool_calls=[ScriptedToolCall("pick_color", {"prompt": "Which?"})]), "Blue it is."]
+    fake_openai.responder = ScriptResponder(turns)
+    seen = len(fake_openai.requests)
+    stream = rt.stream("sdk_weather", "Pick a color with me.", client_tools=[spec])
+    wait_for(lambda: stream.get().status.value == "paused", timeout=30, what="the pause for the client's answer")
+    offered = [t["function"]["name"] for t in fake_openai.requests[seen]["tools"]]
+    assert offered == ["get_lat_lng", "get_weather", "get_time", "pick_color"]
+    (call,) = rt.store.load(stream.id)[0].pending
+    assert (call.name, call.pause_reason, call.args) == ("pick_color", "client_tool", {"prompt": "Which?"})
+    paused = all_events(rt, stream.id)[-1].data["outcome"]
+    assert paused == {"type": "success", "pending_tool_call_ids": [call.id]}
+    rt.continue_run(stream.id, [{"tool_call_id": call.id, "result": "blue"}])
+    wait_for(lambda: stream.get().status.value == "completed", timeout=30, what="the run's end")
+    assert stream.get().output == "Blue it is."
+    told = [m["content"] for m in fake_openai.requests[-1]["messages"] if m.get("role") == "tool"]
+    assert told == ["blue"]
+    events = rt.store.log.read(stream.id)  # the whole log (a reader stops at the first segment's end)
+    assert_run_sound(events)
+    assert [e.data["content"] for e in events if e.type.value == "TOOL_CALL_RESULT"] == ["blue"]

@@ -96,15 +96,16 @@ class SdkGuest(Agent):
         )
         saved = state.guest_state
         options = state.client.get(CLIENT_KEY) or {}
+        agent = with_client_tools(self.sdk_agent, state.client_tools, deferred)
         try:
             if saved is None:
                 asked = options.get("input")  # CeleryRunner's list input: the items as the caller gave them
                 taken = [typed(i) for i in asked] if isinstance(asked, list) else split.new
                 given = _context_items(state) + sdk_items([*split.history, *taken], parts)
-                result = drive(ctx, segment, self._run(segment, given, options))
+                result = drive(ctx, segment, self._run(agent, segment, given, options))
             else:
                 resumed = _Resume(saved, deferred, sdk_items(split.new, parts))
-                result = drive(ctx, segment, self._resume(segment, resumed, options))
+                result = drive(ctx, segment, self._resume(agent, segment, resumed, options))
         except MayHaveRun as exc:
             return paused(self, state.model_copy(update={"tool_calls": with_may_have_run(state, exc.call)}), [])
         if saved is None:
@@ -123,18 +124,22 @@ class SdkGuest(Agent):
         )
         return config, SegmentHooks(model)
 
-    async def _run(self, segment: Segment, given: list[dict[str, Any]], options: dict[str, Any]) -> Any:
+    async def _run(
+        self, agent: SdkAgent[Any], segment: Segment, given: list[dict[str, Any]], options: dict[str, Any]
+    ) -> Any:
         token = segment.enter()
         try:
             async with connected(self._servers):
-                return await self._first(segment, given, options)
+                return await self._first(agent, segment, given, options)
         finally:
             segment.leave(token)
 
-    async def _first(self, segment: Segment, given: list[dict[str, Any]], options: dict[str, Any]) -> Any:
+    async def _first(
+        self, agent: SdkAgent[Any], segment: Segment, given: list[dict[str, Any]], options: dict[str, Any]
+    ) -> Any:
         config, hooks = self._config(segment)
         result = Runner.run_streamed(
-            self.sdk_agent,
+            agent,
             given,  # type: ignore[arg-type]
             context=options.get("context"),
             max_turns=int(options.get("max_turns") or DEFAULT_MAX_TURNS),
@@ -143,22 +148,22 @@ class SdkGuest(Agent):
         )
         return await _drained(result, segment)
 
-    async def _resume(self, segment: Segment, resumed: _Resume, options: dict[str, Any]) -> Any:
+    async def _resume(self, agent: SdkAgent[Any], segment: Segment, resumed: _Resume, options: dict[str, Any]) -> Any:
         token = segment.enter()
         try:
             async with connected(self._servers):
-                return await self._again(segment, resumed, options)
+                return await self._again(agent, segment, resumed, options)
         finally:
             segment.leave(token)
 
-    async def _again(self, segment: Segment, resumed: _Resume, options: dict[str, Any]) -> Any:
-        run_state = await RunState.from_json(self.sdk_agent, resumed.saved["run_state"])
+    async def _again(self, agent: SdkAgent[Any], segment: Segment, resumed: _Resume, options: dict[str, Any]) -> Any:
+        run_state = await RunState.from_json(agent, resumed.saved["run_state"])
         resumed.decide(run_state, segment)
         if resumed.new:
             run_state.add_input(resumed.new)  # type: ignore[arg-type]
         config, hooks = self._config(segment)
         result = Runner.run_streamed(
-            self.sdk_agent,
+            agent,
             run_state,
             max_turns=int(options.get("max_turns") or DEFAULT_MAX_TURNS),
             run_config=config,
@@ -195,7 +200,8 @@ class SdkGuest(Agent):
             "guest_state": None,
         }
         if result.interruptions:
-            update["tool_calls"] = [_pending(item) for item in result.interruptions]
+            clients = {t.get("name") for t in state.client_tools}
+            update["tool_calls"] = [_pending(item, clients) for item in result.interruptions]
             update["guest_state"] = {
                 "run_state": result.to_state().to_json(),
                 "given": given,
@@ -240,17 +246,47 @@ def _args(arguments: str) -> dict[str, Any]:
     return ToolCall(id="-", name="-", arguments=arguments).args
 
 
-def _pending(item: Any) -> ToolCall:
-    """An SDK interruption (a ``ToolApprovalItem``) as our pending call."""
+def _pending(item: Any, clients: set[Any]) -> ToolCall:
+    """An SDK interruption (a ``ToolApprovalItem``) as our pending call: a call for a human's decision, or a call of
+    one of the client's own tools (``clients``), which the client answers with its result."""
     raw = item.raw_item
     data = raw if isinstance(raw, dict) else raw.model_dump()
+    name = str(getattr(item, "tool_name", None) or data.get("name") or "tool")
+    client = name in clients
     return ToolCall(
         id=str(data.get("call_id") or data.get("id") or ""),
-        name=str(getattr(item, "tool_name", None) or data.get("name") or "tool"),
+        name=name,
         arguments=str(data.get("arguments") or "{}"),
-        requires_confirmation=True,
+        requires_confirmation=not client,
         decision="pending",
-        pause_reason="confirmation_required",
+        pause_reason="client_tool" if client else "confirmation_required",
+    )
+
+
+def with_client_tools(agent: SdkAgent[Any], specs: list[dict[str, Any]], decided: list[ToolCall]) -> SdkAgent[Any]:
+    """The run's agent: ``agent``, with the client's own tools (AG-UI frontend tools, the Responses API's
+    ``function`` tools) beside its own when the client brought any (a clone: the agents module's agent is left as it
+    is). A call of one interrupts the run as an approval would (``needs_approval``): the run pauses for the client's
+    answer (``client_tool``), and once approved the call returns the result the client sent (``decided``)."""
+    if not specs:
+        return agent
+    answers = {c.id: c.result for c in decided if c.pause_reason == "client_tool"}
+    own = {getattr(t, "name", None) for t in agent.tools}
+    tools = [_client_tool(spec, answers) for spec in specs if spec.get("name") and spec["name"] not in own]
+    return agent.clone(tools=[*agent.tools, *tools])
+
+
+def _client_tool(spec: dict[str, Any], answers: dict[str, str | None]) -> FunctionTool:
+    async def answered(ctx: Any, arguments: str) -> str:
+        return answers.get(str(getattr(ctx, "tool_call_id", ""))) or ""
+
+    return FunctionTool(
+        name=str(spec["name"]),
+        description=str(spec.get("description") or ""),
+        params_json_schema=spec.get("parameters") or {"type": "object", "properties": {}},
+        on_invoke_tool=answered,
+        strict_json_schema=False,
+        needs_approval=True,
     )
 
 
