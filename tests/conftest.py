@@ -16,8 +16,8 @@ from agents_celery.settings import Settings, load_settings
 from agents_celery.storage.eventlog import EventLog
 from agents_celery.storage.keys import Keys
 
-# A skipped or xfailed test fails the run (tests/skipguard.py); the hooks are registered by being named here.
-from .skipguard import (  # noqa: F401
+# A skipped or xfailed test fails the run (tests/support/skipguard.py); the hooks are registered by being named here.
+from .support.skipguard import (  # noqa: F401
     pytest_collectreport,
     pytest_runtest_logreport,
     pytest_sessionfinish,
@@ -190,7 +190,7 @@ def queue_name() -> str:
 
 @pytest.fixture(scope="session")
 def worker_env(key_prefix: str, queue_name: str, fake_openai: Any) -> dict[str, str]:
-    from .cluster import worker_env as make_env
+    from .support.workers import worker_env as make_env
 
     return make_env(TEST_REDIS_URL, TEST_BROKER_URL, key_prefix, queue_name, {"FAKE_OPENAI_URL": fake_openai.url})
 
@@ -198,7 +198,7 @@ def worker_env(key_prefix: str, queue_name: str, fake_openai: Any) -> dict[str, 
 @pytest.fixture(scope="session")
 def worker(worker_env: dict[str, str]) -> Iterator[Any]:
     """One real worker process shared by the tests that do not kill workers."""
-    from .cluster import Worker
+    from .support.workers import Worker
 
     w = Worker(worker_env).wait_ready()
     yield w
@@ -207,8 +207,8 @@ def worker(worker_env: dict[str, str]) -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def apis(worker: Any, worker_env: dict[str, str]) -> Iterator[Any]:
-    """The API processes this session shares (tests/api_support.py:SharedApis): ``apis.get("django")``."""
-    from .api_support import SharedApis
+    """The API processes this session shares (tests/support/apis.py:SharedApis): ``apis.get("django")``."""
+    from .support.apis import SharedApis
 
     shared = SharedApis(worker_env)
     yield shared
@@ -234,9 +234,10 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory, versions_seam: None)
 
 @pytest.fixture
 def deploy(fake_openai: Any, versions_seam: None) -> Iterator[Callable[..., Any]]:
-    """Makes deployments of the test's own, ``deploy(name, extra=None, **options)`` (tests/cluster.py:Deployment:
-    key prefix, queue, settings, workers); each is closed when the test ends, its workers stopped."""
-    from .cluster import Deployment
+    """Makes deployments of the test's own, ``deploy(name, extra=None, **options)``
+    (tests/support/workers.py:Deployment: key prefix, queue, settings, workers); each is closed when the test ends,
+    its workers stopped."""
+    from .support.workers import Deployment
 
     made: list[Deployment] = []
 
@@ -251,12 +252,12 @@ def deploy(fake_openai: Any, versions_seam: None) -> Iterator[Callable[..., Any]
 
 @pytest.fixture(scope="session")
 def sdk_deployment(fake_openai: Any) -> Iterator[Any]:
-    """One worker serving tests/agents_openai.py (OpenAI Agents SDK agents) beside tests/agents_fixture.py's (a
+    """One worker serving tests/agents/openai_sdk.py (OpenAI Agents SDK agents) beside tests/agents/fixture.py's (a
     session handed from one kind to the other), shared by the SDK tests that kill nothing
     (tests/test_openai_agents*.py; tool counts are read as deltas)."""
-    from .cluster import Deployment
+    from .support.workers import Deployment
 
-    agents = "tests.agents_fixture,tests.agents_openai"
+    agents = "tests.agents.fixture,tests.agents.openai_sdk"
     dep = Deployment("sdk", fake_openai.url, {"AGENTS_CELERY_AGENTS": agents})
     try:
         dep.start(1)
@@ -268,7 +269,7 @@ def sdk_deployment(fake_openai: Any) -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def sdk_api(sdk_deployment: Any) -> Iterator[Any]:
     """An API server (Flask's) in front of :func:`sdk_deployment`, started on first use."""
-    from .api_support import ApiServer
+    from .support.apis import ApiServer
 
     api = ApiServer({**sdk_deployment.env, "AGENTS_CELERY_KEEPALIVE_SECONDS": "0.3"}).wait_ready()
     yield api
@@ -277,7 +278,7 @@ def sdk_api(sdk_deployment: Any) -> Iterator[Any]:
 
 @pytest.fixture
 def fast_settings(worker_env: dict[str, str]) -> Settings:
-    from .cluster import FAST
+    from .support.workers import FAST
 
     overrides = {k.removeprefix("AGENTS_CELERY_").lower(): v for k, v in FAST.items()}
     return load_settings(

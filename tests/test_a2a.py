@@ -39,9 +39,9 @@ from google.protobuf import json_format, struct_pb2
 
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 
-from .api_support import ApiServer, SharedApis
 from .conftest import TEST_REDIS_URL, wait_for
-from .invariants import counter_of
+from .support.apis import ApiServer, SharedApis
+from .support.invariants import counter_of
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -34,10 +34,10 @@ from agents_celery.a2a.task import TaskFold
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.testing import ScriptResponder
 
-from .api_support import ApiServer
-from .cluster import Deployment
 from .conftest import TEST_REDIS_URL, all_events, wait_for
-from .invariants import assert_run_sound, counter_of
+from .support.apis import ApiServer
+from .support.invariants import assert_run_sound, counter_of
+from .support.workers import Deployment
 from .test_a2a import ask, collect, connect, folded, legacy_client, run, texts
 from .test_matrix import ANSWER, KINDS, answering, kill_and_replace
 
@@ -46,7 +46,7 @@ pytestmark = [pytest.mark.timeout(150), pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def crash(fake_openai: Any) -> Iterator[tuple[Deployment, dict[str, ApiServer]]]:
-    agents = {"AGENTS_CELERY_AGENTS": "tests.agents_fixture,tests.agents_pydantic"}
+    agents = {"AGENTS_CELERY_AGENTS": "tests.agents.fixture,tests.agents.pydantic_ai_agents"}
     receivers = {"AGENTS_CELERY_WEBHOOK_ALLOW": "127.0.0.1", "AGENTS_CELERY_WEBHOOK_BACKOFF_SECONDS": "0.2"}
     dep = Deployment("a2a", fake_openai.url, {**agents, **receivers})
     servers: dict[str, ApiServer] = {}

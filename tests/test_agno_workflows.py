@@ -19,7 +19,7 @@ import pytest
 
 from agents_celery.testing.responders import ScriptResponder
 
-from .api_support import ApiServer, SharedApis
+from .support.apis import ApiServer, SharedApis
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -18,9 +18,9 @@ import redis
 
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 
-from .api_support import ApiServer, SharedApis, frames
 from .conftest import TEST_REDIS_URL
-from .invariants import counter_of
+from .support.apis import ApiServer, SharedApis, frames
+from .support.invariants import counter_of
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -20,10 +20,10 @@ import redis
 
 from agents_celery import ScriptedToolCall, ScriptedTurn
 
-from .api_support import ApiServer
-from .cluster import ROOT
 from .conftest import TEST_REDIS_URL, wait_for
-from .invariants import counter_of
+from .support.apis import ApiServer
+from .support.invariants import counter_of
+from .support.workers import ROOT
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.browser]
 

@@ -20,9 +20,9 @@ import redis
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.testing.openai_server import FakeReply
 
-from .api_support import ApiServer, SharedApis
 from .conftest import TEST_REDIS_URL, wait_for
-from .invariants import counter_of
+from .support.apis import ApiServer, SharedApis
+from .support.invariants import counter_of
 
 pytestmark = pytest.mark.timeout(120)
 

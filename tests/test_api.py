@@ -18,9 +18,9 @@ import redis
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.storage.keys import Keys
 
-from .api_support import ApiServer, Frame, SharedApis, frames, free_port, read_until, recv_until
 from .conftest import TEST_REDIS_URL, kill_connections, wait_for
-from .invariants import assert_agui_stream
+from .support.apis import ApiServer, Frame, SharedApis, frames, free_port, read_until, recv_until
+from .support.invariants import assert_agui_stream
 
 END = {"RunCompleted", "RunError", "RunCancelled", "RunPaused"}
 #: Stored types the AgentOS dialect renders (the others are skipped, leaving gaps in event_index).
@@ -528,7 +528,7 @@ def test_fuzz_no_server_errors(api: ApiServer, request: pytest.FixtureRequest) -
 def test_api_with_agents_lists_them_before_any_worker_published(worker_env: dict[str, str]) -> None:
     """``agents-celery api --agents MODULE``: the module's agents are known even with no worker around."""
     env = {**worker_env, "AGENTS_CELERY_KEY_PREFIX": f"{worker_env['AGENTS_CELERY_KEY_PREFIX']}:lonely"}
-    server = ApiServer(env).wait_ready()  # the env names tests.agents_fixture; nothing published here
+    server = ApiServer(env).wait_ready()  # the env names tests.agents.fixture; nothing published here
     try:
         names = [a["name"] for a in httpx.get(server.url + "/agents", timeout=10).json()]
         assert names[:2] == ["fake", "offline"]

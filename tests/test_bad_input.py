@@ -23,8 +23,8 @@ from agents_celery.http.sse import PREFIX_PAGE, LogStream
 from agents_celery.storage.connections import connect_async
 from agents_celery.storage.eventlog import AsyncEventLog
 
-from .api_support import django_env
-from .cluster import ROOT
+from .support.apis import django_env
+from .support.workers import ROOT
 
 pytestmark = pytest.mark.timeout(90)
 

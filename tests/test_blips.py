@@ -23,8 +23,8 @@ from agents_celery.storage.connections import ThreadClients
 from agents_celery.storage.store import RunStore
 
 from .conftest import TEST_BROKER_URL, TEST_REDIS_URL, new_id, wait_for
-from .faults import ResettingProxy
-from .invariants import assert_run_sound, counter_of
+from .support.faults import ResettingProxy
+from .support.invariants import assert_run_sound, counter_of
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -20,8 +20,8 @@ from agents_celery.events import EventType
 from agents_celery.runs import RunStatus
 from agents_celery.testing.openai_server import ScriptResponder
 
-from .cluster import ROOT
 from .conftest import wait_for
+from .support.workers import ROOT
 
 CLI = [sys.executable, "-m", "agents_celery.cli"]
 

@@ -31,8 +31,8 @@ from agents_celery.errors import AuthenticationError, ConnectionLostError, Strea
 from agents_celery.events import EventType
 from agents_celery.testing.openai_server import ScriptResponder
 
-from .api_support import ApiServer, SharedApis, free_port
-from .invariants import assert_run_sound
+from .support.apis import ApiServer, SharedApis, free_port
+from .support.invariants import assert_run_sound
 
 FAST = Backoff(attempts=8, initial=0.02, maximum=0.2)
 

@@ -30,8 +30,8 @@ from agents_celery.storage.connections import (
 )
 from agents_celery.testing.embedded import EmbeddedRedis, find_redis_server
 
-from .cluster import Worker, worker_env
 from .conftest import TEST_REDIS_URL, wait_for
+from .support.workers import Worker, worker_env
 
 
 def test_sentinel_urls_parse_and_bad_ones_name_the_variable() -> None:

@@ -21,7 +21,7 @@ from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.settings import Settings
 from agents_celery.testing.openai_server import ScriptResponder
 
-from .invariants import assert_run_sound
+from .support.invariants import assert_run_sound
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8  # 2 KiB standing in for an image
 PDF = b"%PDF-1.4\n" + b"0123456789abcdef" * 256  # 4 KiB standing in for a document

@@ -20,7 +20,7 @@ from agents_celery import Runtime
 from agents_celery.contrib.flask import close_app, create_app, init_app, make_blueprint
 from agents_celery.settings import Settings
 
-from .invariants import assert_agui_stream
+from .support.invariants import assert_agui_stream
 from .test_content import PDF, PDF_URL, PNG, PNG_URL, parts, prefix_keys, user_parts
 
 pytestmark = pytest.mark.timeout(90)

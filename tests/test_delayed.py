@@ -13,9 +13,9 @@ import pytest
 from agents_celery import RunStatus, Runtime, ValidationError
 from agents_celery.events import EventType
 
-from .cluster import Deployment
 from .conftest import wait_for
-from .invariants import assert_run_sound
+from .support.invariants import assert_run_sound
+from .support.workers import Deployment
 
 
 @pytest.fixture

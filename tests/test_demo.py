@@ -14,7 +14,7 @@ import redis
 from agents_celery.cli.demo import DemoFailure, check_offsets
 from agents_celery.testing.embedded import EmbeddedRedis
 
-from .cluster import ROOT
+from .support.workers import ROOT
 
 
 def test_demo_runs_both_stories_on_an_embedded_redis() -> None:

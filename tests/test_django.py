@@ -17,7 +17,7 @@ import pytest
 
 from agents_celery import ScriptedToolCall, ScriptedTurn
 
-from .api_support import django_env
+from .support.apis import django_env
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -181,9 +181,9 @@ def test_the_projects_celery_worker_and_uvicorn_serve_a_run(
 ) -> None:
     """The standard layout end to end: ``celery -A examples.django_app worker`` (proj/celery.py calling
     ``configure(app)``) runs the steps of a run started through the Django app under uvicorn."""
-    from .api_support import ApiServer
-    from .cluster import ROOT
     from .conftest import wait_for
+    from .support.apis import ApiServer
+    from .support.workers import ROOT
 
     queue = f"django-{uuid.uuid4().hex[:6]}"  # only the project's worker consumes it
     env = {**django_env(worker_env, str(tmp_path / "db.sqlite3")), "AGENTS_CELERY_QUEUE": queue}

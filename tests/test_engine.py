@@ -27,7 +27,7 @@ from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.testing.openai_server import FailingResponder, FakeReply, ScriptResponder
 
 from .conftest import TEST_REDIS_URL, kill_connections, wait_for
-from .invariants import assert_run_sound, counter_of
+from .support.invariants import assert_run_sound, counter_of
 
 
 def events_of(runtime: Runtime, run_id: str, until_pause: bool = True) -> list[Event]:
@@ -569,7 +569,7 @@ def test_a_run_of_an_agent_this_engine_does_not_serve_fails_with_the_reason(fast
     from agents_celery import Agent, ScriptedModel
     from agents_celery.testing import InlineRunner
 
-    from .invariants import assert_run_sound
+    from .support.invariants import assert_run_sound
 
     ghost = Agent(name="ghost", instructions="Boo.", model=ScriptedModel(["boo"]))
     with InlineRunner([ghost], settings=fast_settings) as runner:

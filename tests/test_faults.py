@@ -11,10 +11,10 @@ import pytest
 from agents_celery import Runtime
 from agents_celery.events import EventType
 
-from .api_support import recv_until
 from .conftest import TEST_REDIS_URL, wait_for
-from .faults import ResettingProxy
-from .invariants import assert_run_sound
+from .support.apis import recv_until
+from .support.faults import ResettingProxy
+from .support.invariants import assert_run_sound
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -184,7 +184,7 @@ def test_streams_dropped_abruptly_give_their_redis_connections_back(
     from agents_celery.events import make_event
     from agents_celery.http.streams import CLIENT_NAME
 
-    from .api_support import ApiServer
+    from .support.apis import ApiServer
 
     def streams_open() -> int:
         return sum(1 for c in r.client_list() if c.get("name") == CLIENT_NAME)

@@ -25,7 +25,7 @@ from agents_celery.testing import ScriptResponder
 from agents_celery.testing.responders import FakeReply
 
 from .conftest import TEST_REDIS_URL
-from .invariants import counter_of
+from .support.invariants import counter_of
 from .test_responses import Server
 
 pytestmark = pytest.mark.timeout(120)

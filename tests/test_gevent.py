@@ -19,7 +19,7 @@ from agents_celery.events import EventType
 from agents_celery.testing.openai_server import FakeReply, server_process, turn_index
 
 from .conftest import all_events, wait_for
-from .invariants import assert_run_sound, counter_of
+from .support.invariants import assert_run_sound, counter_of
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -168,7 +168,7 @@ def test_a_thousand_runs_stream_at_once_on_one_gevent_worker(deploy: Any, stream
 
     own = deploy("gevent1k", {**BIG, "FAKE_OPENAI_URL": streaming_server})
     rt, keys = own.runtime, Keys(own.prefix)
-    from .agents_fixture import fake  # by object: no worker has published its manifest yet
+    from .agents.fixture import fake  # by object: no worker has published its manifest yet
 
     ids = [rt.stream(fake, f"hello {i}").id for i in range(RUNS)]  # queued: the worker finds them all waiting
     t0 = time.monotonic()

@@ -24,7 +24,7 @@ from agents_celery.models.scripted import turn_index
 from agents_celery.testing.openai_server import FakeReply, release, server_process
 
 from .conftest import all_events, wait_for
-from .invariants import assert_run_sound
+from .support.invariants import assert_run_sound
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -173,12 +173,12 @@ MCP_RUNS = 5
 
 @pytest.fixture
 def mcp_gevent(deploy: Any, fake_openai: Any) -> Iterator[Any]:
-    """tests/agents_mcp.py's agents on one ``--pool gevent`` worker, their HTTP server in a process of its own
+    """tests/agents/mcp_tools.py's agents on one ``--pool gevent`` worker, their HTTP server in a process of its own
     (the stdio one is started by the worker)."""
     from .test_mcp import Server, scripted
 
     fake_openai.responder = scripted
-    own = deploy("mcpg", {"AGENTS_CELERY_AGENTS": "tests.agents_mcp"})
+    own = deploy("mcpg", {"AGENTS_CELERY_AGENTS": "tests.agents.mcp_tools"})
     server = Server(own.prefix)
     own.env["MCP_TEST_URL"] = server.url
     own.worker(pool="gevent", concurrency=50)
@@ -191,7 +191,7 @@ def test_mcp_tools_on_a_gevent_worker(mcp_gevent: Any, r: Any, agent: str, tool:
     """Runs side by side on a gevent worker each call an MCP tool that takes 1 s (over streamable HTTP, and over
     stdio): together in less time than one after another, each call executed once, each result its own. A first
     run opens the worker's session (for stdio, starts the server), so the timing is the calls'."""
-    from .invariants import counter_of
+    from .support.invariants import counter_of
     from .test_mcp import tool_results
 
     own = mcp_gevent
@@ -229,7 +229,7 @@ def test_an_async_tool_and_an_mcp_tool_side_by_side_on_a_gevent_worker(
     """asyncio allows one running loop per OS thread, which every greenlet shares: async tools and MCP connections
     must use the same loop on a gevent worker (with a loop each, whichever started second never ran: its calls
     timed out). Runs whose turn calls both at once all complete, each call once, each result right."""
-    from .invariants import counter_of
+    from .support.invariants import counter_of
 
     own = mcp_gevent
     fake_openai.responder = both_at_once

@@ -23,7 +23,7 @@ from agents_celery.storage.keys import Keys
 from agents_celery.testing.openai_server import FakeReply, turn_index
 
 from .conftest import all_events, wait_for
-from .invariants import assert_run_sound, counter_of
+from .support.invariants import assert_run_sound, counter_of
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -26,7 +26,7 @@ SOFT = 3.0
 def test_sigterm_ends_a_gevent_worker_whose_tool_hangs_within_its_soft_shutdown(
     deploy: Any, fake_openai: Any, r: Any
 ) -> None:
-    from .invariants import counter_of
+    from .support.invariants import counter_of
 
     own = deploy("gevent-term", {"AGENTS_CELERY_SOFT_SHUTDOWN_SECONDS": str(SOFT)})
     fake_openai.responder = tools_then_text

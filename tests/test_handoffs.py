@@ -12,9 +12,9 @@ from agents_celery.agent import handoff_tool
 from agents_celery.events import Event, EventType
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 
-from .cluster import Deployment
 from .conftest import wait_event, wait_for
-from .invariants import assert_run_sound
+from .support.invariants import assert_run_sound
+from .support.workers import Deployment
 
 pytestmark = pytest.mark.timeout(90)
 HANDOFF = ScriptedTurn("Let me pass you on.", [ScriptedToolCall("transfer_to_billing", {"reason": "a charge"})])

@@ -15,8 +15,8 @@ import pytest
 
 from agents_celery import Runtime
 
-from .cluster import ROOT
 from .conftest import Unscripted, all_events, wait_event
+from .support.workers import ROOT
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -54,7 +54,7 @@ def test_a_scripted_fake_model_answers(runtime: Runtime, script: Any) -> None:
 def _pytest(tmp_path: Path, body: str, **env: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     (tmp_path / "conftest.py").write_text(
-        "from tests.skipguard import pytest_collectreport, pytest_runtest_logreport, pytest_sessionfinish,"
+        "from tests.support.skipguard import pytest_collectreport, pytest_runtest_logreport, pytest_sessionfinish,"
         " pytest_terminal_summary\n"
     )
     (tmp_path / "test_case.py").write_text("import pytest\n\n\ndef test_passes():\n    pass\n\n" + body)

@@ -1,7 +1,7 @@
 """Long sessions: history policies (``Agent(history=LastTurns(n) | Summarize(...))``).
 
 The pure part (what goes into the prompt, how it is counted, what a summary replaces) is tested without Redis;
-the rest with real workers serving ``tests/agents_history.py`` and the real openai SDK against the fake OpenAI
+the rest with real workers serving ``tests/agents/history.py`` and the real openai SDK against the fake OpenAI
 server, whose received requests are the prompts checked against the budget.
 """
 
@@ -35,10 +35,10 @@ from agents_celery.models.scripted import word_count
 from agents_celery.testing import InlineRunner
 from agents_celery.testing.openai_server import FakeReply, SummaryResponder
 
-from .agents_history import KEEP
-from .cluster import Deployment
+from .agents.history import KEEP
 from .conftest import all_events, wait_for
-from .invariants import assert_agui_stream, assert_run_sound
+from .support.invariants import assert_agui_stream, assert_run_sound
+from .support.workers import Deployment
 
 
 def user(text: str) -> dict[str, Any]:
@@ -288,7 +288,7 @@ ANSWER = "Here is a short answer with several plain words in it for the test."
 
 def _deployment(deploy: Any, budget: int) -> Deployment:
     cluster: Deployment = deploy(
-        "history", {"AGENTS_CELERY_AGENTS": "tests.agents_history", "HISTORY_TEST_BUDGET": str(budget)}
+        "history", {"AGENTS_CELERY_AGENTS": "tests.agents.history", "HISTORY_TEST_BUDGET": str(budget)}
     )
     return cluster
 

@@ -21,8 +21,8 @@ from agents_celery.broker.celery_app import StepRouter, settings_for
 from agents_celery.broker.publisher import STEP_TASK
 from agents_celery.settings import Settings
 
-from .cluster import FAST, ROOT, Worker, worker_env
 from .conftest import TEST_BROKER_URL, TEST_REDIS_URL, wait_for
+from .support.workers import FAST, ROOT, Worker, worker_env
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -104,12 +104,23 @@ def test_settings_come_from_the_hosts_config_before_the_environment(monkeypatch:
 
 @pytest.fixture
 def host_worker(key_prefix: str, fake_openai: Any, versions_seam: None) -> Iterator[dict[str, str]]:
-    """``celery -A tests.host_app worker``: the host's own worker, serving its queue and the agents' queue."""
+    """``celery -A tests.support.host_app worker``: the host's own worker, serving its queue and the agents' queue."""
     host_queue, agents_queue = f"host-{uuid.uuid4().hex[:6]}", f"agents-{uuid.uuid4().hex[:6]}"
     env = worker_env(TEST_REDIS_URL, TEST_BROKER_URL, key_prefix, agents_queue, {"FAKE_OPENAI_URL": fake_openai.url})
     env.update(HOST_QUEUE=host_queue, C_FORCE_ROOT="1")  # the host pickles: Celery wants this to run as root
     celery = os.path.join(os.path.dirname(sys.executable), "celery")
-    cmd = [celery, "-A", "tests.host_app", "worker", "-Q", f"{host_queue},{agents_queue}", "-P", "threads", "-c", "4"]
+    cmd = [
+        celery,
+        "-A",
+        "tests.support.host_app",
+        "worker",
+        "-Q",
+        f"{host_queue},{agents_queue}",
+        "-P",
+        "threads",
+        "-c",
+        "4",
+    ]
     path = Path(tempfile.mkstemp(prefix="host-worker-", suffix=".log")[1])
     with path.open("wb") as log:
         cmd += ["--without-gossip", "--without-mingle", "--loglevel", "INFO"]
@@ -129,8 +140,8 @@ def test_one_worker_serves_the_hosts_pickled_tasks_and_the_agents(
         if name.startswith(("AGENTS_CELERY_", "HOST_", "FAKE_")):
             monkeypatch.setenv(name, value)
     monkeypatch.setenv("CELERY_BROKER_URL", TEST_BROKER_URL)
-    sys.modules.pop("tests.host_app", None)
-    from . import host_app
+    sys.modules.pop("tests.support.host_app", None)
+    from .support import host_app
 
     for name, value in host_app.BEFORE.items():
         expected = ["pickle", "json"] if name == "accept_content" else value
@@ -166,7 +177,7 @@ def test_a_run_on_a_queue_nobody_consumes_waits_there_until_a_worker_comes(
             wait_for(lambda: runtime.get(view.run_id).status != "queued", timeout=sweeps, what="nothing")
         assert r.llen(queue) == 1  # its first step waits there, once: not re-sent, not sent elsewhere
         assert runtime.get(view.run_id).status == "queued"
-        env = {**worker_env, "AGENTS_CELERY_AGENTS": "tests.agents_isolated", "ISOLATED_QUEUE": queue}
+        env = {**worker_env, "AGENTS_CELERY_AGENTS": "tests.agents.isolated", "ISOLATED_QUEUE": queue}
         worker = Worker(env).wait_ready()  # consumes its agents' queues: this one
         assert f"queues ['{queue}']" in worker.output()
         done = wait_for(lambda: runtime.get(view.run_id).status == "completed", timeout=30, what="the run")

@@ -23,9 +23,9 @@ import agents_celery
 from agents_celery import ScriptedToolCall, ScriptedTurn
 from agents_celery.settings import load_settings
 
-from .api_support import ApiServer, django_env
-from .cluster import FAST, ROOT, Worker, worker_env
 from .conftest import TEST_REDIS_URL, wait_for
+from .support.apis import ApiServer, django_env
+from .support.workers import FAST, ROOT, Worker, worker_env
 
 pytestmark = pytest.mark.timeout(120)
 

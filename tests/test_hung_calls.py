@@ -14,8 +14,8 @@ from celery import Celery
 from agents_celery import Runtime, ScriptedToolCall
 from agents_celery.testing.openai_server import FakeReply, turn_index
 
-from .cluster import Deployment, Worker
 from .conftest import TEST_BROKER_URL, TEST_REDIS_URL, wait_for
+from .support.workers import Deployment, Worker
 
 pytestmark = pytest.mark.timeout(120)
 

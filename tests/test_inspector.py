@@ -18,8 +18,8 @@ import redis
 from agents_celery import ScriptedToolCall, ScriptedTurn
 from agents_celery.testing.openai_server import ScriptResponder
 
-from .api_support import ApiServer, SharedApis
 from .conftest import TEST_REDIS_URL, wait_for
+from .support.apis import ApiServer, SharedApis
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.browser]
 

@@ -1,4 +1,4 @@
-"""The shared checks themselves: :func:`tests.invariants.assert_run_sound` refuses each broken log it exists to
+"""The shared checks themselves: :func:`tests.support.invariants.assert_run_sound` refuses each broken log it exists to
 catch (and accepts a crashed-and-retried one), and the SSE reader's deadline fires while keep-alives arrive."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 
 from agents_celery.events import Event, EventType
 
-from .api_support import frames, read_until
-from .invariants import assert_agui_stream, assert_run_sound
+from .support.apis import frames, read_until
+from .support.invariants import assert_agui_stream, assert_run_sound
 
 pytestmark = pytest.mark.timeout(30)
 

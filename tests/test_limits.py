@@ -18,8 +18,8 @@ from agents_celery import ConfigurationError, PayloadTooLargeError, Runtime, Scr
 from agents_celery.contrib.flask import close_app, create_app
 from agents_celery.settings import Settings, load_settings
 
-from .api_support import ApiServer, SharedApis
 from .conftest import wait_for
+from .support.apis import ApiServer, SharedApis
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -1,9 +1,10 @@
 """Every agent kind we serve through every dialect, each with its official client, clean and with a kill -9 of the
 worker in the middle of the answer: the same final text, each tool once.
 
-Rows (agent kinds): ours (``fake``, tests/agents_fixture.py), pydantic-ai (``pai_weather``,
-tests/agents_pydantic.py; its row also sends an image and a file, and asks ``pai_bank`` for structured output) and
-the OpenAI Agents SDK (``sdk_weather``, tests/agents_openai.py: the SDK's own agent and model, served as they are).
+Rows (agent kinds): ours (``fake``, tests/agents/fixture.py), pydantic-ai (``pai_weather``,
+tests/agents/pydantic_ai_agents.py; its row also sends an image and a file, and asks ``pai_bank`` for structured
+output) and the OpenAI Agents SDK (``sdk_weather``, tests/agents/openai_sdk.py: the SDK's own agent and model, served
+as they are).
 Columns (dialects): AgentOS (its HTTP routes, as an AgentOS client reads them), AG-UI (``@ag-ui/client`` through
 tests/agui_client), the OpenAI Responses API (the ``openai`` SDK) and the AI SDK's chat (npm ``ai`` through
 tests/aisdk_client). A later dialect or guest adds its column or row here.
@@ -31,10 +32,10 @@ from agents_celery.http.responses.render import parse_response_id
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.testing import ScriptResponder
 
-from .api_support import ApiServer, frames
-from .cluster import Deployment
 from .conftest import TEST_REDIS_URL, all_events, wait_for
-from .invariants import assert_run_sound, counter_of
+from .support.apis import ApiServer, frames
+from .support.invariants import assert_run_sound, counter_of
+from .support.workers import Deployment
 from .test_agui_client import CLIENT, node
 from .test_aisdk_client import CLIENT as AISDK
 
@@ -63,7 +64,7 @@ KINDS = {
 
 @pytest.fixture(scope="module")
 def matrix(fake_openai: Any) -> Iterator[tuple[Deployment, ApiServer]]:
-    agents = "tests.agents_fixture,tests.agents_pydantic,tests.agents_openai"
+    agents = "tests.agents.fixture,tests.agents.pydantic_ai_agents,tests.agents.openai_sdk"
     dep = Deployment("matrix", fake_openai.url, {"AGENTS_CELERY_AGENTS": agents})
     try:
         dep.start(1)

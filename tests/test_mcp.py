@@ -29,10 +29,10 @@ from agents_celery.events import EventType
 from agents_celery.models.scripted import turn_index
 from agents_celery.testing.openai_server import FakeReply
 
-from .api_support import free_port
-from .cluster import ROOT, Deployment
 from .conftest import TEST_REDIS_URL, all_events, wait_for
-from .invariants import assert_run_sound, counter_of
+from .support.apis import free_port
+from .support.invariants import assert_run_sound, counter_of
+from .support.workers import ROOT, Deployment
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -92,7 +92,7 @@ def r() -> Iterator[redis.Redis]:
 @pytest.fixture
 def mcp_deploy(fake_openai: Any, deploy: Any) -> Iterator[tuple[Deployment, Server]]:
     fake_openai.responder = scripted
-    own: Deployment = deploy("mcp", {"AGENTS_CELERY_AGENTS": "tests.agents_mcp"})
+    own: Deployment = deploy("mcp", {"AGENTS_CELERY_AGENTS": "tests.agents.mcp_tools"})
     server = Server(own.prefix)
     own.env["MCP_TEST_URL"] = server.url
     yield own, server
@@ -102,7 +102,7 @@ def mcp_deploy(fake_openai: Any, deploy: Any) -> Iterator[tuple[Deployment, Serv
 @pytest.fixture(scope="module")
 def module_deploy(fake_openai: Any, versions_seam: None) -> Iterator[tuple[Deployment, Server]]:
     """One deployment, MCP server and worker for the tests that kill neither (their keys and runs are their own)."""
-    own = Deployment("mcpm", fake_openai.url, {"AGENTS_CELERY_AGENTS": "tests.agents_mcp"})
+    own = Deployment("mcpm", fake_openai.url, {"AGENTS_CELERY_AGENTS": "tests.agents.mcp_tools"})
     server = None
     try:
         server = Server(own.prefix)
@@ -393,7 +393,7 @@ def test_an_idempotent_call_is_sent_again_when_the_server_dies_mid_call(
 
 
 def test_agents_modules_without_mcp_tools_do_not_import_mcp() -> None:
-    code = "import sys, tests.agents_fixture, agents_celery; agents_celery.MCPTools; print('mcp' in sys.modules)"
+    code = "import sys, tests.agents.fixture, agents_celery; agents_celery.MCPTools; print('mcp' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
 

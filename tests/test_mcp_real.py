@@ -31,10 +31,10 @@ from agents_celery.models.scripted import turn_index
 from agents_celery.testing.openai_server import FakeReply
 from agents_celery.testing.responders import ScriptedToolCall
 
-from .api_support import free_port
-from .cluster import ROOT, Deployment, Worker
 from .conftest import all_events, wait_event, wait_for
-from .invariants import assert_run_sound
+from .support.apis import free_port
+from .support.invariants import assert_run_sound
+from .support.workers import ROOT, Deployment, Worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -93,7 +93,7 @@ class Everything:
 
 @pytest.fixture(scope="module")
 def served(fake_openai: Any, versions_seam: None) -> Iterator[tuple[Deployment, Worker, list[Everything]]]:
-    own = Deployment("mcpreal", fake_openai.url, {"AGENTS_CELERY_AGENTS": "tests.agents_mcp_real"})
+    own = Deployment("mcpreal", fake_openai.url, {"AGENTS_CELERY_AGENTS": "tests.agents.mcp_real"})
     servers: list[Everything] = []
     try:
         servers.append(Everything())

@@ -12,8 +12,8 @@ import pytest
 from agents_celery import RunStatus, Runtime, SessionBusyError, ValidationError
 from agents_celery.events import EventType
 
-from .api_support import SharedApis
 from .conftest import wait_event, wait_for
+from .support.apis import SharedApis
 
 pytestmark = pytest.mark.timeout(90)
 WORDS = " ".join(f"w{i}" for i in range(40))

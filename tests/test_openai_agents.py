@@ -16,13 +16,13 @@ from agents_celery.greenlets import run_coroutine
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.testing import ScriptResponder
 
-from .cluster import Deployment
 from .conftest import TEST_REDIS_URL, all_events, wait_for
-from .invariants import assert_run_sound, counter_of
+from .support.invariants import assert_run_sound, counter_of
+from .support.workers import Deployment
 
 pytestmark = pytest.mark.timeout(120)
 
-AGENTS = "tests.agents_openai"
+AGENTS = "tests.agents.openai_sdk"
 
 WEATHER = [
     ScriptedTurn(tool_calls=[ScriptedToolCall("get_lat_lng", {"location": "London"})]),
@@ -35,7 +35,7 @@ WEATHER_TOOLS = ("sdk:get_lat_lng", "sdk:get_weather", "sdk:get_time")
 
 def module(fake_openai: Any) -> Any:
     os.environ.setdefault("FAKE_OPENAI_URL", fake_openai.url)
-    import tests.agents_openai as agents
+    import tests.agents.openai_sdk as agents
 
     return agents
 
@@ -52,7 +52,7 @@ def in_process(fake_openai: Any, agent: Any, message: Any, turns: list[Any]) -> 
 
 @pytest.fixture
 def shared(sdk_deployment: Deployment) -> Deployment:
-    """The session's worker serving tests/agents_openai.py (tests/conftest.py)."""
+    """The session's worker serving tests/agents/openai_sdk.py (tests/conftest.py)."""
     return sdk_deployment
 
 

@@ -14,9 +14,9 @@ import redis
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.testing import ScriptResponder
 
-from .cluster import Deployment
 from .conftest import TEST_REDIS_URL, all_events, wait_for
-from .invariants import assert_run_sound
+from .support.invariants import assert_run_sound
+from .support.workers import Deployment
 from .test_openai_agents import AGENTS, LONG_TEXT, WEATHER, WEATHER_TOOLS, Counts, _delete, _shown, in_process, module
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
@@ -276,7 +276,7 @@ def test_resets_of_the_worker_s_redis_connections_while_the_model_streams_cost_n
     again, the run completes with a sound log."""
     from urllib.parse import urlparse
 
-    from .faults import ResettingProxy
+    from .support.faults import ResettingProxy
 
     upstream = urlparse(TEST_REDIS_URL)
     proxy = ResettingProxy((upstream.hostname or "127.0.0.1", upstream.port or 6379))

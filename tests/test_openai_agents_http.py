@@ -1,6 +1,6 @@
 """Agents SDK agents through the HTTP API: ``GET /agents``, the AgentOS reconnect story (stream, the approval pause,
 continue, drop the connection, resume), a strict ``?format=agui`` stream and the session's conversation items on
-``/v1``; a real API server and the session's worker serving tests/agents_openai.py."""
+``/v1``; a real API server and the session's worker serving tests/agents/openai_sdk.py."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ import redis
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.testing import ScriptResponder
 
-from .api_support import ApiServer, frames, read_until
-from .cluster import Deployment
 from .conftest import TEST_REDIS_URL
-from .invariants import assert_agui_stream, counter_of
+from .support.apis import ApiServer, frames, read_until
+from .support.invariants import assert_agui_stream, counter_of
+from .support.workers import Deployment
 from .test_agui_client import CLIENT, node
 from .test_api import AGENTOS_TYPES, END, stored
 from .test_openai_agents import TRIAGE, WEATHER

@@ -1,5 +1,5 @@
 """``CeleryRunner``, the caller's drop-in for ``agents.Runner``: the same agents, the same result shape, the run on
-the session's worker (tests/agents_openai.py); each compared with ``Runner`` in-process."""
+the session's worker (tests/agents/openai_sdk.py); each compared with ``Runner`` in-process."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from agents_celery.errors import DecisionError, RunFailedError
 from agents_celery.greenlets import run_coroutine
 from agents_celery.testing import ScriptResponder
 
-from .cluster import Deployment
-from .invariants import assert_run_sound
+from .support.invariants import assert_run_sound
+from .support.workers import Deployment
 from .test_openai_agents import TRIAGE, WEATHER, _delete, in_process, module
 
 pytestmark = pytest.mark.timeout(120)

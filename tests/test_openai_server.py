@@ -14,8 +14,8 @@ from typing import Any
 import openai
 import pytest
 
-from .cluster import ROOT
 from .conftest import wait_for
+from .support.workers import ROOT
 
 MODULE = [sys.executable, "-m", "agents_celery.testing.openai_server"]
 

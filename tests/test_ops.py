@@ -26,8 +26,8 @@ import yaml
 
 from agents_celery import Runtime, load_settings
 
-from .cluster import FAST, ROOT
 from .conftest import TEST_BROKER_URL, TEST_REDIS_URL, wait_for
+from .support.workers import FAST, ROOT
 from .test_examples import uninstrument_celery
 
 # -- helpers --------------------------------------------------------------------------------------------
@@ -85,7 +85,7 @@ def env_for(queue: str, prefix: str, **extra: str) -> dict[str, str]:
             "CELERY_BROKER_URL": TEST_BROKER_URL,
             "AGENTS_CELERY_KEY_PREFIX": prefix,
             "AGENTS_CELERY_QUEUE": queue,
-            "AGENTS_CELERY_AGENTS": "tests.agents_fixture",
+            "AGENTS_CELERY_AGENTS": "tests.agents.fixture",
             "PYTHONPATH": str(ROOT),
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         }
@@ -220,7 +220,7 @@ def events_env(key_prefix: str) -> dict[str, str]:
 
 @pytest.fixture
 def events_worker(events_env: dict[str, str]) -> Iterator[Proc]:
-    """A worker started like tests/cluster.py's, plus ``-E`` (task events) and heartbeats for Flower."""
+    """A worker started like tests/support/workers.py's, plus ``-E`` (task events) and heartbeats for Flower."""
     cmd = [
         sys.executable, "-m", "agents_celery.cli", "worker", "-E",
         "--pool", "threads", "--concurrency", "4", "-n", f"flower{uuid.uuid4().hex[:6]}@%h",

@@ -19,9 +19,9 @@ from agents_celery.events import EventType
 from agents_celery.output import RETRY_PREFIX, check_schema, output_spec, strict_schema
 from agents_celery.testing.openai_server import SchemaResponder, format_problem
 
-from .agents_output import Forecast, forecaster
+from .agents.output import Forecast, forecaster
 from .conftest import all_events, wait_event
-from .invariants import assert_run_sound
+from .support.invariants import assert_run_sound
 
 PARIS = {"city": "Paris", "temperature_c": 21.5, "summary": "Sunny with a light breeze."}
 POINT = {

@@ -16,9 +16,9 @@ import redis
 from agents_celery.client import Client
 from agents_celery.testing.openai_server import SchemaResponder
 
-from .api_support import ApiServer, SharedApis, frames
 from .conftest import TEST_REDIS_URL
-from .invariants import assert_agui_stream
+from .support.apis import ApiServer, SharedApis, frames
+from .support.invariants import assert_agui_stream
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from .cluster import ROOT
+from .support.workers import ROOT
 
 HEAVY = {"celery", "kombu", "redis", "flask", "werkzeug", "django", "openai", "rich"}
 

@@ -15,8 +15,8 @@ from packaging.version import Version
 from agents_celery import Runtime
 from agents_celery.settings import Settings, default_queue, load_settings
 
-from .cluster import FAST, Worker, worker_env
 from .conftest import TEST_BROKER_URL, TEST_REDIS_URL, wait_for
+from .support.workers import FAST, Worker, worker_env
 
 pytestmark = pytest.mark.timeout(90)
 

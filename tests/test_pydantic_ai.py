@@ -13,13 +13,13 @@ import redis
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.testing import ScriptResponder
 
-from .cluster import Deployment
 from .conftest import TEST_REDIS_URL, all_events, wait_for
-from .invariants import assert_run_sound, counter_of
+from .support.invariants import assert_run_sound, counter_of
+from .support.workers import Deployment
 
 pytestmark = pytest.mark.timeout(120)
 
-AGENTS = "tests.agents_pydantic"
+AGENTS = "tests.agents.pydantic_ai_agents"
 #: Message fields that differ between two runs of the same conversation.
 VOLATILE = {"timestamp", "run_id", "conversation_id", "provider_response_id", "provider_details", "metadata"}
 
@@ -34,7 +34,7 @@ WEATHER = [
 
 def module(fake_openai: Any) -> Any:
     os.environ.setdefault("FAKE_OPENAI_URL", fake_openai.url)
-    import tests.agents_pydantic as agents
+    import tests.agents.pydantic_ai_agents as agents
 
     return agents
 

@@ -15,14 +15,14 @@ import redis
 
 from agents_celery.testing import ScriptResponder
 
-from .cluster import Deployment
 from .conftest import TEST_REDIS_URL, all_events, wait_for
-from .invariants import assert_run_sound
+from .support.invariants import assert_run_sound
+from .support.workers import Deployment
 from .test_pydantic_ai import WEATHER, WEATHER_TOOLS, Counts, _crash_key, alive, crashable, kill_live, mcp_server
 
 __all__ = ["crashable", "mcp_server"]  # the fixtures, shared with tests/test_pydantic_ai.py
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]  # crash tests: kill -9, again and again
 
 #: The weather run's units: three model requests and two tool calls.
 UNITS = 5

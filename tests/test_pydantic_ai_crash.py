@@ -15,9 +15,9 @@ import redis
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.testing import ScriptResponder
 
-from .cluster import Deployment
 from .conftest import TEST_REDIS_URL, all_events, wait_for
-from .invariants import assert_run_sound, counter_of
+from .support.invariants import assert_run_sound, counter_of
+from .support.workers import Deployment
 from .test_mcp import Server
 from .test_pydantic_ai import (
     AGENTS,
@@ -147,7 +147,7 @@ def _in_process_with_the_server_killed(fake_openai: Any, turns: list[ScriptedTur
     from pydantic_ai import Agent
     from pydantic_ai.mcp import MCPToolset
 
-    from tests.agents_pydantic import _model
+    from tests.agents.pydantic_ai_agents import _model
 
     module(fake_openai)
     prefix = f"paimcpfloor-{os.urandom(4).hex()}"

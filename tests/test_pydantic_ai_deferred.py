@@ -17,9 +17,9 @@ import pytest
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.testing import ScriptResponder
 
-from .cluster import Deployment
 from .conftest import all_events, wait_for
-from .invariants import assert_run_sound
+from .support.invariants import assert_run_sound
+from .support.workers import Deployment
 from .test_pydantic_ai import _mcp_count, mcp_server, shared
 
 __all__ = ["mcp_server", "shared"]  # the fixtures, shared with tests/test_pydantic_ai.py

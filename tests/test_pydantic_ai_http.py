@@ -1,7 +1,7 @@
 """pydantic-ai agents through the HTTP API: ``GET /agents``, the AgentOS reconnect story (pause, continue, drop the
 connection, resume) on Flask and on the Django app, ``?format=agui`` and the official AG-UI client's verifier (also
 on a run whose worker is killed -9 mid-stream), against a real API server and a real worker serving
-tests/agents_pydantic.py."""
+tests/agents/pydantic_ai_agents.py."""
 
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ import redis
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.testing import ScriptResponder
 
-from .api_support import ApiServer, frames, read_until
-from .cluster import Deployment
 from .conftest import TEST_REDIS_URL, all_events, wait_event, wait_for
-from .invariants import assert_agui_stream, assert_run_sound, counter_of
+from .support.apis import ApiServer, frames, read_until
+from .support.invariants import assert_agui_stream, assert_run_sound, counter_of
+from .support.workers import Deployment
 from .test_agui_client import CLIENT, node
 from .test_api import AGENTOS_TYPES, END, stored, wait_status
 
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.fixture(scope="module")
 def served(fake_openai: Any) -> Iterator[tuple[Deployment, ApiServer]]:
     """One worker and one API server (Flask) of the module's own, serving the pydantic-ai agents."""
-    dep = Deployment("paihttp", fake_openai.url, {"AGENTS_CELERY_AGENTS": "tests.agents_pydantic"})
+    dep = Deployment("paihttp", fake_openai.url, {"AGENTS_CELERY_AGENTS": "tests.agents.pydantic_ai_agents"})
     try:
         dep.start(1)
         api = ApiServer({**dep.env, "AGENTS_CELERY_KEEPALIVE_SECONDS": "0.3"}).wait_ready()

@@ -2,7 +2,7 @@
 user content, a video is refused at the door, structured output comes back as the object (with its schema in
 ``GET /agents``), ``GET /runs/<id>/input`` shows the run's input, a user's event stream handler leaves the tokens
 live, and a run raises no PydanticAIDeprecationWarning. A real API server and a real worker serving
-tests/agents_pydantic.py, pydantic-ai's OpenAIChatModel against the fake OpenAI server."""
+tests/agents/pydantic_ai_agents.py, pydantic-ai's OpenAIChatModel against the fake OpenAI server."""
 
 from __future__ import annotations
 
@@ -23,10 +23,10 @@ from agents_celery.errors import UnsupportedError
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.testing import ScriptResponder
 
-from .api_support import ApiServer, frames
-from .cluster import Deployment
 from .conftest import TEST_REDIS_URL, all_events, wait_event, wait_for
-from .invariants import assert_run_sound, counter_of
+from .support.apis import ApiServer, frames
+from .support.invariants import assert_run_sound, counter_of
+from .support.workers import Deployment
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -41,7 +41,7 @@ def served(fake_openai: Any) -> Iterator[tuple[Deployment, ApiServer]]:
     """One worker and one API server (Flask) of the module's own, serving the pydantic-ai agents."""
     os.environ.setdefault("FAKE_OPENAI_URL", fake_openai.url)
     dep = Deployment(
-        "paiinput", fake_openai.url, {"AGENTS_CELERY_AGENTS": "tests.agents_fixture,tests.agents_pydantic"}
+        "paiinput", fake_openai.url, {"AGENTS_CELERY_AGENTS": "tests.agents.fixture,tests.agents.pydantic_ai_agents"}
     )
     try:
         dep.start(1)
@@ -299,7 +299,7 @@ def test_settling_a_run_raises_no_pydantic_ai_deprecation_warning(fake_openai: A
     from agents_celery.runs import RunState
 
     os.environ.setdefault("FAKE_OPENAI_URL", fake_openai.url)
-    import tests.agents_pydantic as agents
+    import tests.agents.pydantic_ai_agents as agents
 
     fake_openai.responder = ScriptResponder(BANK)
     result = asyncio.run(agents.bank.run("Balance?"))

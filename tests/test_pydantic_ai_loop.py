@@ -22,7 +22,7 @@ from agents_celery.testing import ScriptResponder
 from agents_celery.testing.openai_server import FakeReply
 
 from .conftest import all_events, wait_for
-from .invariants import assert_run_sound, counter_of
+from .support.invariants import assert_run_sound, counter_of
 from .test_gevent_capacity import both_at_once
 from .test_openai_agents import WEATHER as SDK_WEATHER
 from .test_pydantic_ai import WEATHER
@@ -52,12 +52,15 @@ def side_by_side(request: dict[str, Any]) -> FakeReply:
 
 @pytest.fixture(params=["gevent", "prefork"])
 def mixed_worker(request: pytest.FixtureRequest, deploy: Any, fake_openai: Any) -> Iterator[Any]:
-    """tests/agents_mcp.py's, tests/agents_pydantic.py's and tests/agents_openai.py's agents on one worker of the
-    given pool."""
+    """tests/agents/mcp_tools.py's, tests/agents/pydantic_ai_agents.py's and tests/agents/openai_sdk.py's agents on
+    one worker of the given pool."""
     from .test_mcp import Server
 
     fake_openai.responder = side_by_side
-    own = deploy("loop", {"AGENTS_CELERY_AGENTS": "tests.agents_mcp,tests.agents_pydantic,tests.agents_openai"})
+    own = deploy(
+        "loop",
+        {"AGENTS_CELERY_AGENTS": "tests.agents.mcp_tools,tests.agents.pydantic_ai_agents,tests.agents.openai_sdk"},
+    )
     server = Server(own.prefix)
     own.env["MCP_TEST_URL"] = server.url
     concurrency = 50 if request.param == "gevent" else 4

@@ -22,9 +22,9 @@ from agents_celery.events import Event, EventType
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.testing.openai_server import ScriptResponder
 
-from .cluster import Deployment
 from .conftest import SEPARATE_BROKER_URL, TEST_REDIS_URL, all_events, wait_event, wait_for
-from .invariants import assert_run_sound, counter_of
+from .support.invariants import assert_run_sound, counter_of
+from .support.workers import Deployment
 
 pytestmark = pytest.mark.slow
 

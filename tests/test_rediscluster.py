@@ -33,10 +33,10 @@ from agents_celery.storage.store import RunStore
 from agents_celery.testing.openai_server import FakeReply, ScriptResponder
 from agents_celery.testing.rediscluster import LocalCluster
 
-from .api_support import ApiServer, frames, free_port
-from .cluster import Deployment
 from .conftest import TEST_REDIS_URL, all_events, wait_for
-from .invariants import assert_agui_stream, assert_run_sound
+from .support.apis import ApiServer, frames, free_port
+from .support.invariants import assert_agui_stream, assert_run_sound
+from .support.workers import Deployment
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -153,7 +153,7 @@ def test_listing_a_thousand_runs_merges_the_shards_newest_first(
 ) -> None:
     """1,000 runs (no worker: they stay queued) spread over every master's buckets; pages of 200 walk them all
     once, newest first, and a filter still merges the shards."""
-    from .agents_fixture import fake, lead
+    from .agents.fixture import fake, lead
 
     rt = on_cluster.runtime
     rt.store.agents.publish([fake.manifest(), lead.manifest()])  # as a worker would, without one taking the runs
@@ -414,7 +414,7 @@ RECOVERY = [
 def test_the_crash_recovery_tests_pass_on_the_cluster(name: str, on_cluster: Deployment, fake_openai: Any) -> None:
     """tests/test_recovery.py's crash tests (kill -9 while the model streams, while a tool runs, after it finished),
     run as they are on a deployment whose state is on the cluster
-    (their counters, pid and crash keys are on it too: tests/agents_fixture.py connects to the state URL)."""
+    (their counters, pid and crash keys are on it too: tests/agents/fixture.py connects to the state URL)."""
     from . import test_recovery
 
     rt = on_cluster.runtime

@@ -19,9 +19,9 @@ from agents_celery.storage.connections import unavailable
 from agents_celery.testing.openai_server import FakeReply, turn_index
 from agents_celery.testing.rediscluster import LocalCluster
 
-from .api_support import ApiServer
 from .conftest import TEST_REDIS_URL, all_events, wait_for
-from .invariants import assert_run_sound, counter_of
+from .support.apis import ApiServer
+from .support.invariants import assert_run_sound, counter_of
 from .test_api import assert_error
 
 pytestmark = pytest.mark.timeout(120)

@@ -21,7 +21,7 @@ from agents_celery import Runtime, ScriptedToolCall, ScriptedTurn
 from agents_celery.contrib.flask import close_app, init_app, make_blueprint
 
 from .conftest import TEST_REDIS_URL
-from .invariants import counter_of
+from .support.invariants import counter_of
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -271,7 +271,7 @@ def test_cancel_a_running_and_a_finished_response(client: openai.OpenAI, script:
 def test_cancel_a_queued_response(deploy: Any) -> None:
     from agents_celery import Runtime
 
-    from .agents_fixture import fake
+    from .agents.fixture import fake
 
     deployment = deploy("respq")  # no worker consumes its queue: the response stays queued
     found = Server(Runtime(settings=deployment.settings, agents=[fake]))

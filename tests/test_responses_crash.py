@@ -17,7 +17,7 @@ from agents_celery import Runtime, ScriptedToolCall, ScriptedTurn
 from agents_celery.http.responses.render import parse_response_id
 
 from .conftest import TEST_REDIS_URL
-from .invariants import assert_run_sound, counter_of
+from .support.invariants import assert_run_sound, counter_of
 from .test_responses import Server, check_sequence, deltas
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 @pytest.fixture(scope="module")
 def module_cluster(fake_openai: Any) -> Iterator[tuple[Any, Server]]:
     """One deployment for the module (its workers are killed and topped up), the API in a thread over it."""
-    from .cluster import Deployment
+    from .support.workers import Deployment
 
     deployment = Deployment("resp", fake_openai.url)
     try:
@@ -47,7 +47,7 @@ def cluster(module_cluster: tuple[Any, Server]) -> tuple[Any, Server]:
 
 
 def crash_key(deployment: Any, point: str, run_id: str) -> str:
-    return f"{deployment.prefix}:test:crash:{point}:{run_id}"  # the workers' key (agents_fixture.crash_key)
+    return f"{deployment.prefix}:test:crash:{point}:{run_id}"  # the workers' key (tests/agents/fixture.py: crash_key)
 
 
 def dumps(events: list[Any]) -> list[str]:

@@ -17,8 +17,8 @@ from flask import request
 from agents_celery import Runtime, ScriptedToolCall, ScriptedTurn
 
 from .conftest import TEST_REDIS_URL
-from .invariants import counter_of
-from .proxy import CuttingProxy
+from .support.invariants import counter_of
+from .support.proxy import CuttingProxy
 from .test_responses import Server
 
 pytestmark = pytest.mark.timeout(120)

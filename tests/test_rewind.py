@@ -21,7 +21,7 @@ from agents_celery.runs import RunState
 from agents_celery.settings import load_settings
 
 from .conftest import wait_for
-from .invariants import assert_run_sound
+from .support.invariants import assert_run_sound
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 

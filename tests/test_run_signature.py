@@ -1,6 +1,6 @@
 """``run_signature`` in a user's own canvas: a durable run (a workflow) inside a ``chain`` and as the header of a
-``chord`` of the user's tasks, on a worker of the user's app (tests/canvas_app.py) with one slot: the canvas goes on
-only because no task waits for the runs (the run's end sends its output on)."""
+``chord`` of the user's tasks, on a worker of the user's app (tests/support/canvas_app.py) with one slot: the canvas
+goes on only because no task waits for the runs (the run's end sends its output on)."""
 
 from __future__ import annotations
 
@@ -18,27 +18,38 @@ from celery import chain, chord
 
 from agents_celery import RunDidNotComplete, run_signature
 
-from .cluster import ROOT, worker_env
 from .conftest import TEST_BROKER_URL, TEST_REDIS_URL, wait_for
+from .support.workers import ROOT, worker_env
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")
 def canvas(key_prefix: str, fake_openai: Any) -> Iterator[Any]:
-    """The user's app (tests.canvas_app, imported with this worker's environment) and its worker: one slot,
+    """The user's app (tests.support.canvas_app, imported with this worker's environment) and its worker: one slot,
     consuming the user's queue and the agents' queue."""
     user_queue, agents_queue = f"canvas-{uuid.uuid4().hex[:6]}", f"agents-{uuid.uuid4().hex[:6]}"
     env = worker_env(TEST_REDIS_URL, TEST_BROKER_URL, key_prefix, agents_queue, {"FAKE_OPENAI_URL": fake_openai.url})
     env.update(CANVAS_QUEUE=user_queue, CANVAS_RESULT_BACKEND=TEST_REDIS_URL)
     celery = os.path.join(os.path.dirname(sys.executable), "celery")
-    cmd = [celery, "-A", "tests.canvas_app", "worker", "-Q", f"{user_queue},{agents_queue}", "-P", "threads", "-c", "1"]
+    cmd = [
+        celery,
+        "-A",
+        "tests.support.canvas_app",
+        "worker",
+        "-Q",
+        f"{user_queue},{agents_queue}",
+        "-P",
+        "threads",
+        "-c",
+        "1",
+    ]
     cmd += ["--without-gossip", "--without-mingle", "--loglevel", "INFO"]
     path = Path(tempfile.mkstemp(prefix="canvas-worker-", suffix=".log")[1])
     saved = {name: os.environ.get(name) for name in env}
     os.environ.update({k: v for k, v in env.items() if k.startswith(("AGENTS_CELERY_", "CANVAS_", "CELERY_"))})
-    sys.modules.pop("tests.canvas_app", None)
-    from . import canvas_app
+    sys.modules.pop("tests.support.canvas_app", None)
+    from .support import canvas_app
 
     with path.open("wb") as log:
         proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=log, stderr=log)

@@ -20,9 +20,9 @@ import pytest
 from agents_celery import RunStatus, Runtime, ScheduleNotFoundError, ValidationError
 from agents_celery.cli.processes import stop_process
 
-from .api_support import SharedApis
-from .cluster import ROOT, Deployment
 from .conftest import wait_for
+from .support.apis import SharedApis
+from .support.workers import ROOT, Deployment
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 
 from agents_celery import ConfigurationError, Settings, load_settings
 
-from .cluster import ROOT
+from .support.workers import ROOT
 
 
 @pytest.fixture
@@ -80,7 +80,7 @@ def test_settings_are_frozen() -> None:
 )
 def test_worker_with_bad_env_exits_with_the_variable_on_stderr(name: str, value: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTS_CELERY_")}
-    env.update({"AGENTS_CELERY_AGENTS": "tests.agents_fixture", "PYTHONPATH": str(ROOT), name: value})
+    env.update({"AGENTS_CELERY_AGENTS": "tests.agents.fixture", "PYTHONPATH": str(ROOT), name: value})
     proc = subprocess.run(
         [sys.executable, "-m", "agents_celery.cli", "worker", "--pool", "solo"],
         env=env,

@@ -12,9 +12,9 @@ import pytest
 from agents_celery import RunFinishedError, RunStatus, Runtime
 from agents_celery.events import EventType
 
-from .api_support import SharedApis
 from .conftest import wait_event, wait_for
-from .invariants import assert_run_sound
+from .support.apis import SharedApis
+from .support.invariants import assert_run_sound
 
 pytestmark = pytest.mark.timeout(90)
 WORDS = " ".join(f"w{i}" for i in range(30))

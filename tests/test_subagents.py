@@ -15,9 +15,9 @@ from agents_celery.events import Event, EventType
 from agents_celery.models import ScriptedToolCall
 from agents_celery.testing.openai_server import FakeReply
 
-from .cluster import Deployment
 from .conftest import wait_event, wait_for
-from .invariants import assert_run_sound, counter_of
+from .support.invariants import assert_run_sound, counter_of
+from .support.workers import Deployment
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -67,7 +67,7 @@ def log_of(runtime: Runtime, run_id: str) -> list[Event]:
 
 
 def count(runtime: Runtime, name: str) -> int:
-    """How many times the workers' tools counted ``name`` (tests/agents_fixture.py)."""
+    """How many times the workers' tools counted ``name`` (tests/agents/fixture.py)."""
     return counter_of(runtime.redis, runtime.settings.key_prefix)(name)
 
 
@@ -201,7 +201,7 @@ def test_deleting_the_parent_deletes_its_children(runtime: Runtime, fake_openai:
 
 
 def test_agent_tools_are_offered_as_functions_of_one_input() -> None:
-    from .agents_fixture import researcher
+    from .agents.fixture import researcher
 
     tool = researcher.as_tool(name="ask_researcher", description="Ask.")
     assert tool.name == "ask_researcher" and tool.description == "Ask."
@@ -453,7 +453,7 @@ def test_a_stream_joining_mid_invocation_reopens_the_subagent_and_attributes_its
 def test_workers_serve_the_agents_their_agents_call_as_tools() -> None:
     from agents_celery.agent import _register
 
-    from .agents_fixture import lead
+    from .agents.fixture import lead
 
     registry: dict[str, Any] = {}
     _register(registry, lead)

@@ -12,7 +12,7 @@ from agents_celery.events import EventType
 from agents_celery.settings import Settings
 from agents_celery.testing import FakeOpenAIServer, InlineRunner, ScriptResponder
 
-from .invariants import assert_run_sound
+from .support.invariants import assert_run_sound
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -29,8 +29,8 @@ from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.settings import Settings, load_settings
 from agents_celery.webhook import SIGNATURE, TIMESTAMP, sign, verify
 
-from .cluster import ROOT, Deployment, Worker
 from .conftest import wait_for
+from .support.workers import ROOT, Deployment, Worker
 
 SECRET = "webhook-test-secret"
 pytestmark = pytest.mark.timeout(90)

@@ -6,8 +6,8 @@ import subprocess
 import sys
 from typing import Any
 
-from .cluster import ROOT
-from .invariants import assert_run_sound
+from .support.invariants import assert_run_sound
+from .support.workers import ROOT
 
 
 def test_worker_with_a_missing_agents_module_exits_with_a_clear_error(worker_env: dict[str, str]) -> None:
@@ -25,7 +25,7 @@ def test_worker_loaded_the_agents_module_and_published_it(worker: Any, runtime: 
     names = [m["name"] for m in runtime.agents()]
     assert names.index("fake") < names.index("offline")  # module order (other modules may publish too)
     banner = worker.log.read_text(errors="replace")  # the whole log: the banner is at its start
-    assert "tests.agents_fixture" in banner or "fake" in banner
+    assert "tests.agents.fixture" in banner or "fake" in banner
 
 
 def test_the_worker_says_which_fast_paths_are_on(worker: Any) -> None:

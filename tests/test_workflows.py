@@ -1,5 +1,5 @@
 """Workflows on real workers: sequences of function and agent steps, Parallel, Condition, Loop, Router, an approval
-inside a step, stop (tests/agents_workflows.py defines them; the fake OpenAI server answers each agent by the word
+inside a step, stop (tests/agents/workflows.py defines them; the fake OpenAI server answers each agent by the word
 after "You are the" in its instructions). Crash tests are in tests/test_workflows_crash.py."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from agents_celery.models import ScriptedToolCall
 from agents_celery.testing.openai_server import FakeReply
 
 from .conftest import wait_for
-from .invariants import assert_run_sound, counter_of
+from .support.invariants import assert_run_sound, counter_of
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -1,7 +1,7 @@
 """Workflows survive kill -9 in every kind of step: the workflow's own step, a function step (after it ran: its
 result is reused; while it ran: the workflow asks before running it again), an agent step's tool (run once) and an
 agent step's model turn (retried). Each test has a deployment of its own and keeps one worker alive at a time: when
-the worker dies (a kill armed in Redis, tests/agents_fixture.py's CrashHooks and tests/agents_workflows.py's
+the worker dies (a kill armed in Redis, tests/agents/fixture.py's CrashHooks and tests/agents/workflows.py's
 steps), another starts, as an operator's supervisor would."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from agents_celery.events import EventType
 from agents_celery.runtime.admission import idempotent_run_id
 from agents_celery.testing.openai_server import FakeReply
 
-from .cluster import Deployment, Worker
 from .conftest import wait_event, wait_for
-from .invariants import assert_run_sound
+from .support.invariants import assert_run_sound
+from .support.workers import Deployment, Worker
 from .test_workflows import by_agent, count, log_of, outputs_of, researches, steps_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]

@@ -16,8 +16,8 @@ from a2a.types import TaskState
 
 from agents_celery.testing.responders import ScriptResponder
 
-from .api_support import ApiServer, SharedApis, frames
-from .invariants import assert_agui_stream
+from .support.apis import ApiServer, SharedApis, frames
+from .support.invariants import assert_agui_stream
 from .test_a2a import ask, collect, connect, folded, texts
 
 pytestmark = pytest.mark.timeout(120)

@@ -13,8 +13,8 @@ import pytest
 from agents_celery.models import ScriptedToolCall
 from agents_celery.testing.openai_server import FakeReply
 
-from .api_support import ApiServer, SharedApis
 from .conftest import wait_for
+from .support.apis import ApiServer, SharedApis
 from .test_workflows import by_agent
 
 pytestmark = pytest.mark.timeout(90)

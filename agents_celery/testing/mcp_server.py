@@ -2,7 +2,7 @@
 (``python -m agents_celery.testing.mcp_server http PORT``, served by uvicorn) or stdio (``... stdio``). Needs the
 ``mcp`` extra.
 
-It counts in Redis (``MCP_TEST_REDIS``, keys under ``MCP_TEST_PREFIX``, as ``tests/invariants.py:counter_of``
+It counts in Redis (``MCP_TEST_REDIS``, keys under ``MCP_TEST_PREFIX``, as ``tests/support/invariants.py:counter_of``
 reads them): ``<p>:test:count:<key>`` per execution of ``count``/``slow_count``/``delete``/``hang``,
 ``<p>:test:count:tools_list`` per ``tools/list`` request; and it keeps each call's ``_meta`` (and which client
 session sent it) in the list ``<p>:test:mcp:meta``.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from agents_celery import Agent, MCPTools, OpenAIChat, tool
 
-_ROOT = Path(__file__).resolve().parent.parent
+_ROOT = Path(__file__).resolve().parents[2]
 
 
 def fake_model() -> OpenAIChat:

@@ -1,4 +1,4 @@
-"""The workflows the test workers serve (``--agents tests.agents_fixture,tests.agents_workflows``).
+"""The workflows the test workers serve (``--agents tests.agents.fixture,tests.agents.workflows``).
 
 Their agents talk to the tests' fake OpenAI server (tests answer each by the word after "You are the" in its
 instructions); their function steps count their executions in Redis under the workflow run's id, and kill the
@@ -13,7 +13,7 @@ import time
 
 from agents_celery import Agent, Condition, Loop, Parallel, Router, Step, StepInput, Workflow
 
-from .agents_fixture import CrashHooks, _counts, _redis, count_key, crash_key, delete_file, fake_model, slow_count
+from .fixture import CrashHooks, _counts, _redis, count_key, crash_key, delete_file, fake_model, slow_count
 
 
 def counted(name: str, given: StepInput) -> None:

@@ -1,9 +1,9 @@
-"""An agents module of OpenAI Agents SDK agents, as an SDK user writes it (``--agents tests.agents_openai``): the
+"""An agents module of OpenAI Agents SDK agents, as an SDK user writes it (``--agents tests.agents.openai_sdk``): the
 SDK's own ``Agent``, ``function_tool`` and ``OpenAIChatCompletionsModel`` on the test session's FakeOpenAIServer
 (``FAKE_OPENAI_URL``; it answers Chat Completions, not the Responses API the SDK's default model speaks). Nothing of
 agents-celery is needed to serve them; what this module imports of ours is the tests' crash hook.
 
-Tools count their executions in Redis (as ``tests.agents_fixture``'s do). A test arms a crash with a Redis key:
+Tools count their executions in Redis (as ``tests.agents.fixture``'s do). A test arms a crash with a Redis key:
 ``crash_key("sdk_journal", "any")`` holding N kills the worker (SIGKILL) right after the Nth journal write;
 ``crash_key("sdk_tool_body", "any")`` kills it between a tool's body and its journal write, once.
 """
@@ -19,7 +19,7 @@ from openai import AsyncOpenAI
 from pydantic import BaseModel
 
 from agents_celery.storage import journal
-from tests.agents_fixture import _redis, count_key, crash_key
+from tests.agents.fixture import _redis, count_key, crash_key
 
 set_tracing_disabled(True)  # no network here
 

@@ -1,4 +1,4 @@
-"""The agents module the test workers serve (``--agents tests.agents_fixture``).
+"""The agents module the test workers serve (``--agents tests.agents.fixture``).
 
 The ``fake`` agent talks to the FakeOpenAIServer the tests start (``FAKE_OPENAI_URL``) through the real
 openai SDK; the ``offline`` agent uses the ScriptedModel. Tools count their executions in Redis so tests
@@ -279,4 +279,4 @@ lead = Agent(
 
 # Structured output (tests/test_output.py): defined apart so the test process imports it without this module's
 # Redis client; imported last so GET /agents lists it after the agents above.
-from .agents_output import forecaster  # noqa: E402, F401
+from .output import forecaster  # noqa: E402, F401

@@ -1,4 +1,4 @@
-"""A host's own Celery app, as a shop already runs it, joined by agents-celery (``celery -A tests.host_app``).
+"""A host's own Celery app, as a shop already runs it, joined by agents-celery (``celery -A tests.support.host_app``).
 
 It pickles, keeps results in a backend, routes its task to its own queue and acks early. The tests read the
 host's settings before and after ``configure`` from :data:`BEFORE`.
@@ -25,7 +25,7 @@ app.conf.update(
     task_acks_late=False,
     task_ignore_result=False,
     worker_prefetch_multiplier=4,
-    task_routes={"tests.host_app.multiply": {"queue": HOST_QUEUE}},
+    task_routes={"tests.support.host_app.multiply": {"queue": HOST_QUEUE}},
 )
 
 

@@ -1,4 +1,4 @@
-"""The agents module of the long-session tests (``AGENTS_CELERY_AGENTS=tests.agents_history``): agents with a
+"""The agents module of the long-session tests (``AGENTS_CELERY_AGENTS=tests.agents.history``): agents with a
 history policy, talking to the tests' FakeOpenAIServer (``FAKE_OPENAI_URL``) through the real openai SDK."""
 
 from __future__ import annotations

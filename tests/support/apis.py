@@ -19,7 +19,7 @@ import httpx
 
 from agents_celery.cli.processes import stop_process
 
-from .cluster import ROOT
+from .workers import ROOT
 
 
 def django_env(env: dict[str, str], db: str | None = None) -> dict[str, str]:
@@ -36,7 +36,7 @@ def django_env(env: dict[str, str], db: str | None = None) -> dict[str, str]:
 # Each pytest-xdist process picks its servers' ports from a range of its own: a port the OS hands out as free
 # in one process could be handed to another process's server before the first binds it, and a client would then
 # talk to the other test's server (an API key it never set: 401). Below Linux's ephemeral range's busy end and
-# above the Redis Clusters' ports and bus ports (tests/cluster.py: 20000-39999).
+# above the Redis Clusters' ports and bus ports (tests/support/workers.py: 20000-39999).
 _PORT_BASE = 40000 + 2000 * int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
 
 

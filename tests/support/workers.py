@@ -18,7 +18,7 @@ from typing import Any
 
 from agents_celery.cli.processes import stop_process
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 #: Fast timings so crash recovery takes about two seconds in tests.
 FAST = {
@@ -43,7 +43,7 @@ def worker_env(
             "CELERY_BROKER_URL": broker_url,
             "AGENTS_CELERY_KEY_PREFIX": prefix,
             "AGENTS_CELERY_QUEUE": queue,
-            "AGENTS_CELERY_AGENTS": "tests.agents_fixture,tests.agents_workflows",
+            "AGENTS_CELERY_AGENTS": "tests.agents.fixture,tests.agents.workflows",
             "PYTHONPATH": str(ROOT),
         }
     )
@@ -114,7 +114,7 @@ class Deployment:
     ) -> None:
         from agents_celery.settings import load_settings
 
-        from .conftest import TEST_BROKER_URL, TEST_REDIS_URL
+        from ..conftest import TEST_BROKER_URL, TEST_REDIS_URL
 
         self.prefix = prefix or f"ac{name}-{uuid.uuid4().hex[:8]}"
         self._owns_prefix = prefix is None
@@ -169,7 +169,7 @@ class Deployment:
 
         from agents_celery.storage.connections import connect
 
-        from .conftest import TEST_REDIS_URL
+        from ..conftest import TEST_REDIS_URL
 
         if self.redis_url != TEST_REDIS_URL and self._owns_prefix:
             try:

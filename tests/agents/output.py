@@ -1,5 +1,5 @@
 """The structured-output agent of tests/test_output.py, in a module of its own so that the test process imports it
-without the Redis client of tests/agents_fixture.py (which serves it to the workers: it imports it)."""
+without the Redis client of tests/agents/fixture.py (which serves it to the workers: it imports it)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""A user's own Celery app with tasks of its own, joined by agents-celery (``celery -A tests.canvas_app worker``):
-tests/test_run_signature.py puts durable runs into its chains and chords with ``run_signature``."""
+"""A user's own Celery app with tasks of its own, joined by agents-celery
+(``celery -A tests.support.canvas_app worker``): tests/test_run_signature.py puts durable runs into its chains and
+chords with ``run_signature``."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ app.conf.update(
     accept_content=["json"],
     result_serializer="json",
     result_expires=600,
-    task_routes={"tests.canvas_app.*": {"queue": CANVAS_QUEUE}},
+    task_routes={"tests.support.canvas_app.*": {"queue": CANVAS_QUEUE}},
 )
 
 

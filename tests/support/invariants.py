@@ -52,7 +52,7 @@ _ENDS = (EventType.RUN_FINISHED, EventType.RUN_ERROR)
 
 
 def counter_of(r: redis.Redis, prefix: str) -> Callable[[str], int]:
-    """Reads the executions ``tests/agents_fixture.py``'s tools count under ``prefix`` (``count_key``)."""
+    """Reads the executions ``tests/agents/fixture.py``'s tools count under ``prefix`` (``count_key``)."""
     return lambda name: int(r.get(f"{prefix}:test:count:{name}") or 0)
 
 

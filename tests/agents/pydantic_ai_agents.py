@@ -1,7 +1,8 @@
-"""A pydantic-ai agents module the tests serve (``--agents tests.agents_pydantic``), beside ``tests.agents_fixture``.
+"""A pydantic-ai agents module the tests serve (``--agents tests.agents.pydantic_ai_agents``), beside
+``tests.agents.fixture``.
 
 Each agent talks to the FakeOpenAIServer of the test session (``FAKE_OPENAI_URL``) through pydantic-ai's own
-``OpenAIChatModel``. Tools count their executions in Redis (as ``tests.agents_fixture``'s do). A test arms a crash
+``OpenAIChatModel``. Tools count their executions in Redis (as ``tests.agents.fixture``'s do). A test arms a crash
 with a Redis key: ``crash_key("journal", "any")`` holding N kills the worker (SIGKILL) right after the Nth
 journal write; ``crash_key("journal_each", "any")`` holding N kills it right after each of the next N journal
 writes (every attempt that saves a unit dies); ``crash_key("tool_body", "any")`` kills it between a tool's body
@@ -21,7 +22,7 @@ from pydantic_ai.providers.openai import OpenAIProvider
 
 from agents_celery.contrib.pydantic_ai import CeleryDurability
 from agents_celery.storage import journal
-from tests.agents_fixture import _redis, count_key, crash_key
+from tests.agents.fixture import _redis, count_key, crash_key
 
 
 def _model() -> OpenAIChatModel:
