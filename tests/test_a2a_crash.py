@@ -39,14 +39,14 @@ from .support.apis import ApiServer
 from .support.invariants import assert_run_sound, counter_of
 from .support.workers import Deployment
 from .test_a2a import ask, collect, connect, folded, legacy_client, run, texts
-from .test_matrix import ANSWER, KINDS, answering, kill_and_replace
+from .test_matrix import ANSWER, KIND_AGENTS, KINDS, answering, kill_and_replace
 
 pytestmark = [pytest.mark.timeout(150), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
 def crash(fake_openai: Any) -> Iterator[tuple[Deployment, dict[str, ApiServer]]]:
-    agents = {"AGENTS_CELERY_AGENTS": "tests.agents.fixture,tests.agents.pydantic_ai_agents"}
+    agents = {"AGENTS_CELERY_AGENTS": KIND_AGENTS}
     receivers = {"AGENTS_CELERY_WEBHOOK_ALLOW": "127.0.0.1", "AGENTS_CELERY_WEBHOOK_BACKOFF_SECONDS": "0.2"}
     dep = Deployment("a2a", fake_openai.url, {**agents, **receivers})
     servers: dict[str, ApiServer] = {}

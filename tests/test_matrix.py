@@ -60,12 +60,13 @@ KINDS = {
     "pydantic-ai": Kind("pai_weather", "get_lat_lng", {"location": "Oslo"}, "pai:get_lat_lng"),
     "openai-agents": Kind("sdk_weather", "get_lat_lng", {"location": "Oslo"}, "sdk:get_lat_lng"),
 }
+# the modules serving every kind's agent: a deployment that runs the matrix loads these
+KIND_AGENTS = "tests.agents.fixture,tests.agents.pydantic_ai_agents,tests.agents.openai_sdk"
 
 
 @pytest.fixture(scope="module")
 def matrix(fake_openai: Any) -> Iterator[tuple[Deployment, ApiServer]]:
-    agents = "tests.agents.fixture,tests.agents.pydantic_ai_agents,tests.agents.openai_sdk"
-    dep = Deployment("matrix", fake_openai.url, {"AGENTS_CELERY_AGENTS": agents})
+    dep = Deployment("matrix", fake_openai.url, {"AGENTS_CELERY_AGENTS": KIND_AGENTS})
     try:
         dep.start(1)
         api = ApiServer({**dep.env, "AGENTS_CELERY_KEEPALIVE_SECONDS": "0.3"}).wait_ready()
