@@ -28,7 +28,7 @@ import hashlib
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
 from pydantic_core import to_jsonable_python
 
@@ -37,6 +37,9 @@ from ...events import UNIT_SAVED, EventType, NewEvent, make_event
 from ...runs import ToolCall
 from ...storage.journal import Journal, JournalEntry
 from ...storage.ledger import Ledger
+
+if TYPE_CHECKING:
+    from ...engine.stepcontext import StepContext
 
 #: The name of the unit that writes the events a guest kept between two units.
 EVENTS_UNIT = "events"
@@ -102,6 +105,23 @@ class GuestSegment:
     replayed: int = 0
     _stream: Any = None
     _buffer: list[NewEvent] = field(default_factory=list)
+
+    @classmethod
+    def of_step(cls, ctx: StepContext, journal: Journal, decided: Mapping[str, ToolCall]) -> Self:
+        """The segment the step's run is at, worked on by the step's attempt (its token, writer and checks)."""
+        state = ctx.state
+        return cls(
+            state.run_id,
+            state.session_id,
+            state.segment,
+            ctx.token,
+            journal,
+            ctx.store.ledger,
+            emit=ctx.writer.emit,
+            drain=ctx.writer.drain,
+            check=ctx.check,
+            decided=decided,
+        )
 
     def enter(self) -> contextvars.Token[Any]:
         """Read the segment's journal and make this the current segment of the running task."""

@@ -14,14 +14,15 @@ from typing import Any
 
 from ...engine.turn import new_id
 from ...events import EventType, NewEvent, make_event
+from ..guests.stream import OpenParts
 
 
-class ResponseStream:
-    """Turns one model unit's stream events into our events; :meth:`close` ends what is still open."""
+class ResponseStream(OpenParts):
+    """Turns one model unit's stream events into our events, by output index; :meth:`close` ends what is still
+    open."""
 
     def __init__(self) -> None:
-        #: Output index -> (kind, id) of what that item opened.
-        self.open: dict[int, tuple[EventType, str]] = {}
+        super().__init__()
         #: Output indexes of function calls whose arguments came as deltas (their done event repeats them).
         self._streamed: set[int] = set()
 
@@ -76,21 +77,8 @@ class ResponseStream:
         return [*out, *self._end(index)]
 
     def _end(self, index: int) -> list[NewEvent]:
-        opened = self.open.pop(index, None)
         self._streamed.discard(index)
-        if opened is None:
-            return []
-        kind, ident = opened
-        if kind is EventType.TEXT_MESSAGE_START:
-            return [make_event(EventType.TEXT_MESSAGE_END, message_id=ident)]
-        return [make_event(EventType.TOOL_CALL_END, tool_call_id=ident)]
-
-    def close(self) -> list[NewEvent]:
-        """The ends of everything still open (a stream that stopped without its done events)."""
-        out: list[NewEvent] = []
-        for index in list(self.open):
-            out += self._end(index)
-        return out
+        return super()._end(index)
 
 
 def output_text(output: Any) -> str:

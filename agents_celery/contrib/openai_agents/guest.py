@@ -82,18 +82,7 @@ class SdkGuest(Agent):
         refs = refs_in(state.messages)
         parts = ctx.store.parts.fetch(state, refs) if refs else {}
         split = split_messages(state.messages, state.history_len)
-        segment = Segment(
-            state.run_id,
-            state.session_id,
-            state.segment,
-            ctx.token,
-            self._journals.of(ctx),
-            ctx.store.ledger,
-            emit=ctx.writer.emit,
-            drain=ctx.writer.drain,
-            check=ctx.check,
-            decided=decided,
-        )
+        segment = Segment.of_step(ctx, self._journals.of(ctx), decided)
         saved = state.guest_state
         options = state.client.get(CLIENT_KEY) or {}
         agent = with_client_tools(self.sdk_agent, state.client_tools, deferred)

@@ -25,6 +25,7 @@ from pydantic_ai.messages import (
 
 from ...engine.turn import new_id
 from ...events import EventType, NewEvent, make_event
+from ..guests.stream import OpenParts
 
 
 def _args_text(args: Any) -> str:
@@ -33,12 +34,8 @@ def _args_text(args: Any) -> str:
     return args if isinstance(args, str) else json.dumps(args)
 
 
-class ModelStream:
-    """Turns one model unit's stream events into our events; :meth:`close` ends what is still open."""
-
-    def __init__(self) -> None:
-        #: Part index -> (kind, id) of what that part opened.
-        self.open: dict[int, tuple[EventType, str]] = {}
+class ModelStream(OpenParts):
+    """Turns one model unit's stream events into our events, by part index; :meth:`close` ends what is still open."""
 
     def feed(self, event: Any) -> list[NewEvent]:
         if isinstance(event, PartStartEvent):
@@ -76,22 +73,6 @@ class ModelStream:
         if args and kind is EventType.TOOL_CALL_START:
             return [make_event(EventType.TOOL_CALL_ARGS, tool_call_id=ident, delta=args)]
         return []
-
-    def _end(self, index: int) -> list[NewEvent]:
-        opened = self.open.pop(index, None)
-        if opened is None:
-            return []
-        kind, ident = opened
-        if kind is EventType.TEXT_MESSAGE_START:
-            return [make_event(EventType.TEXT_MESSAGE_END, message_id=ident)]
-        return [make_event(EventType.TOOL_CALL_END, tool_call_id=ident)]
-
-    def close(self) -> list[NewEvent]:
-        """The ends of everything still open (a stream that stopped without its PartEndEvents)."""
-        out: list[NewEvent] = []
-        for index in list(self.open):
-            out += self._end(index)
-        return out
 
 
 def tool_result(event: Any) -> list[NewEvent]:

@@ -86,18 +86,7 @@ class GuestAgent(Agent):
         prompt = Prompt(ctx.store.parts.fetch(state, refs) if refs else {}, self._provider)
         history, user_prompt, kept = split_messages(state.messages, state.history_len, prompt)
         results = deferred_results(deferred, history) if deferred else None
-        segment = Segment(
-            state.run_id,
-            state.session_id,
-            state.segment,
-            ctx.token,
-            self._journals.of(ctx),
-            ctx.store.ledger,
-            emit=ctx.writer.emit,
-            drain=ctx.writer.drain,
-            check=ctx.check,
-            decided=decided,
-        )
+        segment = Segment.of_step(ctx, self._journals.of(ctx), decided)
         try:
             result = drive(ctx, segment, self._run(segment, user_prompt, history, results, client=_Client.of(state)))
         except MayHaveRun as exc:
