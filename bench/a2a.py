@@ -18,8 +18,8 @@ import time
 import uuid
 from typing import Any
 
-from .common import Row, agents_worker, log, median, percentile, prefixed, runtime_for
-from .latency import GAP, stamping_server, xread_floor
+from .common import Row, log, median, percentile, runtime_for
+from .latency import door_window
 from .responses import first_event_ms
 
 HEADERS = {"Content-Type": "application/json", "A2A-Version": "1.0", "Accept": "text/event-stream"}
@@ -94,35 +94,19 @@ def live_subscribes(port: int, rt: Any, count: int) -> tuple[list[float], list[f
 
 
 def run(quick: bool) -> list[Row]:
-    from .sse import start_api
-
     samples, tokens, runs = 500, 300, 1 if quick else 3
     subscribes = 15 if quick else 30
-    with prefixed("a2a") as prefix:
-        log("a2a: XADD -> XREAD BLOCK floor")
-        floor = xread_floor(prefix, samples)
-        server = stamping_server(tokens, GAP)
-        queue = f"{prefix}-agents"
-        worker = agents_worker(prefix, queue, f"{prefix}-a2a", {"FAKE_OPENAI_URL": server.url})
-        api: Any = None
-        try:
-            worker.wait_ready()
-            api, port = start_api(prefix, queue)
-            log(f"a2a: {runs} streamed task(s) of {tokens} tokens, 5 ms apart")
-            task_token_latencies(port, tokens)  # warm-up
-            lat: list[float] = []
-            for _ in range(runs):
-                lat += task_token_latencies(port, tokens)
-            rt = runtime_for(prefix, queue)
-            log(f"a2a: {subscribes} subscriptions to a live task")
-            subscribed, canonical = live_subscribes(port, rt, subscribes)
-            rt.close()
-            floor += xread_floor(prefix, samples // 2)  # the floor again, after: drift hits both
-        finally:
-            if api is not None:
-                api.stop()
-            worker.stop()
-            server.stop()
+    with door_window("a2a", samples, tokens) as w:
+        log(f"a2a: {runs} streamed task(s) of {tokens} tokens, 5 ms apart")
+        task_token_latencies(w.port, tokens)  # warm-up
+        lat: list[float] = []
+        for _ in range(runs):
+            lat += task_token_latencies(w.port, tokens)
+        rt = runtime_for(w.prefix, w.queue)
+        log(f"a2a: {subscribes} subscriptions to a live task")
+        subscribed, canonical = live_subscribes(w.port, rt, subscribes)
+        rt.close()
+    floor = w.floor
     return [
         Row("token latency p50, A2A artifact chunks", percentile(lat, 50), "ms",
             "XADD->XREAD BLOCK p50", percentile(floor, 50), "<=", 3.0, readme=True),

@@ -19,8 +19,8 @@ import time
 import uuid
 from typing import Any
 
-from .common import Row, agents_worker, log, median, percentile, prefixed, runtime_for
-from .latency import GAP, stamping_server, xread_floor
+from .common import Row, log, median, percentile, runtime_for
+from .latency import door_window
 from .responses import first_event_ms
 
 
@@ -71,35 +71,19 @@ def live_resumes(port: int, rt: Any, count: int) -> tuple[list[float], list[floa
 
 
 def run(quick: bool) -> list[Row]:
-    from .sse import start_api
-
     samples, tokens, runs = 500, 300, 1 if quick else 3
     resumes = 15 if quick else 30
-    with prefixed("aisdk") as prefix:
-        log("aisdk: XADD -> XREAD BLOCK floor")
-        floor = xread_floor(prefix, samples)
-        server = stamping_server(tokens, GAP)
-        queue = f"{prefix}-agents"
-        worker = agents_worker(prefix, queue, f"{prefix}-chat", {"FAKE_OPENAI_URL": server.url})
-        api: Any = None
-        try:
-            worker.wait_ready()
-            api, port = start_api(prefix, queue)
-            log(f"aisdk: {runs} streamed message(s) of {tokens} tokens, 5 ms apart")
-            chat_token_latencies(port, tokens)  # warm-up
-            lat: list[float] = []
-            for _ in range(runs):
-                lat += chat_token_latencies(port, tokens)
-            rt = runtime_for(prefix, queue)
-            log(f"aisdk: {resumes} resumes of a live message")
-            resumed, canonical = live_resumes(port, rt, resumes)
-            rt.close()
-            floor += xread_floor(prefix, samples // 2)  # the floor again, after: drift hits both
-        finally:
-            if api is not None:
-                api.stop()
-            worker.stop()
-            server.stop()
+    with door_window("aisdk", samples, tokens) as w:
+        log(f"aisdk: {runs} streamed message(s) of {tokens} tokens, 5 ms apart")
+        chat_token_latencies(w.port, tokens)  # warm-up
+        lat: list[float] = []
+        for _ in range(runs):
+            lat += chat_token_latencies(w.port, tokens)
+        rt = runtime_for(w.prefix, w.queue)
+        log(f"aisdk: {resumes} resumes of a live message")
+        resumed, canonical = live_resumes(w.port, rt, resumes)
+        rt.close()
+    floor = w.floor
     return [
         Row("token latency p50, AI SDK chat stream", percentile(lat, 50), "ms",
             "XADD->XREAD BLOCK p50", percentile(floor, 50), "<=", 3.0, readme=True),

@@ -17,6 +17,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from agents_celery.events import EventType
@@ -96,6 +98,47 @@ def stamping_server(tokens: int, delay: float) -> Any:
         return FakeReply(text=f"{STAMP} " * tokens, token_delay=delay)
 
     return FakeOpenAIServer(responder).start()
+
+
+@dataclass
+class DoorWindow:
+    """What a door's token bench runs against (:func:`door_window`)."""
+
+    prefix: str
+    queue: str
+    #: The API's port.
+    port: int
+    #: The stamping model server (its ``responder`` may be swapped).
+    server: Any
+    #: XADD -> XREAD BLOCK latencies (ms), measured before the door's runs and again after them.
+    floor: list[float] = field(default_factory=list)
+
+
+@contextmanager
+def door_window(name: str, samples: int, tokens: int) -> Iterator[DoorWindow]:
+    """The window a door's bench (:mod:`bench.responses`, :mod:`bench.aisdk`, :mod:`bench.a2a`) measures in: the
+    XADD -> XREAD BLOCK floor (``samples``, and half as many again when the block ends, so a drift hits both), a
+    model server stamping ``tokens`` tokens 5 ms apart, one agents worker and one API process."""
+    from .sse import start_api
+
+    with prefixed(name) as prefix:
+        log(f"{name}: XADD -> XREAD BLOCK floor")
+        floor = xread_floor(prefix, samples)
+        server = stamping_server(tokens, GAP)
+        queue = f"{prefix}-agents"
+        worker = agents_worker(prefix, queue, f"{prefix}-{name}", {"FAKE_OPENAI_URL": server.url})
+        api: Any = None
+        try:
+            worker.wait_ready()
+            api, port = start_api(prefix, queue)
+            window = DoorWindow(prefix, queue, port, server, floor)
+            yield window
+            floor += xread_floor(prefix, samples // 2)
+        finally:
+            if api is not None:
+                api.stop()
+            worker.stop()
+            server.stop()
 
 
 def token_latencies(rt: Any, tokens: int) -> list[float]:

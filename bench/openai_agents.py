@@ -26,7 +26,8 @@ from typing import Any
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.testing.openai_server import FakeOpenAIServer, ScriptResponder
 
-from .common import Row, agents_worker, cli_main, client, log, median, prefixed, runtime_for
+from .common import Row, agents_worker, cli_main, log, median, prefixed, runtime_for
+from .guests import recovery, timed
 
 SCRIPT = ScriptResponder(
     [ScriptedTurn(tool_calls=[ScriptedToolCall("noop", {"i": i})]) for i in range(3)] + ["All three done."]
@@ -126,62 +127,15 @@ def dbos_runs(runs: int) -> list[float]:
     DBOS(config={"name": database, "system_database_url": POSTGRES.rsplit("/", 1)[0] + f"/{database}"})
     workflow = _dbos_workflow()
     DBOS.launch()
-    out: list[float] = []
     try:
-
-        async def all_runs() -> None:
-            for _ in range(runs + 2):
-                t0 = time.perf_counter()
-                answer = await workflow("go")
-                out.append(time.perf_counter() - t0)
-                assert answer == "All three done.", answer
-
-        run_coroutine(all_runs())  # the process loop: the agent's model client outlives one round's loop
+        return run_coroutine(
+            timed(workflow, runs, "All three done.")
+        )  # the process loop: the agent's model client outlives one round's loop
     finally:
         # The registry stays: the workflow, its steps and dbos-openai-agents' model step are registered once.
         DBOS.destroy(destroy_registry=False)
         with psycopg.connect(POSTGRES, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
-    return out[2:]
-
-
-def recovery(prefix: str, queue: str, url: str, kills: int) -> list[float]:
-    """Seconds from kill -9 of the worker running ``sleepy`` to the tool running again on the other worker."""
-    from .sdk_agents import started_key
-
-    env = _worker_env(url)
-    workers = {w.pid: w for w in (agents_worker(prefix, queue, f"{prefix}-r{i}", env) for i in range(2))}
-    for w in workers.values():
-        w.wait_ready()
-    rt = runtime_for(prefix, queue)
-    r = client()
-    out: list[float] = []
-    try:
-        for i in range(kills):
-            stream = rt.stream("sdk_recover", "go")
-            key = started_key(prefix, stream.id)
-            deadline = time.monotonic() + 60
-            while not r.llen(key):
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the tool never started")
-                time.sleep(0.002)
-            pid = int(str(r.lindex(key, 0), "utf-8").split(":")[0])
-            t_kill = time.time()
-            workers.pop(pid).kill9()
-            while r.llen(key) < 2:
-                if time.time() - t_kill > 60:
-                    raise RuntimeError("the tool never started again")
-                time.sleep(0.005)
-            out.append(int(str(r.lindex(key, 1), "utf-8").split(":")[1]) / 1e9 - t_kill)
-            log(f"openai_agents: recovery round {i + 1}: killed {pid}; the tool ran again after {out[-1]:.2f} s")
-            fresh = agents_worker(prefix, queue, f"{prefix}-r{i + 2}", env).wait_ready()
-            workers[fresh.pid] = fresh
-    finally:
-        r.close()
-        rt.close()
-        for w in workers.values():
-            w.stop()
-    return out
 
 
 def journal_bytes(rt: Any, server: FakeOpenAIServer) -> tuple[float, float, float]:
@@ -226,7 +180,11 @@ def run(quick: bool) -> list[Row]:
             rt.close()
             worker.stop()
         log(f"openai_agents: recovery, {kills} kill -9 rounds")
-        recovered = recovery(prefix, f"{prefix}-recover", server.url, kills)
+        from .sdk_agents import started_key  # after BENCH_FAKE_OPENAI_URL is set: the agents read it at import
+
+        recovered = recovery(
+            prefix, f"{prefix}-recover", _worker_env(server.url), kills, agent="sdk_recover", started_key=started_key
+        )
     inproc, mine, theirs = median(floor), median(backend), median(dbos)
     per_unit_ours, per_unit_dbos = (mine - inproc) / UNITS, (theirs - inproc) / UNITS
     return [

@@ -22,8 +22,8 @@ import time
 import uuid
 from typing import Any
 
-from .common import Row, agents_worker, log, median, percentile, prefixed, runtime_for
-from .latency import GAP, sse_token_latencies, stamping_server, xread_floor
+from .common import Row, log, median, percentile, runtime_for
+from .latency import door_window, sse_token_latencies
 
 #: The words of the long response the resume is measured on too (about four times the short one's events).
 LONG_WORDS = 1200
@@ -121,42 +121,27 @@ def resumes(port: int, rt: Any, response_id: str, last: int, n: int) -> tuple[fl
 def run(quick: bool) -> list[Row]:
     from agents_celery.testing.openai_server import FakeReply
 
-    from .sse import start_api
-
     samples, tokens, runs = 500, 300, 1 if quick else 3
     n_resumes = 20 if quick else 60
-    with prefixed("responses") as prefix:
-        log("responses: XADD -> XREAD BLOCK floor")
-        floor = xread_floor(prefix, samples)
-        server = stamping_server(tokens, GAP)
-        queue = f"{prefix}-agents"
-        worker = agents_worker(prefix, queue, f"{prefix}-resp", {"FAKE_OPENAI_URL": server.url})
-        api: Any = None
-        try:
-            worker.wait_ready()
-            api, port = start_api(prefix, queue)
-            log(f"responses: {runs} streamed response(s) of {tokens} tokens, 5 ms apart")
-            responses_token_latencies(port, tokens)  # warm-up
-            rt = runtime_for(prefix, queue)
-            lat: list[float] = []
-            canonical_lat: list[float] = []
-            for _ in range(runs):  # interleaved with the same runs read as /runs/<id>/events: the load hits both
-                got, response_id, last = responses_token_latencies(port, tokens)
-                lat += got
-                canonical_lat += sse_token_latencies(rt, port, tokens)
-            log(f"responses: {n_resumes} resumes near the end of a {last + 1}-event response")
-            short = resumes(port, rt, response_id, last, n_resumes)
-            server.responder = lambda _request: FakeReply(text="w " * LONG_WORDS)
-            long_id, long_last = streamed_response(port)
-            log(f"responses: {n_resumes} resumes near the end of a {long_last + 1}-event response")
-            long = resumes(port, rt, long_id, long_last, n_resumes)
-            rt.close()
-            floor += xread_floor(prefix, samples // 2)  # the floor again, after: drift hits both
-        finally:
-            if api is not None:
-                api.stop()
-            worker.stop()
-            server.stop()
+    with door_window("responses", samples, tokens) as w:
+        port = w.port
+        log(f"responses: {runs} streamed response(s) of {tokens} tokens, 5 ms apart")
+        responses_token_latencies(port, tokens)  # warm-up
+        rt = runtime_for(w.prefix, w.queue)
+        lat: list[float] = []
+        canonical_lat: list[float] = []
+        for _ in range(runs):  # interleaved with the same runs read as /runs/<id>/events: the load hits both
+            got, response_id, last = responses_token_latencies(port, tokens)
+            lat += got
+            canonical_lat += sse_token_latencies(rt, port, tokens)
+        log(f"responses: {n_resumes} resumes near the end of a {last + 1}-event response")
+        short = resumes(port, rt, response_id, last, n_resumes)
+        w.server.responder = lambda _request: FakeReply(text="w " * LONG_WORDS)
+        long_id, long_last = streamed_response(port)
+        log(f"responses: {n_resumes} resumes near the end of a {long_last + 1}-event response")
+        long = resumes(port, rt, long_id, long_last, n_resumes)
+        rt.close()
+    floor = w.floor
     return [
         Row("token latency p50, Responses SSE (/v1)", percentile(lat, 50), "ms",
             "XADD->XREAD BLOCK p50", percentile(floor, 50), "<=", 3.0, readme=True),
