@@ -17,6 +17,7 @@ import redis
 
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.storage.keys import Keys
+from agents_celery.testing import ScriptResponder
 
 from .conftest import TEST_REDIS_URL, kill_connections, wait_for
 from .support.apis import ApiServer, Frame, SharedApis, frames, free_port, read_until, recv_until
@@ -65,6 +66,40 @@ def stored(client: httpx.Client, run_id: str) -> list[Frame]:
     with client.stream("GET", f"/runs/{run_id}/events", params={"until": "pause"}) as resp:
         assert resp.status_code == 200
         return list(frames(resp))
+
+
+def approval_reconnect_story(client: httpx.Client, agent: str, fake_openai: Any) -> tuple[str, str, list[Frame]]:
+    """The AgentOS reconnect story with ``agent``, whose ``delete_file`` tool needs confirmation: start streamed,
+    the approval pause, continue (approved), drop the connection after a few frames, resume from the last one.
+    Checks every renderable offset arrives once, in order, and the run's answer; returns the file path the tool was
+    asked to delete, the run id and the frames read."""
+    path = f"/tmp/{uuid.uuid4().hex}"
+    fake_openai.responder = ScriptResponder(
+        [ScriptedTurn("Deleting.", [ScriptedToolCall("delete_file", {"path": path})]), "All done, the file is gone."]
+    )
+    with client.stream("POST", f"/agents/{agent}/runs", data={"message": "delete it", "stream": "true"}) as resp:
+        assert resp.status_code == 200
+        first = list(frames(resp))  # the stream closes by itself after RunPaused
+    paused = first[-1].data
+    assert first[-1].event == "RunPaused" and paused["is_paused"] is True
+    assert paused["tools"][0]["tool_name"] == "delete_file" and paused["tools"][0]["tool_args"] == {"path": path}
+    run_id = paused["run_id"]
+    assert "".join(f.data["content"] for f in first if f.event == "RunContent") == "Deleting."
+    tools = [{**paused["tools"][0], "confirmed": True}]
+    body = {"tools": json.dumps(tools), "stream": "true", "background": "true"}
+    with client.stream("POST", f"/agents/{agent}/runs/{run_id}/continue", data=body) as resp:
+        assert resp.status_code == 200
+        dropped = read_until(resp, END, limit=3)  # then the connection is dropped
+    assert dropped[0].event == "RunContinued"
+    with client.stream("POST", f"/agents/{agent}/runs/{run_id}/resume", data={"last_event_index": dropped[-1].id}) as r:
+        assert r.status_code == 200
+        rest = list(frames(r))
+    assert rest[0].event in ("catch_up", "replay")
+    events = [f for f in first + dropped + rest if f.id is not None]
+    assert events[-1].event == "RunCompleted" and events[-1].data["content"] == "All done, the file is gone."
+    expected = [f.id for f in stored(client, run_id) if f.event in AGENTOS_TYPES]
+    assert [f.id for f in events] == expected  # contiguous: every renderable offset once, in order
+    return path, run_id, events
 
 
 def wait_status(client: httpx.Client, run_id: str, *statuses: str, timeout: float = 20) -> dict[str, Any]:

@@ -20,11 +20,11 @@ from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.testing import ScriptResponder
 
 from .conftest import TEST_REDIS_URL, all_events, wait_event, wait_for
-from .support.apis import ApiServer, frames, read_until
+from .support.apis import ApiServer, frames
 from .support.invariants import assert_agui_stream, assert_run_sound, counter_of
 from .support.workers import Deployment
 from .test_agui_client import CLIENT, node
-from .test_api import AGENTOS_TYPES, END, stored, wait_status
+from .test_api import approval_reconnect_story, wait_status
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -86,34 +86,7 @@ def test_agentos_reconnect_story_with_a_pydantic_ai_agent(
 ) -> None:
     """Start, stream, the approval pause, continue, drop the connection, resume: on Flask and on Django."""
     client = front
-    path = f"/tmp/{uuid.uuid4().hex}"
-    fake_openai.responder = ScriptResponder(
-        [ScriptedTurn("Deleting.", [ScriptedToolCall("delete_file", {"path": path})]), "All done, the file is gone."]
-    )
-    with client.stream("POST", "/agents/pai_files/runs", data={"message": "delete it", "stream": "true"}) as resp:
-        assert resp.status_code == 200
-        first = list(frames(resp))  # the stream closes by itself after RunPaused
-    paused = first[-1].data
-    assert first[-1].event == "RunPaused" and paused["is_paused"] is True
-    assert paused["tools"][0]["tool_name"] == "delete_file" and paused["tools"][0]["tool_args"] == {"path": path}
-    run_id = paused["run_id"]
-    assert "".join(f.data["content"] for f in first if f.event == "RunContent") == "Deleting."
-    tools = [{**paused["tools"][0], "confirmed": True}]
-    body = {"tools": json.dumps(tools), "stream": "true", "background": "true"}
-    with client.stream("POST", f"/agents/pai_files/runs/{run_id}/continue", data=body) as resp:
-        assert resp.status_code == 200
-        dropped = read_until(resp, END, limit=3)  # then the connection is dropped
-    assert dropped[0].event == "RunContinued"
-    with client.stream(
-        "POST", f"/agents/pai_files/runs/{run_id}/resume", data={"last_event_index": dropped[-1].id}
-    ) as r:
-        assert r.status_code == 200
-        rest = list(frames(r))
-    assert rest[0].event in ("catch_up", "replay")
-    events = [f for f in first + dropped + rest if f.id is not None]
-    assert events[-1].event == "RunCompleted" and events[-1].data["content"] == "All done, the file is gone."
-    expected = [f.id for f in stored(client, run_id) if f.event in AGENTOS_TYPES]
-    assert [f.id for f in events] == expected  # contiguous: every renderable offset once, in order
+    path, run_id, events = approval_reconnect_story(client, "pai_files", fake_openai)
     assert count(served[0], f"pai:delete_file:{path}") == 1
     completed = [f for f in events if f.event == "ToolCallCompleted"]
     assert [c.data["tool"]["tool_name"] for c in completed] == ["delete_file"]
