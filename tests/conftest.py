@@ -48,16 +48,40 @@ TEST_DB, _BROKER_DB = _DATABASES[_XDIST_WORKER]
 TEST_REDIS_URL = os.environ.get("AGENTS_CELERY_TEST_REDIS_URL", f"redis://127.0.0.1:6379/{TEST_DB}")
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02, what: str = "") -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail the test after ``timeout`` seconds."""
+def wait_for(
+    predicate: Callable[[], Any],
+    timeout: float = 10.0,
+    interval: float = 0.02,
+    what: str = "",
+    seen: Callable[[], str] | None = None,
+) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail the test after ``timeout`` seconds, saying what
+    ``seen()`` (when given) finds then."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+            found = f"; found {seen()}" if seen is not None else ""
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}{found}")
         time.sleep(interval)
+
+
+def status_is(stream: Any, status: str, timeout: float = 60, what: str = "") -> None:
+    """Wait until the run of ``stream`` (a RunStream) has ``status``; a timeout says where the run stood (its status,
+    error, pending calls and its log's last events)."""
+
+    def seen() -> str:
+        view = stream.get()
+        pending = [(c.name, c.pause_reason) for c in view.pending]
+        last = [
+            e.type.value if e.type.value != "CUSTOM" else f"CUSTOM:{e.data.get('name')}"
+            for e in stream.runtime.store.log.read(view.run_id, max(-1, view.last_offset - 12))
+        ]
+        return f"{view.status.value}, error {view.error}, pending {pending}, last events {last}"
+
+    wait_for(lambda: stream.get().status == status, timeout=timeout, what=what or f"the run to be {status}", seen=seen)
 
 
 def _events(rt: Runtime, run_id: str, timeout: float, what: str) -> Iterator[Event]:

@@ -16,7 +16,7 @@ from agents_celery.greenlets import run_coroutine
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.testing import ScriptResponder
 
-from .conftest import TEST_REDIS_URL, all_events, wait_for
+from .conftest import TEST_REDIS_URL, all_events, status_is, wait_for
 from .support.invariants import assert_run_sound, counter_of
 from .support.workers import Deployment
 
@@ -120,7 +120,7 @@ def test_an_approval_agent_pauses_and_continues_as_in_process(
         fake_openai.responder = ScriptResponder(_delete(asked))
         before = fake_openai.calls
         stream = rt.stream("sdk_files", f"Delete {asked}")
-        wait_for(lambda: stream.get().status == "paused", timeout=30, what="the approval pause")
+        status_is(stream, "paused", 30, "the approval pause")
         events = all_events(rt, stream.id)
         (interrupt,) = events[-1].data["outcome"]["interrupts"]
         assert interrupt["metadata"] == {"tool_name": "delete_file", "tool_args": {"path": asked}}
@@ -131,7 +131,7 @@ def test_an_approval_agent_pauses_and_continues_as_in_process(
         if decision == "reject":
             answer["confirmation_note"] = "keep it"
         rt.continue_run(stream.id, [answer])
-        wait_for(lambda: stream.get().status == "completed", timeout=30, what="the run's end")
+        status_is(stream, "completed", 30, "the run's end")
         events = all_events(rt, stream.id)
         assert fake_openai.calls - before == calls == 2
         ran = {"approve": {asked: 1, edited: 0}, "edit": {asked: 0, edited: 1}, "reject": {asked: 0, edited: 0}}
@@ -244,7 +244,7 @@ def test_a_stop_while_the_model_streams_cancels_the_run(shared: Deployment, fake
         if ev.type.value == "TEXT_MESSAGE_CONTENT":
             break
     rt.stop(stream.id)
-    wait_for(lambda: stream.get().status == "cancelled", timeout=15, what="the cancelled end")
+    status_is(stream, "cancelled", 15, "the cancelled end")
     events = all_events(rt, stream.id)
     assert_run_sound(events)
     said = "".join(e.data["delta"] for e in events if e.type.value == "TEXT_MESSAGE_CONTENT")

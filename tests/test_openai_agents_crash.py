@@ -14,7 +14,7 @@ import redis
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.testing import ScriptResponder
 
-from .conftest import TEST_REDIS_URL, all_events, wait_for
+from .conftest import TEST_REDIS_URL, all_events, status_is, wait_for
 from .support.invariants import assert_run_sound
 from .support.workers import Deployment
 from .test_openai_agents import AGENTS, LONG_TEXT, WEATHER, WEATHER_TOOLS, Counts, _delete, _shown, in_process, module
@@ -110,11 +110,11 @@ def test_the_approval_agent_killed_after_a_journal_write_replays_as_in_process(
         r.set(_crash_key(crashable, "sdk_journal"), writes)
         before = fake_openai.calls
         stream = rt.stream("sdk_files", f"Delete {path}")
-        wait_for(lambda: stream.get().status == "paused", timeout=60, what="the approval pause")
+        status_is(stream, "paused", 60, "the approval pause")
         (call,) = rt.store.load(stream.id)[0].pending
         assert (call.name, call.pause_reason) == ("delete_file", "confirmation_required")
         rt.continue_run(stream.id, [{"tool_call_id": call.id, "confirmed": True}])
-        wait_for(lambda: stream.get().status == "completed", timeout=60, what="the run's end")
+        status_is(stream, "completed", 60, "the run's end")
         events = all_events(rt, stream.id)
         assert r.get(_crash_key(crashable, "sdk_journal")) is None, "the crash never happened"
         assert sum(w.proc.poll() is not None for w in crashable.workers) == dead + 1
@@ -140,7 +140,7 @@ def test_a_worker_killed_while_the_model_streams_retries_that_unit_visibly(
         if ev.type.value == "TEXT_MESSAGE_CONTENT":
             break
     kill_live(crashable)  # mid-stream: the model unit was never journaled
-    wait_for(lambda: stream.get().status == "completed", timeout=60, what="the run's end")
+    status_is(stream, "completed", 60, "the run's end")
     assert stream.get().output == LONG_TEXT
     assert fake_openai.calls - before == 2  # the unit in flight ran again; nothing else did
     events = all_events(rt, stream.id)
@@ -162,13 +162,13 @@ def test_a_tool_killed_before_its_journal_write_pauses_as_may_have_run(
         r.set(_crash_key(crashable, "sdk_tool_body"), 1)
         before = fake_openai.calls
         stream = rt.stream("sdk_weather", "Weather in London?")
-        wait_for(lambda: stream.get().status == "paused", timeout=60, what="the may-have-run pause")
+        status_is(stream, "paused", 60, "the may-have-run pause")
         state, _ = rt.store.load(stream.id)
         assert [(c.name, c.pause_reason) for c in state.pending] == [("get_lat_lng", "may_have_run")]
         assert counts("sdk:get_lat_lng") == 1
         call_id = state.pending[0].id
         rt.continue_run(stream.id, [{"tool_call_id": call_id, "confirmed": approve}])
-        wait_for(lambda: stream.get().status == "completed", timeout=60, what="the run's end")
+        status_is(stream, "completed", 60, "the run's end")
         events = all_events(rt, stream.id)
         expected = {"sdk:get_lat_lng": 2 if approve else 1, "sdk:get_weather": 1, "sdk:get_time": 1}
         assert_run_sound(events, tool_counts=expected, counter=counts)
@@ -198,7 +198,7 @@ def test_an_approved_call_killed_before_its_journal_write_keeps_the_approval(
     with redis.Redis.from_url(TEST_REDIS_URL) as r:
         counts = Counts(r, crashable, f"sdk:delete_file:{path}")
         stream = rt.stream("sdk_files", f"Delete {path}")
-        wait_for(lambda: stream.get().status == "paused", timeout=60, what="the approval pause")
+        status_is(stream, "paused", 60, "the approval pause")
         r.set(_crash_key(crashable, "sdk_tool_body"), 1)
         rt.continue_run(stream.id)  # approved; the worker dies after the tool's body, before its journal write
         wait_for(lambda: rt.store.load(stream.id)[0].pending, timeout=60, what="the may-have-run pause")
@@ -206,7 +206,7 @@ def test_an_approved_call_killed_before_its_journal_write_keeps_the_approval(
         assert [c.pause_reason for c in state.pending] == ["may_have_run"]
         alive(crashable)
         rt.continue_run(stream.id)  # run it again: the segment replays with its first approval still given
-        wait_for(lambda: stream.get().status == "completed", timeout=60, what="the run's end")
+        status_is(stream, "completed", 60, "the run's end")
         events = all_events(rt, stream.id)
         assert_run_sound(events, tool_counts={f"sdk:delete_file:{path}": 2}, counter=counts)
     (result,) = [e for e in events if e.type.value == "TOOL_CALL_RESULT"]

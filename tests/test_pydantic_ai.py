@@ -13,7 +13,7 @@ import redis
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.testing import ScriptResponder
 
-from .conftest import TEST_REDIS_URL, all_events, wait_for
+from .conftest import TEST_REDIS_URL, all_events, status_is, wait_for
 from .support.invariants import assert_run_sound, counter_of
 from .support.workers import Deployment
 
@@ -193,13 +193,13 @@ def test_a_tool_killed_before_its_journal_write_pauses_as_may_have_run(
         counts = Counts(r, crashable, *WEATHER_TOOLS)
         r.set(_crash_key(crashable, "tool_body"), 1)
         stream = rt.stream("pai_weather", "Weather in London?")
-        wait_for(lambda: stream.get().status == "paused", timeout=30, what="the may-have-run pause")
+        status_is(stream, "paused", 30, "the may-have-run pause")
         state, _ = rt.store.load(stream.id)
         assert [(c.name, c.pause_reason) for c in state.pending] == [("get_lat_lng", "may_have_run")]
         assert counts("pai:get_lat_lng") == 1
         call_id = state.pending[0].id
         rt.continue_run(stream.id, [{"tool_call_id": call_id, "confirmed": approve}])
-        wait_for(lambda: stream.get().status == "completed", timeout=30, what="the run's end")
+        status_is(stream, "completed", 30, "the run's end")
         events = all_events(rt, stream.id)
         expected = {"pai:get_lat_lng": 2 if approve else 1, "pai:get_weather": 1}
         assert_run_sound(events, tool_counts=expected, counter=counts)
@@ -238,7 +238,7 @@ def test_an_approved_rerun_that_dies_with_its_worker_asks_again(crashable: Deplo
             if approval == 1:
                 r.set(_crash_key(crashable, "tool_body"), 1)  # the approved re-run dies too
             rt.continue_run(stream.id, [{"tool_call_id": call.id, "confirmed": True}])
-        wait_for(lambda: stream.get().status == "completed", timeout=60, what="the run's end")
+        status_is(stream, "completed", 60, "the run's end")
         events = all_events(rt, stream.id)
         assert_run_sound(events, tool_counts={"pai:get_lat_lng": 3, "pai:get_weather": 1}, counter=counts)
 
@@ -260,7 +260,7 @@ def test_a_tool_needing_approval_pauses_and_continues(shared: Deployment, fake_o
     rt = shared.runtime
     fake_openai.responder = ScriptResponder(_delete(asked))
     stream = rt.stream("pai_files", f"Delete {asked}")
-    wait_for(lambda: stream.get().status == "paused", timeout=30, what="the approval pause")
+    status_is(stream, "paused", 30, "the approval pause")
     events = all_events(rt, stream.id)
     outcome = events[-1].data["outcome"]
     assert outcome["type"] == "interrupt"
@@ -274,7 +274,7 @@ def test_a_tool_needing_approval_pauses_and_continues(shared: Deployment, fake_o
     if decision == "reject":
         answer["confirmation_note"] = "keep it"
     rt.continue_run(stream.id, [answer])
-    wait_for(lambda: stream.get().status == "completed", timeout=30, what="the run's end")
+    status_is(stream, "completed", 30, "the run's end")
     events = all_events(rt, stream.id)
     with redis.Redis.from_url(TEST_REDIS_URL) as r:
         expected = {f"pai:delete_file:{asked}": int(decision == "approve"), f"pai:delete_file:{edited}": 0}
@@ -355,7 +355,7 @@ def test_a_stop_while_the_model_streams_cancels_the_run(shared: Deployment, fake
             break
     t0 = time.monotonic()
     rt.stop(stream.id)
-    wait_for(lambda: stream.get().status == "cancelled", timeout=10, what="the cancelled run")
+    status_is(stream, "cancelled", 10, "the cancelled run")
     assert time.monotonic() - t0 < 3
     events = all_events(rt, stream.id)
     assert events[-1].data["outcome"] == {"type": "cancelled"}
@@ -458,11 +458,11 @@ def test_a_worker_killed_during_an_mcp_call_pauses_as_may_have_run(
     stream = rt.stream("pai_mcp", "Count slowly.")
     wait_for(lambda: _mcp_count(mcp_server, key) == 1, timeout=30, what="the MCP call")
     kill_live(crashable)  # the worker in the call among them
-    wait_for(lambda: stream.get().status == "paused", timeout=30, what="the may-have-run pause")
+    status_is(stream, "paused", 30, "the may-have-run pause")
     state, _ = rt.store.load(stream.id)
     assert [(c.name, c.pause_reason) for c in state.pending] == [("slow_count", "may_have_run")]
     rt.continue_run(stream.id)  # approve: run it again
-    wait_for(lambda: stream.get().status == "completed", timeout=30, what="the run's end")
+    status_is(stream, "completed", 30, "the run's end")
     assert _mcp_count(mcp_server, key) == 2  # the killed call, and the approved re-run
     events = all_events(rt, stream.id)
     assert_run_sound(events)
@@ -512,7 +512,7 @@ def test_a_worker_killed_while_the_model_streams_retries_that_unit_visibly(
         if ev.type.value == "TEXT_MESSAGE_CONTENT":
             break
     kill_live(crashable)  # mid-stream: the model unit was never journaled
-    wait_for(lambda: stream.get().status == "completed", timeout=60, what="the run's end")
+    status_is(stream, "completed", 60, "the run's end")
     assert stream.get().output == text
     assert fake_openai.calls - before == 2  # the unit in flight ran again; nothing else did
     events = all_events(rt, stream.id)
@@ -532,14 +532,14 @@ def test_an_approved_call_killed_before_its_journal_write_keeps_the_approval(
     with redis.Redis.from_url(TEST_REDIS_URL) as r:
         counts = Counts(r, crashable, f"pai:delete_file:{path}")
         stream = rt.stream("pai_files", f"Delete {path}")
-        wait_for(lambda: stream.get().status == "paused", timeout=30, what="the approval pause")
+        status_is(stream, "paused", 30, "the approval pause")
         r.set(_crash_key(crashable, "tool_body"), 1)
         rt.continue_run(stream.id)  # approved; the worker dies after the tool's body, before its journal write
         wait_for(lambda: rt.store.load(stream.id)[0].pending, timeout=30, what="the may-have-run pause")
         state, _ = rt.store.load(stream.id)
         assert [c.pause_reason for c in state.pending] == ["may_have_run"]
         rt.continue_run(stream.id)  # run it again: the segment replays with its first approval still given
-        wait_for(lambda: stream.get().status == "completed", timeout=30, what="the run's end")
+        status_is(stream, "completed", 30, "the run's end")
         events = all_events(rt, stream.id)
         assert_run_sound(events, tool_counts={f"pai:delete_file:{path}": 2}, counter=counts)
     (result,) = [e for e in events if e.type.value == "TOOL_CALL_RESULT"]

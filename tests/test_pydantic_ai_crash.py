@@ -15,7 +15,7 @@ import redis
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.testing import ScriptResponder
 
-from .conftest import TEST_REDIS_URL, all_events, wait_for
+from .conftest import TEST_REDIS_URL, all_events, status_is, wait_for
 from .support.invariants import assert_run_sound, counter_of
 from .support.workers import Deployment
 from .test_mcp import Server
@@ -103,7 +103,7 @@ def test_the_approval_agent_killed_after_a_journal_write_replays_as_in_process(
         r.set(_crash_key(crashable, "journal"), writes)
         before = fake_openai.calls
         stream = rt.stream("pai_files", f"Delete {path}")
-        wait_for(lambda: stream.get().status == "paused", timeout=60, what="the approval pause")
+        status_is(stream, "paused", 60, "the approval pause")
         state, _ = rt.store.load(stream.id)
         assert [(c.name, c.pause_reason) for c in state.pending] == [("delete_file", "confirmation_required")], (
             state.pending
@@ -111,7 +111,7 @@ def test_the_approval_agent_killed_after_a_journal_write_replays_as_in_process(
         call_id = state.pending[0].id
         assert call_id == asked.tool_call_id
         rt.continue_run(stream.id, [{"tool_call_id": call_id, "confirmed": True}])
-        wait_for(lambda: stream.get().status == "completed", timeout=60, what="the run's end")
+        status_is(stream, "completed", 60, "the run's end")
         events = all_events(rt, stream.id)
         _killed(r, crashable, dead)
         assert fake_openai.calls - before == calls == 2

@@ -23,7 +23,7 @@ from agents_celery.errors import UnsupportedError
 from agents_celery.models import ScriptedToolCall, ScriptedTurn
 from agents_celery.testing import ScriptResponder
 
-from .conftest import TEST_REDIS_URL, all_events, wait_event, wait_for
+from .conftest import TEST_REDIS_URL, all_events, status_is, wait_event, wait_for
 from .support.apis import ApiServer, frames
 from .support.invariants import assert_run_sound, counter_of
 from .support.workers import Deployment
@@ -136,7 +136,7 @@ def test_an_image_still_reaches_the_model_after_a_pause_and_a_worker_killed_mid_
     for w in [w for w in dep.workers if w.proc.poll() is None]:
         w.kill()
     dep.start(1)
-    wait_for(lambda: stream.get().status == "completed", timeout=60, what="the retried run")
+    status_is(stream, "completed", 60, "the retried run")
     sent = fake_openai.requests[seen:]
     assert len(sent) == 2  # the answer, killed, and its retry
     for request in sent:
@@ -268,7 +268,7 @@ def test_a_user_s_event_stream_handler_leaves_the_tokens_live_and_a_stop_keeps_t
             if ev.type.value == "TEXT_MESSAGE_CONTENT":
                 break
         rt.stop(stream.id)
-        wait_for(lambda: stream.get().status == "cancelled", timeout=15, what="the cancelled run")
+        status_is(stream, "cancelled", 15, "the cancelled run")
         events = all_events(rt, stream.id)
         assert count("pai:watched_event") > before  # the user's handler was handed the events
     said = "".join(e.data["delta"] for e in events if e.type.value == "TEXT_MESSAGE_CONTENT")
