@@ -57,7 +57,14 @@ class ApiServer:
     """An API server in its own process, on a free port, its output in a temp file: ``agents-celery api``
     (Flask's server), gunicorn (``gunicorn=True``), the Django example project under uvicorn (``django=True``,
     the reusable app mounted at ``/ai``: ``url`` includes it), or a Flask app of the user's own under ``flask run``
-    (``flask_app="examples.flask_app"``, the blueprint at ``/ai``; ``root`` is the app's own root)."""
+    (``flask_app="examples.flask_app"``, the blueprint at ``/ai``; ``root`` is the app's own root).
+
+    A port found free can be taken before the server binds it (by another process's server, or as the ephemeral
+    port of any outgoing connection: this range is inside Linux's ephemeral range): :meth:`wait_ready` then starts
+    the server again on another port, unless the caller chose the port."""
+
+    #: How many times a server whose port was taken is started again on another.
+    RELAUNCHES = 3
 
     def __init__(
         self,
@@ -67,23 +74,32 @@ class ApiServer:
         port: int | None = None,
         flask_app: str | None = None,
     ) -> None:
-        self.port = port or free_port()
-        self.root = self.url = f"http://127.0.0.1:{self.port}"
         self.log = Path(tempfile.mkstemp(prefix="api-", suffix=".log")[1])
         self._out = self.log.open("wb")
-        cmd = [sys.executable, "-m", "agents_celery.cli", "api", "--host", "127.0.0.1", "--port", str(self.port)]
+        self._fixed_port = port is not None
+        self._gunicorn, self._django, self._flask_app = gunicorn, django, flask_app
+        self.env = env
         if django:
-            env = django_env(env)
+            self.env = django_env(env)
             migrate = [sys.executable, "-m", "django", "migrate", "--noinput"]
-            subprocess.run(migrate, env=env, cwd=ROOT, check=True, capture_output=True, timeout=120)
+            subprocess.run(migrate, env=self.env, cwd=ROOT, check=True, capture_output=True, timeout=120)
+        self._launch(port or free_port())
+
+    def _launch(self, port: int) -> None:
+        self.port = port
+        self.root = self.url = f"http://127.0.0.1:{port}"
+        cmd = [sys.executable, "-m", "agents_celery.cli", "api", "--host", "127.0.0.1", "--port", str(port)]
+        if self._django:
             cmd = [sys.executable, "-m", "uvicorn", "examples.django_app.asgi:application", "--host", "127.0.0.1"]
-            cmd += ["--port", str(self.port), "--no-access-log", "--lifespan", "off"]
+            cmd += ["--port", str(port), "--no-access-log", "--lifespan", "off"]
             self.url += "/ai"
-        if flask_app:  # Flask's threaded development server, as ``flask --app ... run`` in the example's docstring
-            cmd = [sys.executable, "-m", "flask", "--app", flask_app, "run", "--host", "127.0.0.1"]
-            cmd += ["--port", str(self.port), "--no-reload", "--no-debugger"]
+        if (
+            self._flask_app
+        ):  # Flask's threaded development server, as ``flask --app ... run`` in the example's docstring
+            cmd = [sys.executable, "-m", "flask", "--app", self._flask_app, "run", "--host", "127.0.0.1"]
+            cmd += ["--port", str(port), "--no-reload", "--no-debugger"]
             self.url += "/ai"
-        if gunicorn:  # the production command documented in agents_celery/api/serve.py
+        if self._gunicorn:  # the production command documented in agents_celery/api/serve.py
             cmd = [
                 sys.executable,
                 "-m",
@@ -92,13 +108,28 @@ class ApiServer:
                 "--worker-class",
                 "gevent",
             ]
-            cmd += ["--workers", "1", "--worker-connections", "2000", "--bind", f"127.0.0.1:{self.port}"]
-        self.proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=self._out, stderr=subprocess.STDOUT)
+            cmd += ["--workers", "1", "--worker-connections", "2000", "--bind", f"127.0.0.1:{port}"]
+        self._started_at = self._out.tell()
+        self.proc = subprocess.Popen(cmd, env=self.env, cwd=ROOT, stdout=self._out, stderr=subprocess.STDOUT)
+
+    def _port_taken(self) -> bool:
+        """Did the process that exited fail to bind its port?"""
+        self._out.flush()
+        with self.log.open("rb") as f:
+            f.seek(self._started_at)
+            said = f.read()
+        return b"already in use" in said or b"Address in use" in said
 
     def wait_ready(self, timeout: float = 60) -> ApiServer:
         deadline = time.monotonic() + timeout
+        relaunches = self.RELAUNCHES
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                if self._port_taken() and not self._fixed_port and relaunches > 0:
+                    relaunches -= 1
+                    self._out.seek(0, os.SEEK_END)
+                    self._launch(free_port())
+                    continue
                 raise AssertionError(f"API server exited early:\n{self.output()}")
             try:
                 httpx.get(self.url + "/openapi.json", timeout=1)
