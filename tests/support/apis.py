@@ -35,22 +35,35 @@ def django_env(env: dict[str, str], db: str | None = None) -> dict[str, str]:
 
 # Each pytest-xdist process picks its servers' ports from a range of its own: a port the OS hands out as free
 # in one process could be handed to another process's server before the first binds it, and a client would then
-# talk to the other test's server (an API key it never set: 401). Below Linux's ephemeral range's busy end and
-# above the Redis Clusters' ports and bus ports (tests/support/workers.py: 20000-39999).
-_PORT_BASE = 40000 + 2000 * int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+# talk to the other test's server (an API key it never set: 401). The ranges lie above Linux's ephemeral range
+# (/proc/sys/net/ipv4/ip_local_port_range), where no outgoing connection takes a port between our check and the
+# server's bind, and above the Redis Clusters' ports and bus ports (tests/support/workers.py: 20000-39999).
+def _port_range(worker: int, workers: int = 7) -> tuple[int, int]:
+    """The first port and the number of ports of pytest-xdist process ``worker`` (gw0 ... gw6)."""
+    try:
+        high = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        high = 60999  # Linux's default
+    size = (65536 - (high + 1)) // workers
+    if size < 200:  # a machine whose ephemeral range reaches the top: share it, and let ApiServer relaunch
+        return 40000 + 2000 * worker, 2000
+    return high + 1 + size * worker, size
+
+
+_PORT_BASE, _PORT_COUNT = _port_range(int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0))
 
 
 def free_port() -> int:
     """A port nothing listens on, from this test process's own range."""
     for _ in range(200):
-        port = random.randrange(_PORT_BASE, _PORT_BASE + 2000)
+        port = random.randrange(_PORT_BASE, _PORT_BASE + _PORT_COUNT)
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
             return port
-    raise RuntimeError(f"no free port in {_PORT_BASE}-{_PORT_BASE + 1999}")
+    raise RuntimeError(f"no free port in {_PORT_BASE}-{_PORT_BASE + _PORT_COUNT - 1}")
 
 
 class ApiServer:
@@ -59,8 +72,8 @@ class ApiServer:
     the reusable app mounted at ``/ai``: ``url`` includes it), or a Flask app of the user's own under ``flask run``
     (``flask_app="examples.flask_app"``, the blueprint at ``/ai``; ``root`` is the app's own root).
 
-    A port found free can be taken before the server binds it (by another process's server, or as the ephemeral
-    port of any outgoing connection: this range is inside Linux's ephemeral range): :meth:`wait_ready` then starts
+    A port found free can still be taken before the server binds it (by a server this process starts at the same
+    time, or by an outgoing connection where the ports share the ephemeral range): :meth:`wait_ready` then starts
     the server again on another port, unless the caller chose the port."""
 
     #: How many times a server whose port was taken is started again on another.
