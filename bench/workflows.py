@@ -41,13 +41,16 @@ def one_run(rt: Any, agent: str, message: str = "go") -> float:
 
 def plain_chain(prefix: str, tasks: int) -> float:
     """Seconds for a Celery chain of ``tasks`` tasks of ``passes`` (first send to the last task's push)."""
-    from .hop import passes
+    from .hop import app, passes
 
     r = client()
     key = f"{prefix}:chain:{uuid.uuid4().hex[:8]}"
     sigs = [passes.s("go", key, False), *(passes.s(key, False) for _ in range(tasks - 2)), passes.s(key, True)]
     t0 = time.perf_counter()
-    chain(*sigs).apply_async()
+    # A connection made now, with the prefix start_pair configured: the app's cached producer pool may hold
+    # connections made for another bench's prefix (steps runs first in one `python -m bench`).
+    with app.connection_for_write() as conn:
+        chain(*sigs).apply_async(connection=conn)
     got = r.blpop([f"{key}:done"], timeout=120)
     elapsed = time.perf_counter() - t0
     assert got is not None, "the chain did not finish"
