@@ -22,6 +22,7 @@ from agents_celery import (
     tool,
 )
 from agents_celery.engine.sweeper import sweep
+from agents_celery.runtime.admission import DELETING
 from agents_celery.settings import Settings
 from agents_celery.testing import InlineRunner
 
@@ -173,10 +174,15 @@ def test_delete_a_session_is_refused_while_a_run_of_it_is_live(runner: InlineRun
     rt = runner.runtime
     runner.run("talker", "hi", session_id="s", user_id="ann")
     live = runner.run("mailer", "mail bob", session_id="s", user_id="ann")
-    with pytest.raises(SessionBusyError):
+    with pytest.raises(SessionBusyError, match=f"has a live run \\({live.run_id}\\)"):
         rt.delete_session("s")
     assert len(rt.session("s").runs) == 2  # nothing deleted
     runner.stop(live.run_id)
+    rt.store.sessions.take("s", DELETING, None)  # another request deleting it
+    with pytest.raises(SessionBusyError, match="is being deleted"):
+        rt.delete_session("s")
+    assert len(rt.session("s").runs) == 2
+    rt.store.sessions.release("s", DELETING)
     rt.delete_session("s")
     with pytest.raises(SessionNotFoundError):
         rt.session("s")

@@ -303,8 +303,14 @@ class Inspection:
             SessionNotFoundError: nothing of the session is kept.
         """
         view = self.session(session_id, limit=1)
-        if view.active_run_id is not None or not self.store.sessions.take(session_id, DELETING, None):
-            raise SessionBusyError(f"session {session_id!r} has a live run; stop it before deleting the session")
+        if view.active_run_id == DELETING:
+            raise SessionBusyError(f"session {session_id!r} is being deleted by another request")
+        if view.active_run_id is not None:
+            raise SessionBusyError(
+                f"session {session_id!r} has a live run ({view.active_run_id}); stop it before deleting the session"
+            )
+        if not self.store.sessions.take(session_id, DELETING, None):
+            raise SessionBusyError(f"session {session_id!r} is being deleted, or a run started in it just now")
         users: list[str | None] = []
         try:
             while page := self.runs(session_id=session_id, limit=100).runs:
