@@ -5,7 +5,8 @@ one Lua call), **do the step** (a model turn or the tool calls of a turn, :mod:`
 renewing the lease; a retried attempt first closes what the crashed one left open), **commit** (the new
 checkpoint by compare-and-set on the step number, fenced by the lease, with the step's events), then enqueue
 the next step. A delivery for a step that is already committed, or that another attempt holds, does nothing
-and emits nothing.
+and emits nothing. A workflow's step and the first step of the child run it waits for then run on the same thread,
+one after another, with no broker hop between them (:mod:`.inline`).
 
 Each attempt is an :class:`~.attempt.Attempt` (token, number, claim, lease, the step's context), made by the
 claim and passed whole through :meth:`Engine._run` and the commit. What the broker adds around it (a claim sent as
@@ -45,7 +46,8 @@ from ..storage.pending import Pending
 from ..storage.scripts import InboxGrew
 from ..storage.store import Claim, RunStore
 from .attempt import PLAIN, Attempt, Delivery, first_started
-from .calls import CallAbandoned
+from .calls import SHUTTING_DOWN, CallAbandoned
+from .inline import INLINE_STEPS, SETTLED, Due, Here
 from .lifecycle import Lifecycle
 from .steps import (
     Cancelled,
@@ -113,6 +115,9 @@ class Engine:
         #: What counts as a blip: :data:`BLIPS`, plus the broker's connection errors (the broker layer adds them:
         #: a step that sends a task, a child run's first step, and loses the broker retries like one losing Redis).
         self.blips: tuple[type[BaseException], ...] = BLIPS
+        #: Steps one delivery runs on its thread after its own (:mod:`.inline`), at most.
+        self.inline_steps = INLINE_STEPS
+        self._here = Here()
 
     @property
     def _away(self) -> tuple[type[BaseException], ...]:
@@ -129,16 +134,69 @@ class Engine:
         return token, self.store.claim(run_id, step, token, first_started(step))
 
     def execute(self, run_id: str, step: int, delivery: Delivery = PLAIN) -> str:
-        """Run one attempt of ``step``; return what happened (``committed``, ``stale``, ``busy`` ...)."""
-        attempt = self._claim(run_id, step, delivery)
-        if attempt.claim.outcome != "OK":
-            log.info("run=%s step=%d: nothing to do (%s)", run_id, step, attempt.claim.outcome.lower())
-            return attempt.claim.outcome.lower()
+        """Run one attempt of ``step``; return what happened (``committed``, ``stale``, ``busy`` ...). Then run
+        the steps it queued on this thread (:mod:`.inline`): a woken workflow's step, its child's first step."""
+        here = self._here
+        if here.running:  # a step of this thread asking (none does: they queue): one attempt, nothing drained
+            return self._attempt(run_id, step, delivery)
+        here.running, here.ran = True, 0
         try:
-            self._run(attempt)
+            outcome = self._attempt(run_id, step, delivery)
+            self._drain(here)
         finally:
-            self._let_go(attempt)
-        return attempt.outcome
+            here.running = False
+            while here.due:  # left by an error: through the broker
+                self._send_quietly(here.due.popleft())
+        return outcome
+
+    def _attempt(self, run_id: str, step: int, delivery: Delivery) -> str:
+        """One attempt of ``step``. A child run's first step its workflow's step held back and did not end waiting
+        for (it failed, or ended at once) is sent after it."""
+        here = self._here
+        outer, here.held = here.held, None
+        try:
+            attempt = self._claim(run_id, step, delivery)
+            if attempt.claim.outcome != "OK":
+                log.info("run=%s step=%d: nothing to do (%s)", run_id, step, attempt.claim.outcome.lower())
+                return attempt.claim.outcome.lower()
+            try:
+                self._run(attempt)
+            finally:
+                self._let_go(attempt)
+            return attempt.outcome
+        finally:
+            held, here.held = here.held, outer
+            if held is not None:
+                self._send_quietly(held)
+
+    def _drain(self, here: Here) -> None:
+        """Run the steps queued on this thread, one after another, each of which may queue more. Past
+        ``inline_steps`` of them, past half a lease's time, or when the worker shuts down, they go through the
+        broker: a message the worker's consumer claimed as it arrived meanwhile waits for this thread, its lease
+        unrenewed until its step starts."""
+        budget = time.monotonic() + self.settings.lease_ttl_seconds / 2
+        while here.due:
+            due = here.due.popleft()
+            if here.ran >= self.inline_steps or time.monotonic() > budget or SHUTTING_DOWN.is_set():
+                self._send_quietly(due)
+                continue
+            here.ran += 1
+            try:
+                outcome = self._attempt(due.run_id, due.step, PLAIN)
+            except Exception as exc:  # Redis or the broker away: the step is sent (the sweeper covers a lost send)
+                log.warning("run=%s step=%d: run here but failed (%s); the step is sent", due.run_id, due.step, exc)
+                self._send_quietly(due)
+                continue
+            log.debug("run=%s step=%d: run here after the step before (%s)", due.run_id, due.step, outcome)
+            if due.held and outcome not in SETTLED:  # a child's first step has no message yet: this is its retry
+                self._send_quietly(due)
+
+    def _send_quietly(self, due: Due) -> None:
+        """Send a step queued or held on this thread through the broker (a lost send is the sweeper's)."""
+        try:
+            self.enqueue(due.run_id, due.step, due.agent_id)
+        except Exception as exc:
+            log.warning("run=%s step=%d: could not send the step (%s); the sweeper will", due.run_id, due.step, exc)
 
     def _run(self, attempt: Attempt) -> None:
         """The step under the attempt's lease, then its commit; an attempt superseded or given back says so in
@@ -240,16 +298,21 @@ class Engine:
 
     def _wake(self, run_id: str, step: int, agent_id: str) -> None:
         """Wake a parent run whose child paused or ended: a run of an agent that ``wakes_inline`` (a workflow) takes
-        its step here and now, on this worker (no broker hop between its steps); any other's step is sent. A step
-        that fails here is sent too (a claim that finds it taken does nothing)."""
+        its step on this thread once the child's step is done (:meth:`_drain`: no broker hop between its steps);
+        any other's step is sent."""
         agent = self.agents.get(agent_id)
-        if agent is None or not agent.wakes_inline:
+        if agent is None or not agent.wakes_inline or not self._here.running:
             self.enqueue(run_id, step, agent_id)
             return
-        try:
-            self.execute(run_id, step)
-        except Exception as exc:  # Redis or the broker away: the sweeper covers a send lost too
-            log.warning("run=%s step=%d: woken here but failed (%s); the step is sent", run_id, step, exc)
+        self._here.due.append(Due(run_id, step, agent_id))
+
+    def _send_child(self, run_id: str, step: int, agent_id: str) -> None:
+        """How a workflow's step sends a child run's first step: the first child it starts is held back, to run on
+        this thread once the step committed waiting for it (:meth:`_after_commit`); the others are sent."""
+        here = self._here
+        if here.held is None and here.running:
+            here.held = Due(run_id, step, agent_id, held=True)
+        else:
             self.enqueue(run_id, step, agent_id)
 
     def _send_again(self, run_id: str, step: int, agent_id: str | None = None) -> None:
@@ -318,7 +381,7 @@ class Engine:
             inbox=claim.inbox,
             blips=claim.blips,
             advanced=claim.advanced,
-            send=self.enqueue,
+            send=self._send_child if agent is not None and agent.wakes_inline else self.enqueue,
         )
 
     def _reopen(self, ctx: StepContext, claim: Claim) -> None:
@@ -444,6 +507,10 @@ class Engine:
             # The run stays in the sweeper's index while live; the commit's timestamp tells the sweeper
             # when this enqueue was due, so no index write is needed per step.
             if result.waits:  # a child that ended before this commit could not wake the run: wake it here
+                held = self._here.held
+                if held is not None and held.run_id in result.waits:  # its first step runs next, on this thread
+                    self._here.held = None
+                    self._here.due.append(held)
                 if self.store.any_settled(result.waits):
                     self.enqueue(state.run_id, step + 1, state.agent_id)
             elif not enqueued:

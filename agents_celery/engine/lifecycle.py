@@ -48,7 +48,8 @@ class Lifecycle:
 
     Args:
         send: Sends a step of an existing run (a woken parent, a resumed run).
-        wake: Wakes a parent whose child paused or ended (the engine runs a workflow's step at once).
+        wake: Wakes a parent whose child paused or ended (the engine runs a workflow's step on the same thread, once
+            the child's step is done).
         notify: Sends a run's webhook (None: no webhooks from here).
         first: Sends the first step of a run that waited for its session (default: ``send(run_id, 0, agent)``).
     """

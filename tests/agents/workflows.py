@@ -10,8 +10,11 @@ from __future__ import annotations
 import os
 import signal
 import time
+from typing import Any
 
 from agents_celery import Agent, Condition, Loop, Parallel, Router, Step, StepInput, Workflow
+from agents_celery.hooks import Hooks, StepInfo
+from agents_celery.models import ScriptedModel
 
 from .fixture import CrashHooks, _counts, _redis, count_key, crash_key, delete_file, fake_model, slow_count
 
@@ -198,3 +201,43 @@ ten_functions = Workflow(
 )
 
 exploding = Workflow("exploding", "A step that raises: the workflow fails.", steps=[Step("explode", function=explode)])
+
+
+class TaskHooks(Hooks):
+    """Records the Celery task each attempt of a step runs in (hash ``task:<run id>``: ``<step>:<attempt>`` -> the
+    task's id), and kills the worker (SIGKILL) before a model call a test armed (``model``)."""
+
+    def before_step(self, step: StepInfo) -> None:
+        from celery import current_task
+
+        task: Any = current_task
+        key = count_key(f"task:{step.run_id}")
+        _redis.hset(key, f"{step.step}:{step.attempt}", (task.request.id if task else None) or "")
+        _redis.expire(key, 600)
+
+    def before_model_call(self, step: StepInfo, messages: list[dict[str, Any]]) -> None:
+        if _redis.delete(crash_key("model", step.run_id)):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+echo = Agent(
+    name="wf-echo",
+    instructions="",
+    model=ScriptedModel(["echoed"]),
+    description="Answers at once (no model server).",
+    hooks=[TaskHooks()],
+)
+
+three_echoes = Workflow(
+    "three-echoes",
+    "Three agent steps of an agent that answers at once (the bench's shape).",
+    steps=[Step(f"e{i}", agent=echo, message="go") for i in range(3)],
+    hooks=[TaskHooks()],
+)
+
+echo_loop = Workflow(
+    "echo-loop",
+    "One agent step, twelve times: more steps than one delivery runs on its thread.",
+    steps=[Loop(Step("again", agent=echo, message="go"), max_iterations=12, name="twelve")],
+    hooks=[TaskHooks()],
+)
