@@ -19,6 +19,7 @@ import httpx
 
 from agents_celery.cli.processes import stop_process
 
+from . import zygote
 from .workers import ROOT
 
 
@@ -123,7 +124,11 @@ class ApiServer:
             ]
             cmd += ["--workers", "1", "--worker-connections", "2000", "--bind", f"127.0.0.1:{port}"]
         self._started_at = self._out.tell()
-        self.proc = subprocess.Popen(cmd, env=self.env, cwd=ROOT, stdout=self._out, stderr=subprocess.STDOUT)
+        self.proc: subprocess.Popen[bytes] | zygote.Forked
+        if zygote.enabled() and not self._gunicorn:  # gunicorn's gevent workers patch before anything imports
+            self.proc = zygote.ZYGOTE.spawn(cmd[2], cmd[3:], self.env, ROOT, self.log)
+        else:
+            self.proc = subprocess.Popen(cmd, env=self.env, cwd=ROOT, stdout=self._out, stderr=subprocess.STDOUT)
 
     def _port_taken(self) -> bool:
         """Did the process that exited fail to bind its port?"""
@@ -155,7 +160,7 @@ class ApiServer:
         return self.log.read_text(errors="replace")[-5000:]
 
     def stop(self) -> None:
-        stop_process(self.proc, timeout=10)
+        stop_process(self.proc, timeout=10)  # type: ignore[arg-type]  # a Forked quacks as it needs
         self._out.close()
 
 

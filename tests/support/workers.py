@@ -18,6 +18,9 @@ from typing import Any
 
 from agents_celery.cli.processes import stop_process
 
+from . import zygote
+from .zygote import Forked
+
 ROOT = Path(__file__).resolve().parents[2]
 
 #: Fast timings so crash recovery takes about two seconds in tests.
@@ -58,13 +61,17 @@ class Worker:
         self.env = env
         self.name = name or f"w{uuid.uuid4().hex[:6]}"
         self.log = Path(tempfile.mkstemp(prefix=f"{self.name}-", suffix=".log")[1])
-        cmd = [
-            sys.executable, "-m", "agents_celery.cli", "worker",
-            "--pool", pool, "--concurrency", str(concurrency), "-n", f"{self.name}@%h",
+        args = [
+            "worker", "--pool", pool, "--concurrency", str(concurrency), "-n", f"{self.name}@%h",
             "--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel", "INFO",
         ]  # fmt: skip
         self._out = self.log.open("wb")
-        self.proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=self._out, stderr=subprocess.STDOUT)
+        self.proc: subprocess.Popen[bytes] | Forked
+        if zygote.enabled() and pool not in ("gevent", "eventlet"):  # those patch before anything imports
+            self.proc = zygote.ZYGOTE.spawn("agents_celery.cli", args, env, ROOT, self.log)
+        else:
+            cmd = [sys.executable, "-m", "agents_celery.cli", *args]
+            self.proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=self._out, stderr=subprocess.STDOUT)
 
     def wait_ready(self, timeout: float = 60) -> Worker:
         deadline = time.monotonic() + timeout
@@ -85,7 +92,7 @@ class Worker:
             self.proc.wait(timeout=30)
 
     def stop(self) -> None:
-        stop_process(self.proc)
+        stop_process(self.proc)  # type: ignore[arg-type]  # a Forked quacks as stop_process needs
         self._out.close()
 
 
