@@ -27,6 +27,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import redis
+
 from ..errors import AgentsCeleryError, RunBusyError, RunNotPausedError
 from ..events import EventType, NewEvent, close_open, make_event
 from ..runs import RunState, RunStatus
@@ -84,15 +86,18 @@ class Lifecycle:
 
     def _children_follow(self, state: RunState) -> None:
         """A parent run ended: its ended children are kept as long as it is, its live ones are stopped."""
-        for child_id in state.children:
-            try:
-                child, _ = self.store.load(child_id)
-            except AgentsCeleryError:
-                continue
-            if child.status.is_final:
-                self.store.keep_with(child)
-            else:
-                self.store.request_stop(child_id, f"its parent run {state.run_id} ended ({state.status.value})")
+        if not state.children:
+            return
+        try:
+            found = self.store.states_of(state.children)
+        except (AgentsCeleryError, redis.ConnectionError):  # its children keep their own retention
+            return
+        ended = [child for child in found.values() if child.status.is_final]
+        if ended:
+            self.store.keep_with(*ended)
+        for child in found.values():
+            if not child.status.is_final:
+                self.store.request_stop(child.run_id, f"its parent run {state.run_id} ended ({state.status.value})")
 
     def idle_lease(self, run_id: str) -> str | None:
         """The run's lease, if no worker is working on it. A worker that just paused the run releases it within

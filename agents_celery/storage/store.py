@@ -430,16 +430,27 @@ class RunStore:
             return None
         return int(step or 0), agent_id
 
-    def keep_with(self, state: RunState) -> None:
-        """An ended child run is kept as long as its parent, which ended now: its retention starts over."""
-        k = self.keys.run(state.run_id)
+    def keep_with(self, *states: RunState) -> None:
+        """Ended child runs are kept as long as their parent, which ended now: their retention starts over (one
+        round trip for them all)."""
         retention, tombstone = self.settings.retention_ms, self.settings.tombstone_ms
         with self.redis.pipeline(transaction=False) as pipe:
-            for key in (k.run, k.events, k.effects, k.stop, k.messages, k.inbox):
-                pipe.pexpire(key, retention)
-            pipe.set(k.gone, "1", px=retention + tombstone)
-            self.index.move(pipe, entry_of(state), state.status)
+            for state in states:
+                k = self.keys.run(state.run_id)
+                for key in (k.run, k.events, k.effects, k.stop, k.messages, k.inbox):
+                    pipe.pexpire(key, retention)
+                pipe.set(k.gone, "1", px=retention + tombstone)
+                self.index.move(pipe, entry_of(state), state.status)
             pipe.execute()
+
+    def states_of(self, run_ids: list[str]) -> dict[str, RunState]:
+        """The committed states of runs that exist, in one round trip, without their conversations (what a
+        parent needs of its children: status and index entry)."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            for run_id in run_ids:
+                pipe.hget(self.keys.run(run_id).run, "state")
+            raws = pipe.execute()
+        return {run_id: load_state(raw) for run_id, raw in zip(run_ids, raws, strict=True) if raw is not None}
 
     def inbox_push(self, run_id: str, content: str | list[dict[str, Any]]) -> int:
         """Add a user message (text, or content parts as the conversation keeps them) to the run's inbox

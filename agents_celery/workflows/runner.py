@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..agent import Agent, AgentTool
+from ..agent import Agent
 from ..content import text_of
 from ..engine import children
 from ..engine.calls import CallAbandoned, run_call
@@ -226,7 +226,7 @@ def _start_agents(run: _Run, frontier: Frontier) -> StepResult | None:
         message = _message(ready)
         call = ToolCall(id=_call_id(ready.path), name=step.name or "", arguments=json.dumps({"input": message}))
         call = call.model_copy(update={"agent": step.agent.name})
-        tool = AgentTool(step.agent, name=step.name)
+        tool = step.tool
         run.events.append(_started(ready))
         run.events.append(children.start(ctx.store, ctx.send, run.state, call, tool))
         child_id = children.child_run_id(run.state.run_id, call.id)
