@@ -171,10 +171,12 @@ def _collect(run: _Run) -> StepResult | None:
     stopped child: cancelled); a pause is kept in ``child_pending`` for :func:`_settle`."""
     pending: list[ToolCall] = []
     waiting: dict[str, list[ToolCall]] = {}
-    for path, child_id in list(run.progress.running.items()):
+    running = list(run.progress.running.items())
+    found = run.ctx.store.states_of([child_id for _, child_id in running])  # one round trip for them all
+    for path, child_id in running:
         call_id = _call_id(path)
         try:
-            child, _ = run.ctx.store.load(child_id)
+            child = found[child_id] if child_id in found else run.ctx.store.load(child_id)[0]  # raises: gone
         except (RunNotFoundError, RunExpiredError) as exc:
             run.events.append(
                 make_event(EventType.SUBAGENT_ERROR, subagent_run_id=child_id, message=str(exc), code="gone")
