@@ -282,10 +282,12 @@ def test_soak_runs_survive_a_worker_killed_every_few_seconds(
     tag = uuid.uuid4().hex[:6]
 
     def responder(request: dict[str, Any]) -> Any:
+        # Tools of 2 s: the soak lasts ~15 s, long enough for 3 kills or more however fast a worker starts (with
+        # 1 s tools and workers forked ready in ~1 s, the 30 runs could end after 2).
         user = [m["content"] for m in request["messages"] if m["role"] == "user"][-1]
         turns = [
             ScriptedTurn(
-                "Working. ", [ScriptedToolCall("slow_count", {"key": f"soak-{tag}-{user}-{part}", "seconds": 1})]
+                "Working. ", [ScriptedToolCall("slow_count", {"key": f"soak-{tag}-{user}-{part}", "seconds": 2})]
             )
             for part in ("a", "b")
         ] + [ScriptedTurn(f"Done with {user}.")]
