@@ -45,13 +45,19 @@ def published(runtime: Runtime, name: str) -> None:
     wait_for(lambda: runtime.store.agents.get(name), what=f"{name} to be published")
 
 
-def test_three_agent_steps_run_on_the_thread_of_the_step_before(own: Deployment) -> None:
+def completed_on_one_thread(own: Deployment, workflow: str) -> tuple[Runtime, str, Any]:
+    """A run of ``workflow`` on a worker of one thread, to its end (completed): the runtime, run id and view."""
     runtime = own.runtime
     own.worker(concurrency=1)
-    published(runtime, "three-echoes")
-    run_id = runtime.stream("three-echoes", "go").id
+    published(runtime, workflow)
+    run_id = runtime.stream(workflow, "go").id
     view = ended(runtime, run_id)
     assert view.status is RunStatus.COMPLETED, view.error
+    return runtime, run_id, view
+
+
+def test_three_agent_steps_run_on_the_thread_of_the_step_before(own: Deployment) -> None:
+    runtime, run_id, view = completed_on_one_thread(own, "three-echoes")
     assert view.output == "echoed"
     mine = tasks(runtime, run_id)
     assert sorted(mine) == ["0:1", "1:1", "2:1", "3:1"]  # four steps of the workflow, each once
@@ -68,12 +74,7 @@ def test_three_agent_steps_run_on_the_thread_of_the_step_before(own: Deployment)
 
 
 def test_a_long_workflow_goes_through_the_broker_past_the_bound(own: Deployment) -> None:
-    runtime = own.runtime
-    own.worker(concurrency=1)
-    published(runtime, "echo-loop")
-    run_id = runtime.stream("echo-loop", "go").id
-    view = ended(runtime, run_id)
-    assert view.status is RunStatus.COMPLETED, view.error
+    runtime, run_id, _ = completed_on_one_thread(own, "echo-loop")
     mine = tasks(runtime, run_id)
     assert sorted(mine, key=lambda k: int(k.split(":")[0])) == [f"{s}:1" for s in range(13)]
     # Each delivery runs its own step and INLINE_STEPS more (a child's step, the workflow's step it wakes, ...),
