@@ -17,8 +17,10 @@ from agents_celery.errors import FencedError, StateError
 from agents_celery.events import EventType, make_event
 from agents_celery.runs import RunState, RunStatus, ToolCall
 from agents_celery.settings import Settings
+from agents_celery.storage.leases import Leases
 from agents_celery.storage.ledger import Effect
 from agents_celery.storage.records import ClaimArgs, ClaimReply, CommitArgs
+from agents_celery.storage.scripts import pipelined
 from agents_celery.storage.store import Ack, RunStore
 
 from .conftest import new_id, wait_for
@@ -428,5 +430,38 @@ def test_the_claim_reply_is_read_by_name(r: redis.Redis, settings: Settings) -> 
         assert (reply.effects, reply.inbox, reply.blips) == ({}, 0, 0)
         assert ClaimReply.parse(store._claim(keys=keys, args=["t1", *args[1:]])) == ClaimReply("BUSY")
         assert ClaimReply.parse(store._claim(keys=keys, args=["t0", "7", *args[2:]])).outcome == "STALE"
+    finally:
+        _cleanup(r, store, run_id)
+
+
+def test_script_calls_in_a_pipeline_take_one_round_trip_and_survive_lost_scripts(
+    r: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lease keeper's renewals (``pipelined``) and ``append_many`` go as raw EVALSHA in one pipeline: a
+    pipeline given script objects asks SCRIPT EXISTS first, a round trip of its own every time. A Redis that lost
+    its scripts (restarted, SCRIPT FLUSH) gets each call again on its own, which loads it."""
+
+    def no_script_exists(self: Any) -> None:
+        raise AssertionError("a pipeline asked SCRIPT EXISTS: a round trip of its own")
+
+    monkeypatch.setattr(redis.client.Pipeline, "load_scripts", no_script_exists)
+    store = RunStore(r, settings)
+    renewal = Leases(r, store.keys).renew_script
+    run_id = _run(store)
+    lease = store.keys.run(run_id).lease
+    try:
+        assert store.claim(run_id, 0, "t0", STARTED).outcome == "OK"
+        for flushed in (False, True):
+            if flushed:
+                r.script_flush()
+            r.pexpire(lease, 1000)
+            renew, stale = (renewal, [lease], ["t0", 60_000]), (renewal, [lease], ["not-ours", 60_000])
+            assert pipelined(r, [renew, stale], [("EXISTS", store.keys.run(run_id).stop)]) == [0, 1, 0]
+            assert r.pttl(lease) > 50_000
+        r.script_flush()
+        done = make_event(EventType.CUSTOM, name="note", value=1)
+        first, refused = store.log.append_many([(run_id, [done, done], "t0"), (run_id, [done], "not-ours")])
+        assert isinstance(first, int) and isinstance(refused, FencedError)
+        assert [e.type for e in store.log.read(run_id, after=first - 1)] == [EventType.CUSTOM, EventType.CUSTOM]
     finally:
         _cleanup(r, store, run_id)

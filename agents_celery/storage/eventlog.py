@@ -136,21 +136,25 @@ class EventLog:
     def append_many(self, batches: Sequence[tuple[str, Sequence[NewEvent], str]]) -> list[int | BaseException]:
         """:meth:`append` for several runs in one pipelined round trip (the same script calls, one per run):
         ``(run_id, events, token)`` each; per batch its first offset or the error :meth:`append` would raise. On a
-        Redis Cluster (runs in many slots, a script not loaded on every node yet) one :meth:`append` each."""
+        Redis Cluster (runs in many slots, a script not loaded on every node yet) one :meth:`append` each; a call
+        that finds the script not loaded (Redis restarted) is made again on its own, which loads it."""
         if is_cluster(self._redis):
             return [self._one(run_id, events, token) for run_id, events, token in batches]
+        sha = self._append.sha  # raw EVALSHA: a pipeline given the script object asks SCRIPT EXISTS first
         with self._redis.pipeline(transaction=False) as pipe:
             for run_id, events, token in batches:
                 k = self._keys.run(run_id)
-                self._append(keys=[k.run, k.events, k.lease], args=[token] + [e.json for e in events], client=pipe)
+                pipe.execute_command("EVALSHA", sha, 3, k.run, k.events, k.lease, token, *(e.json for e in events))
             try:
                 replies = pipe.execute(raise_on_error=False)
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 error = RedisUnavailableError(f"Redis does not answer: {exc}")
                 return [error for _ in batches]
         out: list[int | BaseException] = []
-        for (run_id, _, _), reply in zip(batches, replies, strict=True):
-            if isinstance(reply, redis.ResponseError):
+        for (run_id, events, token), reply in zip(batches, replies, strict=True):
+            if isinstance(reply, redis.exceptions.NoScriptError):  # Redis lost its scripts: this call loads it
+                out.append(self._one(run_id, events, token))
+            elif isinstance(reply, redis.ResponseError):
                 out.append(refusal(reply, run_id) or reply)
             elif isinstance(reply, BaseException):
                 out.append(reply)

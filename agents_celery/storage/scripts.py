@@ -20,7 +20,6 @@ from typing import Any
 import redis
 
 from ..errors import AgentsCeleryError, FencedError, RunBusyError, RunFinishedError, RunNotFoundError, StateError
-from .connections import is_cluster
 
 _INCLUDE = "-- @include "
 
@@ -53,16 +52,13 @@ def pipelined(
     client: Any, calls: Sequence[tuple[Any, list[str], list[Any]]], before: Sequence[tuple[str, ...]] = ()
 ) -> list[Any]:
     """Plain commands ``before`` (each ``(name, *args)``), then script calls ``(script, keys, args)``, in one
-    pipeline; their replies. On a Redis Cluster (whose pipelines refuse script objects) the calls go as raw
-    EVALSHA, each to the node of its keys' slot, and one that finds its script not loaded there (a new master
+    pipeline; their replies. The calls go as raw EVALSHA (a pipeline given script objects asks SCRIPT EXISTS
+    first, a round trip of its own each time; a Redis Cluster's pipeline refuses them), each to the node of its
+    keys' slot on a cluster. One that finds its script not loaded (a Redis restarted or flushed, a new master
     after a failover) is made again on its own, which loads it."""
     with client.pipeline(transaction=False) as pipe:
         for command in before:
             pipe.execute_command(*command)
-        if not is_cluster(client):
-            for script, keys, args in calls:
-                script(keys=keys, args=args, client=pipe)
-            return list(pipe.execute())
         for script, keys, args in calls:
             pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
         replies = list(pipe.execute(raise_on_error=False))
