@@ -13,6 +13,7 @@ from agents_celery import ConfigurationError, DecisionError, RunNotFoundError, R
 from agents_celery.engine.children import child_run_id
 from agents_celery.events import Event, EventType
 from agents_celery.models import ScriptedToolCall
+from agents_celery.storage.store import entry_of
 from agents_celery.testing.openai_server import FakeReply
 
 from .conftest import wait_event, wait_for
@@ -370,6 +371,17 @@ def test_an_ended_child_is_kept_as_long_as_its_parent(runtime: Runtime, fake_ope
     # end), a moment after the final event reached this reader: not the 2 s shorter the child ended with.
     parent_ttl = wait_for(renewed, timeout=10, what="the child's retention renewed with its parent's end")
     assert retention_ms - 3000 < parent_ttl <= retention_ms
+    # The index lets the child go with its parent too, and still lists it as completed.
+    store = runtime.store
+
+    def leaves(run_id: str) -> float:
+        expiring = store.keys.bucket(store.keys.runs_expiring, run_id)
+        score = runtime.redis.zscore(expiring, entry_of(store.load(run_id)[0]).to_json())
+        assert score is not None, f"run {run_id} is not in the expiring index"
+        return float(score)
+
+    assert abs(leaves(kid) - leaves(view.run_id)) < 1000  # not the 2 s sooner the child ended
+    assert runtime.redis.zscore(store.keys.bucket(store.keys.runs_status("completed"), kid), kid) is not None
 
 
 @pytest.mark.slow

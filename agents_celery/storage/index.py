@@ -149,8 +149,16 @@ class RunIndex:
         pipe.zadd(self._at(self.keys.runs_status(target), entry.run_id), {entry.run_id: entry.created_ms})
         now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
         if status.is_final:
-            expires = now_ms + self.settings.retention_ms + self.settings.tombstone_ms
-            pipe.zadd(self._at(self.keys.runs_expiring, entry.run_id), {entry.to_json(): expires})
+            self.retain(pipe, entry, now_ms)
+        else:
+            self._touch_session(pipe, entry.session_id, entry.user_id, now_ms)
+
+    def retain(self, pipe: Any, entry: IndexEntry, now_ms: int | None = None) -> None:
+        """An ended run's retention starts over now: it leaves every index when that is over (its status class
+        unchanged: an ended child kept as long as its parent)."""
+        now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+        expires = now_ms + self.settings.retention_ms + self.settings.tombstone_ms
+        pipe.zadd(self._at(self.keys.runs_expiring, entry.run_id), {entry.to_json(): expires})
         self._touch_session(pipe, entry.session_id, entry.user_id, now_ms)
 
     def forget(self, pipe: Any, entry: IndexEntry) -> None:

@@ -440,7 +440,7 @@ class RunStore:
                 for key in (k.run, k.events, k.effects, k.stop, k.messages, k.inbox):
                     pipe.pexpire(key, retention)
                 pipe.set(k.gone, "1", px=retention + tombstone)
-                self.index.move(pipe, entry_of(state), state.status)
+                self.index.retain(pipe, entry_of(state))  # its status class is set: its own end moved it there
             pipe.execute()
 
     def states_of(self, run_ids: list[str]) -> dict[str, RunState]:
