@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Literal
 
@@ -190,6 +191,8 @@ class Engine:
             log.debug("run=%s step=%d: run here after the step before (%s)", due.run_id, due.step, outcome)
             if due.held and outcome not in SETTLED:  # a child's first step has no message yet: this is its retry
                 self._send_quietly(due)
+            elif outcome != "committed":
+                self._wake_if_settled(due)
 
     def _send_quietly(self, due: Due) -> None:
         """Send a step queued or held on this thread through the broker (a lost send is the sweeper's)."""
@@ -197,6 +200,18 @@ class Engine:
             self.enqueue(due.run_id, due.step, due.agent_id)
         except Exception as exc:
             log.warning("run=%s step=%d: could not send the step (%s); the sweeper will", due.run_id, due.step, exc)
+        self._wake_if_settled(due)
+
+    def _wake_if_settled(self, due: Due) -> None:
+        """A held child whose step did not commit here: if it paused or ended already (an earlier attempt of its
+        workflow's step started it, and it ran), its end woke nobody, so its workflow's step is sent now."""
+        if due.parent is None:
+            return
+        try:
+            if self.store.any_settled([due.run_id]):
+                self.enqueue(*due.parent)
+        except Exception as exc:
+            log.warning("run=%s: could not wake its parent (%s); the sweeper will", due.run_id, exc)
 
     def _run(self, attempt: Attempt) -> None:
         """The step under the attempt's lease, then its commit; an attempt superseded or given back says so in
@@ -507,11 +522,12 @@ class Engine:
             # The run stays in the sweeper's index while live; the commit's timestamp tells the sweeper
             # when this enqueue was due, so no index write is needed per step.
             if result.waits:  # a child that ended before this commit could not wake the run: wake it here
-                held = self._here.held
+                held, others = self._here.held, result.waits
                 if held is not None and held.run_id in result.waits:  # its first step runs next, on this thread
                     self._here.held = None
-                    self._here.due.append(held)
-                if self.store.any_settled(result.waits):
+                    self._here.due.append(replace(held, parent=(state.run_id, step + 1, state.agent_id)))
+                    others = [w for w in result.waits if w != held.run_id]  # that one tells by its attempt
+                if others and self.store.any_settled(others):
                     self.enqueue(state.run_id, step + 1, state.agent_id)
             elif not enqueued:
                 self.enqueue(state.run_id, step + 1, state.agent_id)

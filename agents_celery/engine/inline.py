@@ -39,12 +39,16 @@ INLINE_STEPS = 16
 class Due:
     """A step to run on this thread once the one running is done: a woken workflow's step, or (``held``) the first
     step of a child run its workflow started, which has no message (sent only if its attempt here does not
-    commit)."""
+    commit). The workflow's commit does not ask Redis whether that child settled already (it has not, unless an
+    earlier attempt of the step started it): its attempt here tells, and one that does not commit asks."""
 
     run_id: str
     step: int
     agent_id: str
     held: bool = False
+    #: The step of the workflow (run, step, agent) that waits for this held child: woken from here when the child
+    #: settled before its step ran here (an earlier attempt's child, run meanwhile), since its own end did not.
+    parent: tuple[str, int, str] | None = None
 
 
 class Here(threading.local):
