@@ -405,12 +405,12 @@ def test_the_argument_records_are_the_names_the_scripts_give_their_argv_in_their
     import dataclasses
 
     fields = [f.name for f in dataclasses.fields(CommitArgs)]
-    assert _argv_names("commit") == [*fields[:14], "m", *fields[14:17]]
-    assert fields[17:] == ["messages", "events"]
+    assert _argv_names("commit") == [*fields[:14], "m", *fields[14:18]]
+    assert fields[18:] == ["messages", "events"]
     assert _argv_names("claim") == [f.name for f in dataclasses.fields(ClaimArgs)]
     args = CommitArgs("t", 3, 4, "{}", "ended", 10, 20, True, "model", 99, "sid", messages=["m1", "m2"], events=["e"])
     assert args.argv() == [
-        *("t", "3", "4", "{}", "ended", "10", "20", "1", "model", "99", "sid", "", "", "-1", "2", "", "", ""),
+        *("t", "3", "4", "{}", "ended", "10", "20", "1", "model", "99", "sid", "", "", "-1", "2", "", "", "", ""),
         *("m1", "m2", "e"),
     ]
     assert CommitArgs(**{**dataclasses.asdict(args), "inbox_taken": 0}).argv()[17] == "0"  # 0 is checked, None not
@@ -463,5 +463,27 @@ def test_script_calls_in_a_pipeline_take_one_round_trip_and_survive_lost_scripts
         first, refused = store.log.append_many([(run_id, [done, done], "t0"), (run_id, [done], "not-ours")])
         assert isinstance(first, int) and isinstance(refused, FencedError)
         assert [e.type for e in store.log.read(run_id, after=first - 1)] == [EventType.CUSTOM, EventType.CUSTOM]
+    finally:
+        _cleanup(r, store, run_id)
+
+
+def test_a_commit_notes_the_children_its_next_step_waits_for(r: redis.Redis, settings: Settings) -> None:
+    """``awaiting`` is written by the commit script itself (no round trip before it): set, left alone, cleared; a
+    refused commit notes nothing."""
+    store = RunStore(r, settings)
+    run_id = _run(store)
+    record = store.keys.run(run_id).run
+    try:
+        state = store.claim(run_id, 0, "t0", STARTED).state
+        assert state is not None
+        with pytest.raises(FencedError):
+            store.commit(state, "not-ours", 0, 1, [], "live", release=False, awaiting=["c1"])
+        assert r.hget(record, "awaiting") is None
+        store.commit(state, "t0", 0, 1, [], "live", release=False, awaiting=["c1", "c2"])
+        assert r.hget(record, "awaiting") == b"c1,c2"
+        store.commit(state, "t0", 1, 2, [], "live", release=False)
+        assert r.hget(record, "awaiting") == b"c1,c2"
+        store.commit(state, "t0", 2, 3, [], "live", awaiting=[])
+        assert r.hget(record, "awaiting") is None
     finally:
         _cleanup(r, store, run_id)

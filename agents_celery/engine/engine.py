@@ -427,8 +427,6 @@ class Engine:
         """One commit of ``result`` as step ``step + 1``; whether it pushed the next step's task (the delivery
         says what the commit carries for the broker)."""
         state, step = result.state, attempt.step
-        if result.awaiting is not None:  # before the commit: a crash between the two leaves a harmless note
-            self.store.await_children(attempt.run_id, result.awaiting)
         push = result.log_status == "live" and not result.waits
         if attempt.lease is not None:  # a renewal failing from now on is this commit's doing (or it is refused)
             attempt.lease.committing = True
@@ -443,6 +441,7 @@ class Engine:
                 task=carried.task,
                 ack=carried.ack,
                 task_id=carried.task_id,
+                awaiting=result.awaiting,  # noted by the commit itself: no round trip of its own
             )
         return carried.task is not None
 

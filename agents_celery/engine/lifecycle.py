@@ -189,9 +189,7 @@ class Lifecycle:
         if state.usage:  # the running total where the new segment starts: a Responses response's usage is its own
             metadata = {**metadata, "usage": dict(state.usage)}
         started = make_event(EventType.RUN_STARTED, thread_id=state.session_id, run_id=state.run_id, metadata=metadata)
-        if awaiting is not None:  # before the commit: a crash between the two leaves a harmless note
-            self.store.await_children(state.run_id, list(awaiting))
-        self.store.commit(state, token, step, step, [started, *events], "live")
+        self.store.commit(state, token, step, step, [started, *events], "live", awaiting=awaiting)
         self.store.reindex(state, watch_in=self.store.settings.enqueue_grace_seconds)
         if send:
             self.send(state.run_id, step, state.agent_id)

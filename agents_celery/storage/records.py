@@ -108,6 +108,8 @@ class CommitArgs:
     task_id: str = ""
     #: Inbox messages the state took in: checked when the run completes (None: not checked).
     inbox_taken: int | None = None
+    #: The child runs the next step waits for ('=' then their ids joined by ','; '=' alone: none), or '' (as is).
+    awaiting: str = ""
     messages: Sequence[str] = ()
     events: Sequence[str] = ()
 
@@ -131,6 +133,7 @@ class CommitArgs:
             self.ack_tag,
             self.task_id,
             "" if self.inbox_taken is None else str(self.inbox_taken),
+            self.awaiting,
             *self.messages,
             *self.events,
         ]

@@ -298,6 +298,7 @@ class RunStore:
         task: tuple[str, str] | None = None,
         ack: Ack | None = None,
         task_id: str = "",
+        awaiting: Sequence[str] | None = None,
     ) -> int:
         """Compare-and-set the state on its step number, with events and the log status; first offset.
 
@@ -305,6 +306,8 @@ class RunStore:
         queue's key and the next step's message, when the broker is this Redis) is pushed in the same script,
         only if the commit succeeds; so is ``ack`` done (the step's own message leaves kombu's unacked keys).
         ``task_id`` (the Celery task committing) is kept as the parent of the run's next step message.
+        ``awaiting`` (the child runs the next step waits for; none: it waits for none now) is noted in the run's
+        record in the same script; the sweeper wakes such a run only once one of them paused or ended.
 
         Raises:
             FencedError: the lease is no longer ours. StateError: another attempt committed this step.
@@ -335,6 +338,7 @@ class RunStore:
             ack_tag=ack.tag if ack else "",
             task_id=task_id,
             inbox_taken=state.inbox_taken if log_status == "ended" and state.status == RunStatus.COMPLETED else None,
+            awaiting="" if awaiting is None else "=" + ",".join(awaiting),
             messages=[json.dumps(m) for m in new_messages],
             events=[e.json for e in events],
         )
@@ -406,15 +410,6 @@ class RunStore:
         self.redis.zadd(self.live_key(run_id), {run_id: deadline})
 
     # -- child runs (agents as tools) ------------------------------------------------------------------
-
-    def await_children(self, run_id: str, child_ids: Sequence[str]) -> None:
-        """Note in the run's record the child runs its tool step waits for (none: it waits for none now). The
-        sweeper wakes such a run only once one of them paused or ended."""
-        key = self.keys.run(run_id).run
-        if child_ids:
-            self.redis.hset(key, "awaiting", ",".join(child_ids))
-        else:
-            self.redis.hdel(key, "awaiting")
 
     def any_settled(self, child_ids: Sequence[str]) -> bool:
         """Whether one of these runs paused, ended or is gone (its parent has something to collect)."""

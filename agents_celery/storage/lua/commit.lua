@@ -5,7 +5,8 @@
 --       next_kind, now_ms, state_id, task_message (the next step's, or ''), ledger_calls (JSON list),
 --       keep (elements of the messages list to keep, -1: all), m (messages to append), ack_tag (delivery tag to
 --       ack, or ''), task_id (of the task committing, or ''), inbox_taken (inbox messages the state took in, or
---       '': checked when the run completes); then the m messages to append, then the events...
+--       '': checked when the run completes), awaiting ('=' then the child runs the next step waits for, joined
+--       by ',', '=' alone for none; '': left as it is); then the m messages to append, then the events...
 -- -> first offset of the events; errors NOTFOUND | ENDED | FENCED | CONFLICT | INBOX
 --
 -- A completing commit (``inbox_taken`` given) is refused with INBOX when the run's inbox holds more messages
@@ -34,8 +35,8 @@ local token, expected_step, new_step, state_json, log_status = ARGV[1], ARGV[2],
 local retention_ms, tombstone_ms, release = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
 local next_kind, now_ms, state_id, task_message = ARGV[9], ARGV[10], ARGV[11], ARGV[12]
 local ledger_calls, keep, m = ARGV[13], tonumber(ARGV[14]), tonumber(ARGV[15])
-local ack_tag, task_id, inbox_taken = ARGV[16], ARGV[17], ARGV[18]
-local first_message = 19  -- ARGV[19 .. 18 + m]: the messages to append; then the events
+local ack_tag, task_id, inbox_taken, awaiting = ARGV[16], ARGV[17], ARGV[18], ARGV[19]
+local first_message = 20  -- ARGV[20 .. 19 + m]: the messages to append; then the events
 
 local refused = guard(run_key, lease_key, token)
 if refused then return redis.error_reply(refused) end
@@ -51,6 +52,9 @@ local first = append(run_key, events_key, first_message + m)
 redis.call('HSET', run_key, 'state', state_json, 'step', new_step, 'log', log_status, 'next_kind', next_kind,
   'committed_ms', now_ms, 'state_id', state_id, 'ledger_calls', ledger_calls)
 if task_id ~= '' then redis.call('HSET', run_key, 'last_task', task_id) end
+-- the children a waiting step is woken by (the sweeper sends it only once one of them paused or ended)
+if awaiting == '=' then redis.call('HDEL', run_key, 'awaiting')
+elseif awaiting ~= '' then redis.call('HSET', run_key, 'awaiting', string.sub(awaiting, 2)) end
 if release == '1' then redis.call('DEL', lease_key) end
 -- a new step: its attempts (blips, give_back.lua; advanced, journal_write.lua) start over
 if new_step ~= expected_step then
