@@ -487,3 +487,36 @@ def test_a_commit_notes_the_children_its_next_step_waits_for(r: redis.Redis, set
         assert r.hget(record, "awaiting") is None
     finally:
         _cleanup(r, store, run_id)
+
+
+def test_a_child_run_is_created_and_indexed_in_one_round_trip(
+    r: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``create_indexed``: the run and its index entries in one pipeline (no SCRIPT EXISTS before it); a second
+    call finds it (StateError) and indexes it again; a Redis that lost its scripts gets the script loaded."""
+
+    def no_script_exists(self: Any) -> None:
+        raise AssertionError("a pipeline asked SCRIPT EXISTS: a round trip of its own")
+
+    monkeypatch.setattr(redis.client.Pipeline, "load_scripts", no_script_exists)
+    store = RunStore(r, settings)
+    ids = [new_id(), new_id()]
+    try:
+        for run_id, flushed in zip(ids, (False, True), strict=True):
+            if flushed:
+                r.script_flush()
+            state = RunState(run_id=run_id, agent_id="a", session_id=run_id)
+            first = make_event(EventType.RUN_STARTED, thread_id=run_id, run_id=run_id)
+            store.create_indexed(state, [first], {"queue": "q"}, 5.0)
+            assert store.load(run_id)[0].agent_id == "a" and store.run_fields(run_id, "queue") == ["q"]
+            live = r.zscore(store.live_key(run_id), run_id)
+            assert live is not None and live > time.time() * 1000 + 3000
+            r.zrem(store.live_key(run_id), run_id)
+            with pytest.raises(StateError):
+                store.create_indexed(state, [first], {"queue": "q"}, 5.0)
+            assert r.zscore(store.live_key(run_id), run_id) is not None  # indexed again
+            assert [e.type for e in store.log.read(run_id)] == [EventType.RUN_STARTED]
+    finally:
+        for run_id in ids:
+            _cleanup(r, store, run_id)
+            r.zrem(store.live_key(run_id), run_id)

@@ -181,11 +181,10 @@ def start(store: RunStore, send: Send, parent: RunState, call: ToolCall, tool: A
     if parent.user_id:
         fields["user_id"] = parent.user_id
     first = make_event(EventType.RUN_STARTED, thread_id=child_id, run_id=child_id, parent_run_id=parent.run_id)
-    try:
-        store.create(state, [first], fields)
-    except StateError:  # an earlier attempt of this step started it: make sure it is moving, once more
+    try:  # created and indexed in one round trip
+        store.create_indexed(state, [first], fields, store.settings.enqueue_grace_seconds)
+    except StateError:  # an earlier attempt of this step started it: indexed again, and sent once more
         log.info("run=%s: child run %s exists already (an earlier attempt started it)", parent.run_id, child_id)
-    store.index_new_run(state, store.settings.enqueue_grace_seconds)
     send(child_id, 0, agent.name)
     return subagent_started(call.model_copy(update={"child_run_id": child_id, "agent": agent.name}), tool.description)
 

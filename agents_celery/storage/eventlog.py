@@ -113,15 +113,32 @@ class EventLog:
         fields: dict[str, str] | None = None,
     ) -> int:
         """Create the log of a new run (status ``live``) with its first events; return the first offset."""
+        keys, args = self.create_call(run_id, session_id, agent_id, events, fields)
+        first = self._call(self._create, run_id, keys, args)
+        if self.fence:
+            self.fence(run_id)
+        return first
+
+    def create_call(
+        self,
+        run_id: str,
+        session_id: str,
+        agent_id: str,
+        events: Sequence[NewEvent] = (),
+        fields: dict[str, str] | None = None,
+    ) -> tuple[list[str], list[str]]:
+        """The keys and arguments of :meth:`create`'s script (:attr:`create_script`), to send it in a pipeline."""
         k = self._keys.run(run_id)
         pairs = {"session_id": session_id, "agent_id": agent_id, **(fields or {})}
         args: list[str] = [str(len(pairs))]
         for key, value in pairs.items():
             args += [key, value]
-        first = self._call(self._create, run_id, [k.run, k.events], args + [e.json for e in events])
-        if self.fence:
-            self.fence(run_id)
-        return first
+        return [k.run, k.events], args + [e.json for e in events]
+
+    @property
+    def create_script(self) -> Any:
+        """The script :meth:`create` runs."""
+        return self._create
 
     def append(self, run_id: str, events: Sequence[NewEvent], token: str) -> int:
         """Append ``events`` in one round trip with contiguous offsets; return the first one.

@@ -180,6 +180,45 @@ class RunStore:
         record = {**(fields or {}), "state": state.to_json_v1()}
         self.log.create(state.run_id, state.session_id, state.agent_id, events, fields=record)
 
+    def create_indexed(
+        self, state: RunState, events: Sequence[NewEvent], fields: dict[str, str], in_seconds: float
+    ) -> None:
+        """:meth:`create`, then :meth:`index_new_run`, in one round trip (two on a Redis Cluster, where the indexes
+        sit in other slots). The run is indexed even when it existed already (StateError, raised after): a step
+        that created it before it crashed makes sure it is moving.
+
+        Raises:
+            StateError: the run exists already.
+        """
+        record = {**fields, "state": state.to_json_v1()}
+        if is_cluster(self.redis):
+            try:
+                self.create(state, events, fields)
+            except StateError:
+                self.index_new_run(state, in_seconds)
+                raise
+            self.index_new_run(state, in_seconds)
+            return
+        script = self.log.create_script
+        keys, args = self.log.create_call(state.run_id, state.session_id, state.agent_id, events, record)
+        try:
+            with self.redis.pipeline(transaction=False) as pipe:
+                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)  # first: the run, then its entries
+                self._index_new(pipe, state, in_seconds)
+                replies = pipe.execute(raise_on_error=False)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise RedisUnavailableError(f"Redis does not answer: {exc}") from exc
+        created, rest = replies[0], replies[1:]
+        for reply in rest:
+            if isinstance(reply, Exception):
+                raise reply
+        if isinstance(created, redis.exceptions.NoScriptError):  # Redis lost its scripts: this call loads it
+            self.create(state, events, fields)
+        elif isinstance(created, redis.ResponseError):
+            raise refusal(created, state.run_id) or created
+        elif self.log.fence:
+            self.log.fence(state.run_id)
+
     def run_fields(self, run_id: str, *names: str) -> list[str | None]:
         """Fields of the run's record (``queue``, ``root_task``, ``last_task`` ...), None where absent."""
         return [as_text(v) if v is not None else None for v in self.redis.hmget(self.keys.run(run_id).run, names)]
@@ -480,9 +519,12 @@ class RunStore:
         """A new run: the sweeper looks at it after ``in_seconds``, and it joins the run and session indexes
         (one round trip)."""
         with self.redis.pipeline(transaction=False) as pipe:
-            pipe.zadd(self.live_key(state.run_id), {state.run_id: int((time.time() + in_seconds) * 1000)})
-            self.index.add(pipe, entry_of(state), state.status)
+            self._index_new(pipe, state, in_seconds)
             pipe.execute()
+
+    def _index_new(self, pipe: Any, state: RunState, in_seconds: float) -> None:
+        pipe.zadd(self.live_key(state.run_id), {state.run_id: int((time.time() + in_seconds) * 1000)})
+        self.index.add(pipe, entry_of(state), state.status)
 
     def reindex(self, state: RunState, watch_in: float | None = None) -> None:
         """After a commit that changed the run's status: the sweeper watches it again in ``watch_in`` seconds
