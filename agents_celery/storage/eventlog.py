@@ -161,7 +161,7 @@ class EventLog:
         with self._redis.pipeline(transaction=False) as pipe:
             for run_id, events, token in batches:
                 k = self._keys.run(run_id)
-                pipe.execute_command("EVALSHA", sha, 3, k.run, k.events, k.lease, token, *(e.json for e in events))
+                pipe.evalsha(sha, 3, k.run, k.events, k.lease, token, *(e.json for e in events))
             try:
                 replies = pipe.execute(raise_on_error=False)
             except (redis.ConnectionError, redis.TimeoutError) as exc:

@@ -203,7 +203,7 @@ class RunStore:
         keys, args = self.log.create_call(state.run_id, state.session_id, state.agent_id, events, record)
         try:
             with self.redis.pipeline(transaction=False) as pipe:
-                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)  # first: the run, then its entries
+                pipe.evalsha(script.sha, len(keys), *keys, *args)  # first: the run, then its entries
                 self._index_new(pipe, state, in_seconds)
                 replies = pipe.execute(raise_on_error=False)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
