@@ -79,8 +79,8 @@ class Lifecycle:
         self.store.reindex(state)
         if state.status.is_final:
             self.store.sessions.sync(state)
-            self.store.sessions.release(state.session_id, state.run_id)
-            start_next(self.store, self.first, state.session_id)
+            if self.store.sessions.release_and_peek(state.session_id, state.run_id) is not None:
+                start_next(self.store, self.first, state.session_id)  # a run waits in the session's line
             self._children_follow(state)
         children.wake_parent(self.store, self.wake, state)
 

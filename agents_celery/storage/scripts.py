@@ -49,18 +49,23 @@ def register(client: redis.Redis, name: str) -> redis.commands.core.Script:
 
 
 def pipelined(
-    client: Any, calls: Sequence[tuple[Any, list[str], list[Any]]], before: Sequence[tuple[str, ...]] = ()
+    client: Any,
+    calls: Sequence[tuple[Any, list[str], list[Any]]],
+    before: Sequence[tuple[Any, ...]] = (),
+    after: Sequence[tuple[Any, ...]] = (),
 ) -> list[Any]:
-    """Plain commands ``before`` (each ``(name, *args)``), then script calls ``(script, keys, args)``, in one
-    pipeline; their replies. The calls go as raw EVALSHA (a pipeline given script objects asks SCRIPT EXISTS
-    first, a round trip of its own each time; a Redis Cluster's pipeline refuses them), each to the node of its
-    keys' slot on a cluster. One that finds its script not loaded (a Redis restarted or flushed, a new master
-    after a failover) is made again on its own, which loads it."""
+    """Plain commands ``before`` (each ``(name, *args)``), then script calls ``(script, keys, args)``, then plain
+    commands ``after``, in one pipeline; their replies. The calls go as raw EVALSHA (a pipeline given script
+    objects asks SCRIPT EXISTS first, a round trip of its own each time; a Redis Cluster's pipeline refuses
+    them), each to the node of its keys' slot on a cluster. One that finds its script not loaded (a Redis
+    restarted or flushed, a new master after a failover) is made again on its own, which loads it."""
     with client.pipeline(transaction=False) as pipe:
         for command in before:
             pipe.execute_command(*command)
         for script, keys, args in calls:
             pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        for command in after:
+            pipe.execute_command(*command)
         replies = list(pipe.execute(raise_on_error=False))
     for i, (script, keys, args) in enumerate(calls, len(before)):
         if isinstance(replies[i], redis.exceptions.NoScriptError):

@@ -21,7 +21,7 @@ from .index import RunIndex
 from .keys import Keys
 from .parts import Parts
 from .replies import as_text
-from .scripts import register
+from .scripts import pipelined, register
 
 
 def owner_value(user_id: str | None) -> str:
@@ -82,6 +82,13 @@ class Sessions:
         """Free the session if ``run_id`` is still its active run."""
         key = self.keys.session(session_id).active
         self._release(keys=[key], args=[run_id])
+
+    def release_and_peek(self, session_id: str, run_id: str) -> str | None:
+        """:meth:`release`, then :meth:`first_in_line`, in one round trip (in that order: a run that joins the
+        line after the peek finds the session free when it looks)."""
+        sk = self.keys.session(session_id)
+        replies = pipelined(self.redis, [(self._release, [sk.active], [run_id])], after=[("LINDEX", sk.waiting, 0)])
+        return as_text(replies[1]) if replies[1] is not None else None
 
     # -- the line of waiting runs ----------------------------------------------------------------------
 
