@@ -124,17 +124,17 @@ class Parts:
         raw = self.redis.hget(self.keys.run(run_id).run, f"part:{n}")
         return None if raw is None else dict(json.loads(raw))
 
-    def copy_to_session(self, state: RunState, ttl_ms: int) -> None:
-        """Before a run's messages enter its session's history: the parts they name, into the session's parts,
-        which then live as long as the history (refreshed here whenever the history grows)."""
+    def to_session(self, state: RunState, ttl_ms: int) -> list[tuple[Any, ...]]:
+        """Before a run's messages enter its session's history: the commands that copy the parts they name into
+        the session's parts, which then live as long as the history (refreshed whenever the history grows). The
+        caller sends them in the round trip of the history's sync, in front of it (the session's keys share a
+        slot)."""
         key = self.keys.session(state.session_id).parts
         completed = state.status == "completed"  # (only a completed run's messages enter the history)
         own = [r for r in refs_in(state.new_messages) if run_of(r) == state.run_id] if completed else []
         values = self.redis.hmget(self.keys.run(state.run_id).run, [field_of(r) for r in own]) if own else []
-        with self.redis.pipeline(transaction=False) as pipe:
-            for ref, raw in zip(own, values, strict=True):
-                if raw is not None:
-                    pipe.hset(key, ref, raw)
-            # a little longer than the history, whose expiry the sync script sets just after this
-            pipe.pexpire(key, ttl_ms + 60_000)
-            pipe.execute()
+        commands: list[tuple[Any, ...]] = [
+            ("HSET", key, ref, raw) for ref, raw in zip(own, values, strict=True) if raw is not None
+        ]
+        # a little longer than the history, whose expiry the sync script sets just after this
+        return [*commands, ("PEXPIRE", key, ttl_ms + 60_000)]

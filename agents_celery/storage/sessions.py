@@ -119,8 +119,8 @@ class Sessions:
         # A session made for this run alone ends with it: its history is kept as long as the run's log.
         ttl = str(self.settings.retention_ms if state.own_session else int(self.settings.session_ttl_seconds * 1000))
         messages = [json.dumps(m) for m in state.new_messages] if state.status == "completed" else []
-        self._parts.copy_to_session(state, int(ttl))  # first: the history never names a part the session lacks
-        self._sync(keys=[sk.history, sk.synced, sk.owner], args=[state.run_id, ttl, *messages])
+        copies = self._parts.to_session(state, int(ttl))  # first: the history never names a part the session lacks
+        pipelined(self.redis, [(self._sync, [sk.history, sk.synced, sk.owner], [state.run_id, ttl, *messages])], copies)
         if self.fence:  # the next run of the session reads this history: on a replica too before we go on
             self.fence(state.session_id)
 
