@@ -10,7 +10,9 @@
   once) against **the same three runs started one after another by a client** (``stream("helper")``, read to its
   end, three times). Each agent step is a child run woken by its end, as agents as tools are. Target <= 1.1x.
 
-One agents worker and one chain worker (threads pool, concurrency 1); the kinds interleaved so drift hits all.
+One agents worker and one chain worker (threads pool, concurrency 1). Each figure is measured beside its floor, in
+turn, the one that goes first alternating from round to round: what a measurement leaves behind on the workers (a
+run's follow-through after its last event, a chain task's ack) falls on the other as often as on it.
 """
 
 from __future__ import annotations
@@ -85,11 +87,14 @@ def run(quick: bool) -> list[Row]:
             agents: list[float] = []
             hand: list[float] = []
             log(f"workflows: {rounds} rounds of each, interleaved")
-            for _ in range(rounds):
-                functions.append(one_run(rt, "ten_functions"))
-                chains.append(plain_chain(prefix, 10))
-                agents.append(one_run(rt, "three_agents"))
-                hand.append(by_hand(rt))
+            pairs = [
+                ((functions, lambda: one_run(rt, "ten_functions")), (chains, lambda: plain_chain(prefix, 10))),
+                ((agents, lambda: one_run(rt, "three_agents")), (hand, lambda: by_hand(rt))),
+            ]
+            for i in range(rounds):  # each pair in turn, which of the two goes first alternating
+                for pair in pairs:
+                    for figures, measure in pair if i % 2 == 0 else pair[::-1]:
+                        figures.append(measure())
         finally:
             rt.close()
             worker.stop()
