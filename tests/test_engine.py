@@ -446,19 +446,8 @@ def test_event_writer_writes_trickles_at_once_and_batches_bursts(r: redis.Redis,
     store.log.create(run_id, "s", "a", [make_event(EventType.RUN_STARTED, thread_id="s", run_id=run_id)])
     token = Leases(r, store.keys).acquire(run_id, 10_000)
     assert token
-    with EventWriter(store.log, run_id, token) as writer:
-        born = time.monotonic()
-        wait_for(lambda: time.monotonic() - born > BURST, timeout=1, what="a model's first token to be due")
-        writer.emit(make_event(EventType.TEXT_MESSAGE_START, message_id="m"))
-        assert store.log.info(run_id).next_offset == 2  # written before emit returned: no thread hand-off
-        for i in range(500):  # a burst: kept pending, appended in batches by the process's flusher thread
-            writer.emit(make_event(EventType.TEXT_MESSAGE_CONTENT, message_id="m", delta=f"t{i} "))
-        wait_for(lambda: store.log.info(run_id).next_offset == 502, timeout=5, what="the flusher to write the burst")
-    events = store.log.read(run_id)
-    assert [e.offset for e in events] == list(range(502))
-    assert [e.data["delta"] for e in events[2:]] == [f"t{i} " for i in range(500)]
-    # What a step emits right at its start, and what is still pending at its end, goes to the commit. The
-    # flusher is kept busy meanwhile, so the split is exact: nothing written, everything taken.
+    written = lambda: store.log.info(run_id).next_offset  # noqa: E731
+    # The flusher is kept busy throughout the first writer: what it writes, its own thread wrote.
     started, release = threading.Event(), threading.Event()
 
     class Busy:
@@ -470,16 +459,83 @@ def test_event_writer_writes_trickles_at_once_and_batches_bursts(r: redis.Redis,
     assert started.wait(5)
     try:
         with EventWriter(store.log, run_id, token) as writer:
-            for i in range(300):
-                writer.emit(make_event(EventType.TEXT_MESSAGE_CONTENT, message_id="m", delta=f"u{i} "))
-            taken = writer.take()
-            with pytest.raises(RuntimeError):
-                writer.emit(make_event(EventType.TEXT_MESSAGE_END, message_id="m"))
+            born = time.monotonic()
+            wait_for(lambda: time.monotonic() - born > BURST, timeout=1, what="a model's first token to be due")
+            writer.emit(make_event(EventType.TEXT_MESSAGE_START, message_id="m"))
+            assert written() == 2  # written before emit returned: no thread hand-off
+            for i in range(500):  # a burst from the step's own thread: kept for it, no flusher
+                writer.emit(make_event(EventType.TEXT_MESSAGE_CONTENT, message_id="m", delta=f"t{i} "))
+            kept = written()
+            assert kept < 502
+            writer.stand_by()  # about to wait: it writes what it kept, itself, in one round trip
+            assert written() == 502
+            writer.resume()
     finally:
         release.set()
-    written = [e.data["delta"] for e in store.log.read(run_id, after=501)]
-    assert written == []
-    assert [json.loads(e.json)["delta"] for e in taken] == [f"u{i} " for i in range(300)]
+    events = store.log.read(run_id)
+    assert [e.offset for e in events] == list(range(502))
+    assert [e.data["delta"] for e in events[2:]] == [f"t{i} " for i in range(500)]
+    # While the step's thread stands by, another thread's burst goes to the flusher; while it works, a burst of
+    # its own waits for it, and what is still pending at its end goes to the commit.
+    with EventWriter(store.log, run_id, token) as writer:
+        writer.stand_by()
+        other = threading.Thread(
+            target=lambda: [
+                writer.emit(make_event(EventType.TEXT_MESSAGE_CONTENT, message_id="m", delta=f"o{i} "))
+                for i in range(300)
+            ]
+        )
+        other.start()
+        other.join(10)
+        wait_for(lambda: written() == 802, timeout=5, what="the flusher to write the other thread's burst")
+        writer.resume()
+        for i in range(300):
+            writer.emit(make_event(EventType.TEXT_MESSAGE_CONTENT, message_id="m", delta=f"u{i} "))
+        taken = writer.take()
+        with pytest.raises(RuntimeError):
+            writer.emit(make_event(EventType.TEXT_MESSAGE_END, message_id="m"))
+    direct = 300 - len(taken)  # the first may go at once, when it came BURST after the flusher's last write
+    assert direct <= 1 and [json.loads(e.json)["delta"] for e in taken] == [f"u{i} " for i in range(direct, 300)]
+    after = [e.data["delta"] for e in store.log.read(run_id, after=501)]
+    assert after == [f"o{i} " for i in range(300)] + [f"u{i} " for i in range(direct)]
+    for key in vars(store.keys.run(run_id)).values():
+        r.delete(key)
+
+
+def test_a_step_waiting_on_a_call_writes_what_it_kept(r: redis.Redis, fast_settings: Any) -> None:
+    """A call that takes longer than BRIEF: the step's thread writes its kept burst while it waits (the reader sees
+    it before the call returns); a call's own burst in its first BRIEF is kept for the step's commit."""
+    from agents_celery.engine.calls import Watch, run_call
+    from agents_celery.engine.writer import EventWriter
+    from agents_celery.events import make_event
+    from agents_celery.storage.leases import Leases
+    from agents_celery.storage.store import RunStore
+
+    store = RunStore(r, fast_settings)
+    run_id = "x" * 32
+    store.log.create(run_id, "s", "a", [make_event(EventType.RUN_STARTED, thread_id="s", run_id=run_id)])
+    token = Leases(r, store.keys).acquire(run_id, 10_000)
+    assert token
+    written = lambda: store.log.info(run_id).next_offset  # noqa: E731
+    content = lambda i: make_event(EventType.TEXT_MESSAGE_CONTENT, message_id="m", delta=f"{i} ")  # noqa: E731
+    with EventWriter(store.log, run_id, token) as writer:
+        watch = Watch(threading.Event(), threading.Event(), 1.0, 0.05, writer)
+        for i in range(50):
+            writer.emit(content(i))
+        assert written() < 51  # kept: at most the first went at once
+
+        def slow() -> str:
+            wait_for(lambda: written() == 51, timeout=5, what="the kept burst to be written while the step waits")
+            return "done"
+
+        assert run_call(slow, watch, what="slow") == "done"
+        writer.waiting_briefly(True)  # as run_call does for a call's first BRIEF: its burst waits for the step
+        other = threading.Thread(target=lambda: [writer.starting(), *(writer.emit(content(i)) for i in range(50, 80))])
+        other.start()
+        other.join(10)
+        writer.resume()
+        assert written() == 51
+        assert [json.loads(e.json)["delta"] for e in writer.take()] == [f"{i} " for i in range(50, 80)]
     for key in vars(store.keys.run(run_id)).values():
         r.delete(key)
 

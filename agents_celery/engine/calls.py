@@ -23,7 +23,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .writer import BRIEF
+
+if TYPE_CHECKING:
+    from .writer import EventWriter
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +154,9 @@ class Watch:
     lost: threading.Event
     stop_grace: float
     poll: float
+    #: The step's event writer: waited on by the step's own thread, a call past ``BRIEF`` has it stand by
+    #: (:meth:`agents_celery.engine.writer.EventWriter.stand_by`).
+    writer: EventWriter | None = None
 
 
 def walk_away(
@@ -174,9 +182,26 @@ def run_call(fn: Callable[[], T], watch: Watch, *, what: str, deadline: float | 
     Raises:
         CallAbandoned: the step walked away from it (the caller decides what that means for the step).
     """
-    job = _Job(fn)
+    writer = watch.writer if watch.writer is not None and watch.writer.owned() else None
+    result: T
+    if writer is None:
+        result = _wait(_Job(fn), watch, what, deadline)
+        return result
+    writer.waiting_briefly(True)
+    try:
+        result = _wait(_Job(fn), watch, what, deadline, writer)
+    finally:
+        writer.resume()
+    return result
+
+
+def _wait(job: _Job, watch: Watch, what: str, deadline: float | None, writer: EventWriter | None = None) -> Any:
+    """Submit ``job`` and wait for it (:func:`run_call`); ``writer``: the waiting step's, which stands by once the
+    call has taken ``BRIEF`` (a call that returns sooner leaves what it emitted to the step's commit)."""
     started = time.monotonic()
     _POOL.submit(job)
+    if writer is not None and not job.done.wait(BRIEF):
+        writer.stand_by()
     stopped_at: float | None = None
     while not job.done.wait(watch.poll):
         now = time.monotonic()
@@ -199,5 +224,4 @@ def run_call(fn: Callable[[], T], watch: Watch, *, what: str, deadline: float | 
             raise CallAbandoned(what, reason, took)
     if job.error is not None:
         raise job.error
-    result: T = job.result
-    return result
+    return job.result

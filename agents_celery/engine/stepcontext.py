@@ -70,7 +70,7 @@ class StepContext:
     def watch(self) -> Watch:
         """What a call waited on by this step watches for (:func:`agents_celery.engine.calls.run_call`)."""
         s = self.settings
-        return Watch(self.stop, self.lost, s.stop_grace_seconds, min(s.stop_poll_seconds, 0.2))
+        return Watch(self.stop, self.lost, s.stop_grace_seconds, min(s.stop_poll_seconds, 0.2), self.writer)
 
     def starter(self) -> children.Starter:
         """What the step's agent calls start their child runs with (:func:`agents_celery.engine.children.collect`)."""
@@ -109,8 +109,9 @@ def walked_away(ctx: StepContext, exc: CallAbandoned) -> BaseException:
 
 def sleep_unless_stopped(ctx: StepContext, seconds: float) -> None:
     """Wait ``seconds`` (a model retry's backoff); raise Cancelled at once if a stop comes meanwhile."""
-    if ctx.stop.wait(seconds):
-        raise Cancelled()
+    with ctx.writer.standing_by():
+        if ctx.stop.wait(seconds):
+            raise Cancelled()
 
 
 def step_name(kind: str, step: int) -> str:

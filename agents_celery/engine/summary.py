@@ -20,6 +20,7 @@ from ..events import EventType, make_event
 from ..history import Summarize, SummaryPlan, fixed_tokens, plan_summary, prompt_tokens
 from ..models import Model, TextDelta, Usage, reading_until
 from .calls import CallAbandoned, run_call
+from .stepcontext import sleep_unless_stopped
 from .steps import Cancelled, StepContext, StepResult, failed, step_event
 from .turn import new_id
 
@@ -48,8 +49,7 @@ def summary_step(ctx: StepContext, plan: SummaryPlan) -> StepResult:
                 return failed(ctx.state, exc, [finished])
             value = {"attempt": retry + 1, "error": str(exc), "status_code": exc.status_code, "summary": True}
             ctx.writer.emit(make_event(EventType.CUSTOM, name="model_retry", value=value))
-            if ctx.stop.wait(ctx.settings.model_backoff_seconds * (2**retry)):
-                raise Cancelled() from None
+            sleep_unless_stopped(ctx, ctx.settings.model_backoff_seconds * (2**retry))
     messages = ctx.state.messages
     marker = plan.marker(text, messages, new_id("sum"), getattr(model, "name", type(model).__name__))
     totals = dict(ctx.state.usage)

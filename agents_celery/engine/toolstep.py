@@ -42,7 +42,7 @@ def tool_step(ctx: StepContext) -> StepResult:
     if len(todo) == 1:  # no pool for the common case
         finished[todo[0].id] = _run_call(ctx, todo[0], ahead=True)
     elif todo:
-        with ThreadPoolExecutor(max_workers=len(todo), thread_name_prefix="tool") as pool:
+        with ThreadPoolExecutor(max_workers=len(todo), thread_name_prefix="tool") as pool, ctx.writer.standing_by():
             finished.update(zip([c.id for c in todo], pool.map(lambda c: _run_call(ctx, c), todo), strict=True))
     calls = [finished.get(c.id, c) for c in ctx.state.tool_calls]
     result = after_tools(ctx.agent, ctx.state, calls, got, bool(agents), step_finished(ctx, "tools"))

@@ -8,6 +8,13 @@ appends whatever piled up in one round trip as soon as it gets to run (typically
 model's socket). When the step ends, :meth:`EventWriter.take` hands the events still pending to the commit,
 which writes them with the new checkpoint: a fast turn's deltas cost no round trip of their own.
 
+While the step's own thread works, a burst it emits is kept for it, with no flusher: the thread writes it with
+its commit, or as it next waits (:meth:`EventWriter.standing_by`; a call it waits on for more than ``BRIEF``,
+:func:`agents_celery.engine.calls.run_call`); a call thread's burst in that call's first ``BRIEF`` is kept too.
+The flusher thread woke once or twice a step for a burst the commit then took: without those wake-ups a durable
+step went from 1.00-1.03x a bare Celery hop to 0.96-1.00x (#44; three interleaved runs each, bench/steps.py).
+While the step's thread waits, the flusher writes what other threads emit, as above.
+
 Order is kept: the emitting thread writes directly only when nothing is pending or being flushed, and
 ``take`` waits for a flush in flight. One thread at a time emits into a writer (the step's, or the call thread
 reading its model while the step's thread waits).
@@ -21,9 +28,11 @@ greenlet switches).
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
+from collections.abc import Iterator
 
 from ..events import NewEvent
 from ..greenlets import green
@@ -32,6 +41,8 @@ from ..storage.eventlog import EventLog
 
 #: An event this soon (seconds) after the previous direct write counts as part of a burst.
 BURST = 0.0005
+#: A call the step's thread waits on that returns this soon (seconds) leaves what it emitted to the step's commit.
+BRIEF = 0.002
 #: The most events one flush appends (the rest go in the next round trip).
 BATCH = 500
 
@@ -56,6 +67,12 @@ class EventWriter:
         self._hold_until = 0.0
         #: On greenlets nothing is written directly: the flusher batches across runs (module docs).
         self._batched = green()
+        #: The step's thread (the writer is made there): a burst it emits waits for it (module docs).
+        self._owner = threading.get_ident()
+        #: The step's thread waits (:meth:`standing_by`): the flusher writes every burst meanwhile.
+        self._standing_by = False
+        #: The step's thread is in the first ``BRIEF`` of a wait on a call: the call's burst waits for it too.
+        self._brief = False
 
     def emit(self, event: NewEvent) -> None:
         """Write or keep an event; raises an earlier write's error (e.g. FencedError)."""
@@ -69,12 +86,60 @@ class EventWriter:
             direct = not self._batched and not self._pending and not self._writing and now - self._last_direct >= BURST
             if not direct:
                 self._pending.append(event)
-                schedule, self._scheduled = not self._scheduled, True
+                if not self._kept():
+                    schedule, self._scheduled = not self._scheduled, True
         if direct:
             self._log.append(self._run_id, [event], self._token)
             self._last_direct = time.monotonic()
         elif schedule:
             _flusher().submit(self, self._hold_until if now < self._hold_until else 0.0)
+
+    def _kept(self) -> bool:
+        """Whether a burst emitted now waits for the step's thread (under the lock; module docs)."""
+        if self._batched or self._standing_by:
+            return False
+        return self._brief or threading.get_ident() == self._owner
+
+    def owned(self) -> bool:
+        """Whether the calling thread is the step's (the one the writer was made on) and its bursts wait for it (not
+        on greenlets, where the flusher batches them across runs)."""
+        return not self._batched and threading.get_ident() == self._owner
+
+    def waiting_briefly(self, brief: bool) -> None:
+        """The step's thread starts (True) or ends (False) the first ``BRIEF`` of a wait on a call: the call's
+        burst meanwhile is kept for the step's thread, which writes it with its commit if the call returns by then."""
+        with self._lock:
+            self._brief = brief
+
+    def stand_by(self) -> None:
+        """The step's thread is about to wait: write what it kept, now, on this thread; until :meth:`resume`, the
+        flusher writes every burst."""
+        with self._lock:
+            self._brief = False
+            self._standing_by = True
+            flush = bool(self._pending) and not self._writing and not self._scheduled and not self._closed
+            if flush:
+                self._scheduled = True  # as the flusher's queue has it: _take_batch clears it
+        if flush:
+            self._flush_pending()
+
+    def resume(self) -> None:
+        """The step's thread works again: its bursts wait for it again."""
+        with self._lock:
+            self._brief = self._standing_by = False
+
+    @contextlib.contextmanager
+    def standing_by(self) -> Iterator[None]:
+        """:meth:`stand_by` around a wait of the step's thread (another thread's work, a backoff); nothing on
+        another thread."""
+        if not self.owned():
+            yield
+            return
+        self.stand_by()
+        try:
+            yield
+        finally:
+            self.resume()
 
     def starting(self) -> None:
         """Another thread is about to emit on this step's behalf (a model read on a call thread): count the

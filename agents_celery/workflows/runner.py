@@ -286,7 +286,8 @@ def _run_functions(run: _Run, todo: list[Ready]) -> StepResult | None:
     if len(todo) == 1:
         outcomes = [_function(run, todo[0], reruns[_call_id(todo[0].path)])]
     else:
-        with ThreadPoolExecutor(max_workers=len(todo), thread_name_prefix="workflow-step") as pool:
+        pool = ThreadPoolExecutor(max_workers=len(todo), thread_name_prefix="workflow-step")
+        with pool, run.ctx.writer.standing_by():
             outcomes = list(pool.map(lambda r: _function(run, r, reruns[_call_id(r.path)]), todo))
     return _after_functions(run, todo, outcomes)
 

@@ -121,7 +121,8 @@ def drive(ctx: StepContext, segment: GuestSegment, coro: Coroutine[Any, Any, T])
     cancelled (the open ends of a model unit it cut short written first), a lost lease gives it up."""
     s = ctx.settings
     try:
-        return run_segment(coro, ctx.stop, ctx.lost, s.stop_grace_seconds, min(s.stop_poll_seconds, 0.2))
+        with ctx.writer.standing_by():  # the segment's events come from the loop's thread meanwhile
+            return run_segment(coro, ctx.stop, ctx.lost, s.stop_grace_seconds, min(s.stop_poll_seconds, 0.2))
     except WalkedAway as exc:
         if exc.reason == "stopped":
             for event in segment.open_ends():  # a model unit stopped mid-stream: its messages end here
