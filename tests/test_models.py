@@ -290,6 +290,36 @@ def test_openai_chat_is_lazy_and_picklable(server: FakeOpenAIServer) -> None:
         copy.close()
 
 
+def test_openai_chat_spreads_streams_over_clients_and_a_quiet_one_reuses_one(
+    server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """httpcore looks at every connection of its pool per request: a client carries STREAMS_PER_CLIENT streams at
+    once, the next turn goes to another; turns one after another all go to the first (its connection reused)."""
+    from agents_celery.models import openai as openai_model
+
+    monkeypatch.setattr(openai_model, "STREAMS_PER_CLIENT", 2)
+    server.responder = lambda request: FakeReply(text="one two three", token_delay=0.01)
+    model = OpenAIChat("m", server.url)
+    try:
+        for _ in range(3):
+            assert assemble(model.stream([USER], [])).text == "one two three"
+        clients = model._clients._clients
+        assert len(clients) == 1
+        streams = [model.stream([USER], []) for _ in range(5)]
+        assert [next(s) for s in streams] == [TextDelta("one ")] * 5  # five requests open at once
+        assert len(clients) == 3 and model._clients._open == [2, 2, 1]
+        assert len({id(c) for c in clients}) == 3
+        for stream in streams:
+            stream.close()
+        assert model._clients._open == [0, 0, 0]
+        first = clients[0]
+        assert assemble(model.stream([USER], [])).text == "one two three"
+        assert model._clients._clients[0] is first and model._clients._open == [0, 0, 0]
+    finally:
+        model.close()
+    assert model._clients._clients == []
+
+
 def test_openai_chat_stream_abandoned_midway(server: FakeOpenAIServer, chat: OpenAIChat) -> None:
     server.responder = lambda request: FakeReply(text="one two three four five six", token_delay=0.01)
     stream = chat.stream([USER], [])

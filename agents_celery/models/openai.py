@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -59,7 +60,7 @@ class OpenAIChat:
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.extra_body = dict(extra_body) if extra_body else None
-        self._client: openai.OpenAI | None = None
+        self._clients = _Clients(self._new_client)
 
     @property
     def name(self) -> str:
@@ -71,18 +72,20 @@ class OpenAIChat:
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_client"] = None
+        del state["_clients"]
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._clients = _Clients(self._new_client)
 
     def describe(self) -> dict[str, Any]:
         """What a worker publishes about the model (no secrets)."""
         return {"provider": "openai", "model": self.model, "base_url": self.base_url}
 
     def close(self) -> None:
-        """Close the HTTP client if one was built; the next call builds a new one."""
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        """Close the HTTP clients built so far; the next call builds a new one."""
+        self._clients.close()
 
     def stream(
         self,
@@ -111,8 +114,8 @@ class OpenAIChat:
         # whole body against its TypedDicts each turn (3 ms of CPU for ten messages and five tools here), and
         # the body here is plain JSON already. The stream's lines are read raw: a pydantic model per chunk cost
         # about 0.2 ms of token latency, four times the rest.
-        client = self._get_client()
         body = self._request(messages, tools, response_format)
+        client, slot = self._clients.take()
         try:
             response: Any = client.post("/chat/completions", cast_to=_response_type(), body=body, stream=True)
             try:
@@ -129,19 +132,19 @@ class OpenAIChat:
             if type(exc).__module__.split(".")[0] not in _TRANSPORT_MODULES:
                 raise
             raise ModelError(f"{self.name}: connection failed while streaming: {exc}", retryable=True) from exc
+        finally:
+            self._clients.give(slot)
 
-    def _get_client(self) -> openai.OpenAI:
-        if self._client is None:
-            import openai
+    def _new_client(self) -> openai.OpenAI:
+        import openai
 
-            self._client = openai.OpenAI(
-                base_url=self.base_url,
-                api_key=self.api_key or os.environ.get("OPENAI_API_KEY") or "not-needed",
-                max_retries=0,  # the engine retries, and records each attempt
-                timeout=self.timeout,
-                http_client=_http_client(),
-            )
-        return self._client
+        return openai.OpenAI(
+            base_url=self.base_url,
+            api_key=self.api_key or os.environ.get("OPENAI_API_KEY") or "not-needed",
+            max_retries=0,  # the engine retries, and records each attempt
+            timeout=self.timeout,
+            http_client=_http_client(),
+        )
 
     def _request(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], response_format: dict[str, Any] | None = None
@@ -166,6 +169,61 @@ class OpenAIChat:
 
 
 _TRANSPORT_MODULES = {"httpx", "httpx2", "httpcore", "httpcore2"}
+
+#: Streams one SDK client carries at once before the next one is used. httpcore looks at every connection of its
+#: pool on each request and at each response's end: one pool for a gevent worker's thousand streams cost 5.9% of
+#: its CPU (py-spy, #44). Turns go to the first client with room, so a quiet worker keeps reusing one client's
+#: connection (a remote API's TLS handshake is paid once, its keep-alive is not left to expire on a rotation).
+STREAMS_PER_CLIENT = 64
+
+
+class _Clients:
+    """The SDK clients of one model: a turn takes the first with fewer than :data:`STREAMS_PER_CLIENT` streams
+    open (built when first needed), and gives its slot back at its end."""
+
+    def __init__(self, build: Any) -> None:
+        self._build = build
+        self._lock = threading.Lock()
+        self._clients: list[Any] = []
+        self._open: list[int] = []
+        self._generation = 0  # a slot taken before a close is not given back to the clients after it
+
+    def take(self) -> tuple[Any, tuple[int, int]]:
+        with self._lock:
+            slot = next((i for i, n in enumerate(self._open) if n < STREAMS_PER_CLIENT), len(self._open))
+            if slot == len(self._open):
+                self._open.append(0)
+                self._clients.append(None)
+            self._open[slot] += 1
+            client, taken = self._clients[slot], (self._generation, slot)
+        if client is None:  # built outside the lock (about 20 ms); two turns racing here keep the first one's
+            try:
+                built = self._build()
+            except BaseException:
+                self.give(taken)
+                raise
+            with self._lock:
+                if taken[0] != self._generation:
+                    client = built  # closed meanwhile: this turn keeps a client of its own
+                else:
+                    client = self._clients[slot] = self._clients[slot] or built
+            if client is not built:
+                built.close()
+        return client, taken
+
+    def give(self, taken: tuple[int, int]) -> None:
+        with self._lock:
+            if taken[0] == self._generation:
+                self._open[taken[1]] -= 1
+
+    def close(self) -> None:
+        with self._lock:
+            clients, self._clients, self._open = self._clients, [], []
+            self._generation += 1
+        for client in clients:
+            if client is not None:
+                client.close()
+
 
 #: Connections the SDK's HTTP client keeps open between requests. The SDK keeps 100 of its 1,000: on a gevent
 #: worker with a thousand runs streaming, most turns then paid a new TCP connection.
