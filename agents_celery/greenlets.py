@@ -167,13 +167,19 @@ def setter_for(event: threading.Event) -> Callable[[], None]:
     (``loop.run_callback_threadsafe``), which runs it at its next pass, since gevent's ``Event`` may be set only
     from its own thread (a greenlet that computes without yielding sees it once it yields, as it would any
     wake-up); otherwise it is ``event.set``."""
+    return caller_for(event.set)
+
+
+def caller_for(action: Callable[[], None]) -> Callable[[], None]:
+    """A function that calls ``action`` as :func:`setter_for` sets its event: on the hub of the thread (greenlet)
+    that made it under :func:`green`, else at once."""
     if not green():
-        return event.set
+        return action
     from gevent import get_hub
 
     loop = get_hub().loop
 
     def deliver() -> None:
-        loop.run_callback_threadsafe(event.set)
+        loop.run_callback_threadsafe(action)
 
     return deliver

@@ -171,6 +171,22 @@ history (`git log -p docs/benchmarks.md`), not repeated here.
   now save the renderer's fold every 64 sequence numbers (`storage/renders.py`, the last 4 per response, expiring
   with the run) and a resume starts from the latest one at or before N: 1.71x and 1.80x, 1.01x between the two
   lengths (2026-12-07, bare hop 1.90-2.59 ms, load 2.0-2.6).
+- **Why a durable step costs more than a bare hop on a loaded machine** (#44, 2026-12-07, bare hop 2.1 ms, one core
+  burnt by another process): per step, the worker's threads switched 15 times voluntarily quiet, like the hop's
+  two threads (15.6), but with the core burnt the hop's threads almost stopped blocking (1.0 per hop) while ours
+  still did (9.5): a step crossed four threads (consumer, step, call, event flusher) where a hop crosses two, and
+  each hand-off waits for a core there. The flusher woke once or twice a step for events the commit then took:
+  a step's own burst now waits for its thread (`engine/writer.py`), which took the step from 1.00-1.03x the hop to
+  0.96-1.00x quiet (three interleaved runs each); with the core burnt, 1.15-1.26x before and after. Running calls
+  on the step's thread as well (an experiment, not kept: a step could then not walk away from a call that hangs)
+  brought that to 1.07-1.13x: the rest of the excess under load is the hand-off to the call thread.
+- **1,000 runs on one gevent worker, profiled again** (py-spy, 2026-12-07, 200 Hz over 16 s): httpcore's scan of
+  a pool of 1,000 connections on each request and response end was 5.9% of the worker's CPU; a model now spreads
+  its turns over SDK clients of 64 open streams each (built when first needed, the first reused while the worker
+  is quiet) and the scan left the profile. The steps waiting on their calls woke every 0.2 s to look for a stop
+  (6-7%: gevent's timed waits); they now sleep until the call returns, the lease keeper signals a stop or a lost
+  lease, the worker shuts down, or the call's deadline comes (a 5 s backstop). 1,000 runs: 18.6 s -> 17.5-18.2 s,
+  worker CPU 14.3-14.7 s -> 13.9-14.1 s (back to back, same machine).
 - **hiredis** is not a dependency: it made the step ~3% faster but the readers slower, and an SSE subscriber
   cost about twice the memory (its parser keeps a 64 KiB buffer per connection).
 - With a real model (hundreds of ms per turn) the per-step overhead measured here is noise; it matters for

@@ -33,6 +33,8 @@ from agents_celery.models import TextDelta, ToolCallDelta, TurnAccumulator, Usag
 from agents_celery.runs import RunState, RunStatus, ToolCall
 from agents_celery.storage.store import Effect, RunStore
 
+from .conftest import wait_for
+
 FINISHED = step_event(EventType.STEP_FINISHED, "model", 3, 1)
 
 
@@ -284,6 +286,54 @@ def test_why_a_step_walks_away_from_a_call(
     lost: bool, shutting_down: bool, deadline: float | None, stopped_at: float | None, expected: str | None
 ) -> None:
     assert walk_away(10.0, lost, shutting_down, deadline, stopped_at, 2.0) == expected
+
+
+@pytest.mark.timeout(30)
+def test_a_step_waiting_on_a_call_is_woken_not_polled() -> None:
+    """A wait with a 30 s poll still ends at once when the call returns, the lease is lost (the keeper's signal), a
+    stop's grace runs out, the worker shuts down, or the call's deadline comes: nothing waits for a poll."""
+    import threading
+    import time
+
+    from agents_celery.engine import calls
+    from agents_celery.storage.leases import Holding
+
+    release = threading.Event()
+    running = calls.ABANDONED.running
+
+    def hang() -> str:
+        release.wait(30)
+        return "late"
+
+    def waited(action: Any, **deadline: float) -> tuple[str, float]:
+        holding = Holding("r", "t")
+        watch = calls.Watch(holding.stop, holding.lost, 0.3, 30.0, None, holding.listen)
+        if action is not None:
+            threading.Timer(0.2, action, args=(holding,)).start()
+        t0 = time.monotonic()
+        try:
+            result = calls.run_call(hang if action or deadline else lambda: "ok", watch, what="t", **deadline)
+        except calls.CallAbandoned as exc:
+            result = exc.reason
+        assert holding.listeners == []  # the wait stopped listening
+        return result, time.monotonic() - t0
+
+    try:
+        assert waited(None)[0] == "ok"
+        for action, reason in [
+            (lambda h: h.signal(h.lost), "lost"),
+            (lambda h: h.signal(h.stop), "stopped"),  # after its grace of 0.3 s
+            (lambda h: calls.shut_down(), "shutdown"),
+        ]:
+            got, took = waited(action)
+            calls.SHUTTING_DOWN.clear()
+            assert got == reason and took < 5, (reason, got, took)
+        got, took = waited(None, deadline=time.monotonic() + 0.3)
+        assert got == "deadline" and took < 5
+    finally:
+        calls.SHUTTING_DOWN.clear()
+        release.set()
+    wait_for(lambda: calls.ABANDONED.running == running, timeout=10, what="the abandoned calls to return")
 
 
 def test_a_waiting_run_starts_with_the_sessions_history_as_it_is_now() -> None:

@@ -26,7 +26,7 @@ from celery import Celery, signals
 from celery.concurrency import get_implementation
 
 from ..agent import Agent, load_agents
-from ..engine.calls import SHUTTING_DOWN
+from ..engine.calls import shut_down
 from ..errors import ConfigurationError
 from ..greenlets import green
 from ..hooks import Hooks, LoggingHooks
@@ -218,7 +218,7 @@ def _register_step(app: Celery, ext: AgentsCelery) -> None:
         # Steps waiting on a call get the soft-shutdown window to finish, then walk away from their calls
         # and give their steps back, so a tool that never returns cannot hold the worker's shutdown.
         delay = 0.0 if how == "Cold" else max(0.0, ext.settings.soft_shutdown_seconds - 1.0)
-        _later(delay, SHUTTING_DOWN.set)
+        _later(delay, shut_down)
 
     @signals.worker_shutdown.connect(weak=False)  # type: ignore[untyped-decorator]
     def _shutdown(sender: Any = None, **_: Any) -> None:

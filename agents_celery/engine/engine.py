@@ -390,6 +390,7 @@ class Engine:
             hooks=[*self.hooks, *(agent.hooks if agent else [])],
             stop=lease.stop,
             lost=lease.lost,
+            listen=lease.listen,
             step_open=claim.attempt == 1,  # the claim wrote this attempt's STEP_STARTED
             effects=claim.effects,
             sent=attempt.sent,

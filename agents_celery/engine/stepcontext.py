@@ -50,6 +50,8 @@ class StepContext:
     hooks: list[Hooks] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
     lost: threading.Event = field(default_factory=threading.Event)
+    #: Calls a function whenever ``stop`` or ``lost`` is set (:meth:`agents_celery.storage.leases.Holding.listen`).
+    listen: Callable[[Callable[[], None]], Callable[[], None]] | None = None
     #: This attempt wrote a STEP_STARTED, so whatever ends it must write the STEP_FINISHED.
     step_open: bool = False
     #: Calls the claim already started in the effect ledger (see :attr:`agents_celery.storage.store.Claim.effects`).
@@ -70,7 +72,8 @@ class StepContext:
     def watch(self) -> Watch:
         """What a call waited on by this step watches for (:func:`agents_celery.engine.calls.run_call`)."""
         s = self.settings
-        return Watch(self.stop, self.lost, s.stop_grace_seconds, min(s.stop_poll_seconds, 0.2), self.writer)
+        poll = min(s.stop_poll_seconds, 0.2)
+        return Watch(self.stop, self.lost, s.stop_grace_seconds, poll, self.writer, self.listen)
 
     def starter(self) -> children.Starter:
         """What the step's agent calls start their child runs with (:func:`agents_celery.engine.children.collect`)."""

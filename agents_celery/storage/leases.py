@@ -9,6 +9,7 @@ write anything. On a gevent worker the keeper beats from an OS thread, so a busy
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 import redis
 
 from ..errors import RedisUnavailableError
-from ..greenlets import NativeFlag, Thread, green, native_lock, os_thread, setter_for
+from ..greenlets import NativeFlag, Thread, caller_for, green, native_lock, os_thread
 from ..ids import random_hex
 from .keys import Keys
 from .scripts import pipelined, register
@@ -66,7 +67,7 @@ class Holding:
 
     The step waits on :attr:`stop` and :attr:`lost` (gevent's events on a gevent worker); the keeper, on an OS
     thread of its own there, sets them through :attr:`wake_stop` / :attr:`wake_lost`, which hand the set to the
-    step's hub (:func:`agents_celery.greenlets.setter_for`).
+    step's hub (:func:`agents_celery.greenlets.caller_for`).
     """
 
     run_id: str
@@ -82,6 +83,20 @@ class Holding:
     committing: bool = False
     wake_stop: Callable[[], None] = field(default=_not_woken, repr=False)
     wake_lost: Callable[[], None] = field(default=_not_woken, repr=False)
+    #: Called right after :attr:`stop` or :attr:`lost` is set, where it is set (:meth:`listen`).
+    listeners: list[Callable[[], None]] = field(default_factory=list, repr=False)
+
+    def listen(self, action: Callable[[], None]) -> Callable[[], None]:
+        """Call ``action`` whenever :attr:`stop` or :attr:`lost` is set (a step waiting on a call wakes, instead of
+        looking every poll); returns what stops it."""
+        self.listeners.append(action)
+        return lambda: self.listeners.remove(action)
+
+    def signal(self, event: threading.Event) -> None:
+        """Set ``event`` (:attr:`stop` or :attr:`lost`) and tell the listeners."""
+        event.set()
+        for action in list(self.listeners):
+            action()
 
 
 #: Makes the keeper's own client on a gevent worker (``LeaseKeeper(..., connect=...)``).
@@ -128,7 +143,8 @@ class LeaseKeeper:
                 now - holding.renewed,
                 self._ttl_ms / 1000,
             )
-        holding.wake_stop, holding.wake_lost = setter_for(holding.stop), setter_for(holding.lost)
+        holding.wake_stop = caller_for(functools.partial(holding.signal, holding.stop))
+        holding.wake_lost = caller_for(functools.partial(holding.signal, holding.lost))
         with self._lock:
             self._held[id(holding)] = holding
             if self._thread is None or not self._thread.is_alive():
