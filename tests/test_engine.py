@@ -435,18 +435,24 @@ def test_lease_keeper_renews_and_notices_stop(r: redis.Redis, fast_settings: Any
         r.delete(store.keys.run(run_id).lease, store.keys.run(run_id).stop)
 
 
-def test_event_writer_writes_trickles_at_once_and_batches_bursts(r: redis.Redis, fast_settings: Any) -> None:
-    from agents_celery.engine.writer import BURST, EventWriter, _flusher
+def _leased_log(r: redis.Redis, settings: Any, run_id: str) -> tuple[Any, str, str, Any]:
+    """A run's event log with its first event and a lease: the store, the id, the token, and how many events it has."""
     from agents_celery.events import make_event
     from agents_celery.storage.leases import Leases
     from agents_celery.storage.store import RunStore
 
-    store = RunStore(r, fast_settings)
-    run_id = "w" * 32
+    store = RunStore(r, settings)
     store.log.create(run_id, "s", "a", [make_event(EventType.RUN_STARTED, thread_id="s", run_id=run_id)])
     token = Leases(r, store.keys).acquire(run_id, 10_000)
     assert token
-    written = lambda: store.log.info(run_id).next_offset  # noqa: E731
+    return store, run_id, token, lambda: store.log.info(run_id).next_offset
+
+
+def test_event_writer_writes_trickles_at_once_and_batches_bursts(r: redis.Redis, fast_settings: Any) -> None:
+    from agents_celery.engine.writer import BURST, EventWriter, _flusher
+    from agents_celery.events import make_event
+
+    store, run_id, token, written = _leased_log(r, fast_settings, "w" * 32)
     # The flusher is kept busy throughout the first writer: what it writes, its own thread wrote.
     started, release = threading.Event(), threading.Event()
 
@@ -508,15 +514,8 @@ def test_a_step_waiting_on_a_call_writes_what_it_kept(r: redis.Redis, fast_setti
     from agents_celery.engine.calls import Watch, run_call
     from agents_celery.engine.writer import EventWriter
     from agents_celery.events import make_event
-    from agents_celery.storage.leases import Leases
-    from agents_celery.storage.store import RunStore
 
-    store = RunStore(r, fast_settings)
-    run_id = "x" * 32
-    store.log.create(run_id, "s", "a", [make_event(EventType.RUN_STARTED, thread_id="s", run_id=run_id)])
-    token = Leases(r, store.keys).acquire(run_id, 10_000)
-    assert token
-    written = lambda: store.log.info(run_id).next_offset  # noqa: E731
+    store, run_id, token, written = _leased_log(r, fast_settings, "x" * 32)
     content = lambda i: make_event(EventType.TEXT_MESSAGE_CONTENT, message_id="m", delta=f"{i} ")  # noqa: E731
     with EventWriter(store.log, run_id, token) as writer:
         watch = Watch(threading.Event(), threading.Event(), 1.0, 0.05, writer)
