@@ -128,6 +128,33 @@ def test_a_tail_reads_on_one_connection(
     reader.close()
 
 
+
+@pytest.mark.parametrize("reaped", [False, True])
+def test_a_tail_s_connection_is_closed_at_its_end_unless_the_pool_is_reaped(
+    reaped: bool, eventlog: EventLog, r: redis.Redis, keys: Keys
+) -> None:
+    """A tail closes its connection when it ends (no idle connection left for good); on a pool whose owner
+    closes idle connections itself (the API's streams) it gives it back open, and the next tail reuses it."""
+    run_id, token = _open_run(eventlog, r, keys)
+    done = make_event(EventType.RUN_FINISHED, thread_id="s1", run_id=run_id, outcome={"type": "success"})
+    eventlog.set_status(run_id, "ended", token, [done])
+    name = f"tail-{new_id()[:8]}"
+    reader = redis.Redis.from_url(TEST_REDIS_URL, client_name=name)
+    log = EventLog(reader, keys, retention_ms=60_000, tombstone_ms=60_000, reaped=reaped)
+    connected = lambda: sum(1 for c in r.client_list() if c.get("name") == name)  # noqa: E731
+    ids = []
+    try:
+        for _ in range(3):
+            assert [e.offset for e in log.events(run_id, block_ms=200)] == [0, 1]
+            ids.append(reader.client_id())  # the pool's connection after the tail: the tail's, given back
+        if reaped:
+            assert len(set(ids)) == 1 and connected() == 1  # one connection, open, for every tail
+        else:
+            assert len(set(ids)) == 3  # each tail's connection was closed; the pool connected again
+    finally:
+        reader.close()
+
+
 def test_async_tail_from_offset_sees_each_event_once(eventlog: EventLog, r: redis.Redis, keys: Keys) -> None:
     run_id, token = _open_run(eventlog, r, keys)
     writer = threading.Thread(target=_feed, args=(eventlog, run_id, token, 10_000))

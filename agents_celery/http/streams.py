@@ -57,6 +57,7 @@ class Streams:
             retention_ms=runtime.settings.retention_ms,
             tombstone_ms=runtime.settings.tombstone_ms,
             idle_check=runtime.store.idle_check,
+            reaped=True,  # the reaper below closes idle connections: a stream's goes back to the pool open
         )
         self.max_connections = max_connections
         self._pools = [*idle_pools(self.redis), *idle_pools(runtime.redis)]

@@ -188,16 +188,18 @@ def keeping_one(client: redis.Redis) -> redis.Redis:
     return own
 
 
-def let_go(client: redis.Redis) -> None:
+def let_go(client: redis.Redis, keep: bool = False) -> None:
     """End a :func:`keeping_one` client whose reader is done (a stream whose client went away, or ended): its
     connection is closed, not kept idle in the pool. A process that served a thousand streams would otherwise
-    keep a thousand idle connections (and file descriptors) for good; opening one per stream costs one connect."""
+    keep a thousand idle connections (and file descriptors) for good; opening one per stream costs one connect.
+    With ``keep`` (the pool's owner closes idle connections on its own, as the API does every
+    ``idle_close_seconds``) the connection goes back to the pool open, and the next stream skips the connect."""
     if is_cluster(client):
         return  # :func:`keeping_one` gave the shared cluster client itself
     conn = client.connection
-    if conn is not None:
+    if conn is not None and not keep:
         conn.disconnect()  # type: ignore[no-untyped-call]
-    client.close()  # gives the (closed) connection back to the pool, which reconnects it if it is ever reused
+    client.close()  # gives the connection back to the pool, which reconnects a closed one if it is ever reused
 
 
 def reconnect_if_closed(client: redis.Redis) -> None:

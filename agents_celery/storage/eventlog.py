@@ -82,8 +82,12 @@ class EventLog:
         tombstone_ms: int,
         own_connections: ThreadClients | None = None,
         idle_check: IdleCheck = reconnect_if_closed,
+        reaped: bool = False,
     ) -> None:
         self._redis = client
+        #: Whether the client's owner closes its pool's idle connections itself (the API's streams do): a tail's
+        #: connection then goes back to the pool when the tail ends, for the next stream, instead of being closed.
+        self._reaped = reaped
         #: Run before each read of a tail's kept connection (the worker's fast path polls the socket instead).
         self._idle_check = idle_check
         #: Appends and status changes go through the calling thread's own connection (a worker's).
@@ -266,7 +270,8 @@ class EventLog:
         as :class:`ChildPage`. See :func:`follow_plan`.
 
         The tail keeps one connection of the pool for all its reads (:func:`~.connections.keeping_one`) and
-        looks at it before each (``idle_check``), as its reader may sit idle between pages.
+        looks at it before each (``idle_check``), as its reader may sit idle between pages. At the end it closes
+        it, or gives it back to the pool open when the pool's owner closes idle connections (``reaped``).
         """
         check_offset(after)
         info = info or self.info(run_id)
@@ -282,7 +287,7 @@ class EventLog:
                 watching,
             )
         finally:
-            let_go(client)  # closed, not left idle in the pool
+            let_go(client, keep=self._reaped)
 
     def events(
         self, run_id: str, after: int = -1, *, until_pause: bool = False, block_ms: int = 1000
