@@ -236,3 +236,35 @@ def test_another_user_s_chat_is_hidden_on_every_ai_sdk_route(app: Flask) -> None
     assert session_runs(client, chat) == before  # nothing was created, nothing stopped
     assert client.get(f"/ai/runs/{run_id}", headers=BOB).json["status"] == "completed"
     assert client.get(f"/ai/aisdk/offline/{chat}/stream", headers=BOB).status_code == 204  # its owner: nothing live
+
+
+def test_a_run_started_over_http_reads_its_agent_s_manifest_once(
+    fast_settings: Any, worker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API reads the agent's manifest to answer 404 before the body, and the run's creation needs it again:
+    one read from Redis for both. The SSE response knows the new run's ids without reading them back."""
+    import json
+
+    runtime = Runtime(settings=fast_settings)
+    app = Flask("host")
+    init_app(app, runtime)
+    app.register_blueprint(make_blueprint(), url_prefix="/ai")
+    reads: list[str] = []
+    get = runtime.store.agents.get
+    monkeypatch.setattr(runtime.store.agents, "get", lambda name: reads.append(name) or get(name))
+    try:
+        resp = app.test_client().post("/ai/agents/offline/runs", data={"message": "hi", "stream": "true"})
+        assert resp.status_code == 200
+        events = {}
+        for block in resp.get_data(as_text=True).strip().split("\n\n"):
+            fields = dict(line.split(": ", 1) for line in block.split("\n") if not line.startswith(":"))
+            events[fields["event"]] = json.loads(fields["data"])
+        assert reads == ["offline"]
+        started, done = events["RunStarted"], events["RunCompleted"]
+        view = runtime.get(started["run_id"])
+        assert started["session_id"] == done["session_id"] == view.session_id
+        assert started["agent_id"] == done["agent_id"] == "offline"
+        runtime.agent_manifest("offline")
+        assert reads == ["offline", "offline"]  # outside a request's creation, each call reads
+    finally:
+        close_app(app)

@@ -128,7 +128,6 @@ def test_a_tail_reads_on_one_connection(
     reader.close()
 
 
-
 @pytest.mark.parametrize("reaped", [False, True])
 def test_a_tail_s_connection_is_closed_at_its_end_unless_the_pool_is_reaped(
     reaped: bool, eventlog: EventLog, r: redis.Redis, keys: Keys

@@ -211,6 +211,10 @@ class API:
         return manifest
 
     def create_run(self, req: Request, agent_id: str) -> Reply:
+        with self.runtime.manifests_read_once():  # one read of the manifest: here, and in Runtime.stream
+            return self._create_run(req, agent_id)
+
+    def _create_run(self, req: Request, agent_id: str) -> Reply:
         manifest = self._agent_manifest(agent_id)  # 404 before looking at the body
         self.access.allow(req, "start", agent_id=agent_id)
         body = parse(req.body(), RunBody, ("output_schema",), limits=self.limits_for("create_run"))
@@ -236,7 +240,9 @@ class API:
             multitask_strategy=body.multitask_strategy,
             output_schema=body.output_schema,
         )
-        return self._finish(req, stream.run_id, stream.session_id, -1, body, manifest)
+        # The stream's ids are known: its SSE response skips reading them back (it reads the status as it goes).
+        known = LogInfo(stream.run_id, "live", 1, stream.session_id, stream.agent_id)
+        return self._finish(req, stream.run_id, stream.session_id, -1, body, manifest, known)
 
     def continue_run(self, req: Request, agent_id: str, run_id: str) -> Reply:
         info = self.access.run(req, run_id, "continue", agent_id)
@@ -485,9 +491,17 @@ class API:
     # -- answers ---------------------------------------------------------------------------------------
 
     def _finish(
-        self, req: Request, run_id: str, session_id: str, after: int, body: Any, manifest: dict[str, Any]
+        self,
+        req: Request,
+        run_id: str,
+        session_id: str,
+        after: int,
+        body: Any,
+        manifest: dict[str, Any],
+        info: LogInfo | None = None,
     ) -> Reply:
-        """The answer to a start or continue: SSE, 202, or (a Wait for) the run's JSON once it ends or pauses."""
+        """The answer to a start or continue: SSE, 202, or (a Wait for) the run's JSON once it ends or pauses
+        (``info``: the run's log ids, when the caller knows them)."""
         if body.stream:
             confirm = _confirm_tools(manifest)
             stream = LogStream(
@@ -497,6 +511,7 @@ class API:
                 until_pause=True,
                 keepalive_seconds=self.keepalive_seconds,
                 confirm_tools=confirm,
+                info=info,
             )
             return Reply(200, stream=stream)
         if body.background:

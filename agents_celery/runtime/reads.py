@@ -6,7 +6,8 @@ Plain reads of the store (and the deletes of ended runs and idle sessions); no s
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import Any
 
 from ..agent import Agent
@@ -25,6 +26,9 @@ from ..settings import Settings
 from ..storage.index import Filters
 from ..storage.store import RunStore
 from .admission import DELETING, Admission, idempotent_run_id
+
+#: The manifests read inside :meth:`Inspection.manifests_read_once` (per thread or greenlet): name -> manifest.
+_READ_ONCE: ContextVar[dict[str, dict[str, Any]] | None] = ContextVar("agents_celery_read_once", default=None)
 
 
 class Inspection:
@@ -53,11 +57,26 @@ class Inspection:
             return agent.manifest()
         if agent in self.local_agents:
             return self.local_agents[agent].manifest()
-        manifest = self.store.agents.get(agent)
+        read = _READ_ONCE.get()
+        manifest = read.get(agent) if read is not None else None
+        if manifest is None:
+            manifest = self.store.agents.get(agent)
+            if read is not None and manifest is not None:
+                read[agent] = manifest
         if manifest is None:
             known = [m["name"] for m in self.store.agents.all()]
             raise UnknownAgentError(f"no agent named {agent!r}; known agents: {known}. Is a worker serving it?")
         return manifest
+
+    @contextlib.contextmanager
+    def manifests_read_once(self) -> Iterator[None]:
+        """Within the block, each agent's manifest is read from Redis once, by this thread or greenlet (the HTTP
+        API reads it to answer 404 before it parses the body, then starts the run, which needs it again)."""
+        token = _READ_ONCE.set({})
+        try:
+            yield
+        finally:
+            _READ_ONCE.reset(token)
 
     def agents(self) -> list[dict[str, Any]]:
         """Manifests of every agent workers published (and local ones), in module order.
