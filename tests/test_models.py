@@ -320,6 +320,35 @@ def test_openai_chat_spreads_streams_over_clients_and_a_quiet_one_reuses_one(
     assert model._clients._clients == []
 
 
+def test_openai_chat_clients_share_one_tls_context(server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every SDK client of the process gets the one TLS context (the library's default one, verifying): building
+    one per client loaded the CA bundle each time (26 ms)."""
+    import ssl
+
+    from agents_celery.models import openai as openai_model
+
+    module = openai_model._http_module()
+    built: list[int] = []
+    real = module.create_ssl_context
+    monkeypatch.setattr(module, "create_ssl_context", lambda *a, **k: built.append(1) or real(*a, **k))
+    monkeypatch.setattr(openai_model, "STREAMS_PER_CLIENT", 1)
+    openai_model._tls_context.cache_clear()
+    server.responder = lambda request: FakeReply(text="one two three", token_delay=0.01)
+    model = OpenAIChat("m", server.url)
+    streams = [model.stream([USER], []) for _ in range(3)]
+    try:
+        assert [next(s) for s in streams] == [TextDelta("one ")] * 3
+        assert len(model._clients._clients) == 3 and built == [1]  # three clients, one context
+        context = openai_model._tls_context()
+        assert isinstance(context, ssl.SSLContext) and context.verify_mode == ssl.CERT_REQUIRED
+        assert context.check_hostname
+    finally:
+        for stream in streams:
+            stream.close()
+        model.close()
+        openai_model._tls_context.cache_clear()
+
+
 def test_openai_chat_stream_abandoned_midway(server: FakeOpenAIServer, chat: OpenAIChat) -> None:
     server.responder = lambda request: FakeReply(text="one two three four five six", token_delay=0.01)
     stream = chat.stream([USER], [])
