@@ -437,3 +437,48 @@ def test_stream_lines_are_parsed_raw_and_errors_inside_the_stream_raise() -> Non
     ]
     with pytest.raises(openai.APIError, match="overloaded"):
         list(_sse_data(iter(['data: {"error": {"message": "overloaded", "type": "server_error"}}'])))
+
+
+_WARM_UP = """
+import logging, sys
+from celery import signals
+from agents_celery import Agent, OpenAIChat
+from agents_celery.broker.celery_app import create_celery_app
+from agents_celery.models import openai as openai_model
+from agents_celery.settings import load_settings
+
+class Broken:
+    name = "broken"
+    def stream(self, messages, tools):
+        raise AssertionError("not called")
+    def warm_up(self):
+        raise RuntimeError("no SDK here")
+
+class Starting:  # what worker_init is sent by: Celery's WorkController (the parts the app reads)
+    pool_cls, concurrency = "prefork", 2
+    def __init__(self, app):
+        self.app = app
+
+logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="%(message)s")
+model = OpenAIChat("m", "http://127.0.0.1:9/v1")
+agents = {"a": Agent("a", instructions="x", model=model), "b": Agent("b", instructions="y", model=model),
+          "c": Agent("c", instructions="z", model=Broken())}
+app = create_celery_app(load_settings(), agents=agents)
+print("before", "openai" in sys.modules, openai_model._tls_context.cache_info().currsize)
+signals.worker_init.send(sender=Starting(app))
+print("after", "openai" in sys.modules, openai_model._tls_context.cache_info().currsize)
+"""
+
+
+def test_a_worker_loads_its_models_sdk_as_it_starts() -> None:
+    """``worker_init`` (the main process, before a prefork pool forks) has each agent's model warm up: the openai
+    SDK is imported and the TLS context built there, not in every child's first turn. A model whose warm-up
+    fails is logged; the worker still starts."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _WARM_UP], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "before False 0" in lines and "after True 1" in lines, done.stdout
+    assert any("warming up the model of 'c' failed: no SDK here" in line for line in lines), done.stdout

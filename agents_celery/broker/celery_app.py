@@ -206,6 +206,7 @@ def _register_step(app: Celery, ext: AgentsCelery) -> None:
             ext.slots = int(getattr(sender, "concurrency", 0) or 0)  # before the engine makes its Redis pool
             if getattr(pool, "is_green", False):
                 _with_green_broker(ext.app, ext.slots)
+            ext.warm_up_models()  # in the main process, before a prefork pool forks its children
 
     @signals.worker_ready.connect(weak=False)  # type: ignore[untyped-decorator]
     def _ready(sender: Any = None, **_: Any) -> None:

@@ -97,6 +97,22 @@ class AgentsCelery:
         self.slots = 0
         _joined(app)
 
+    def warm_up_models(self) -> None:
+        """Have each agent's model load what its first turn would (a model's optional ``warm_up``, e.g.
+        :meth:`OpenAIChat.warm_up <agents_celery.models.OpenAIChat.warm_up>`); one that fails is logged and left
+        to load on its first turn."""
+        seen: set[int] = set()
+        for agent in self.agents.values():
+            model = getattr(agent, "model", None)
+            warm_up = getattr(model, "warm_up", None)
+            if not callable(warm_up) or id(model) in seen:
+                continue
+            seen.add(id(model))
+            try:
+                warm_up()
+            except Exception as exc:
+                log.warning("agents-celery: warming up the model of %r failed: %s", getattr(agent, "name", "?"), exc)
+
     def queue_of(self, agent_id: str) -> str:
         """The queue an agent's steps go to."""
         agent = self.agents.get(agent_id)

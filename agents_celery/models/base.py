@@ -65,7 +65,8 @@ class Model(Protocol):
     ``{"type": "json_schema", ...}``) when the run asks for structured output; any other is told the schema in
     its system prompt. Failures raise :class:`~agents_celery.errors.ModelError`. A model that reads a network stream may
     look at :data:`STOP_READING` between reads: when it is set and returns True, the caller no longer wants the
-    turn, and the model should stop reading and return.
+    turn, and the model should stop reading and return. A model may also have a ``warm_up()`` method: a worker
+    calls it as it starts, before its pool forks, to load what the first turn would (an SDK's modules).
     """
 
     @property

@@ -87,6 +87,13 @@ class OpenAIChat:
         """Close the HTTP clients built so far; the next call builds a new one."""
         self._clients.close()
 
+    def warm_up(self) -> None:
+        """Load what the first turn would otherwise load: the openai SDK (about a second of CPU to import) and
+        the process's TLS context. A worker calls it as it starts, before its pool forks, so no run's first turn
+        waits for it and prefork children share the loaded modules."""
+        _response_type()
+        _tls_context()
+
     def stream(
         self,
         messages: list[dict[str, Any]],
