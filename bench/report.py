@@ -187,6 +187,21 @@ history (`git log -p docs/benchmarks.md`), not repeated here.
   (6-7%: gevent's timed waits); they now sleep until the call returns, the lease keeper signals a stop or a lost
   lease, the worker shuts down, or the call's deadline comes (a 5 s backstop). 1,000 runs: 18.6 s -> 17.5-18.2 s,
   worker CPU 14.3-14.7 s -> 13.9-14.1 s (back to back, same machine).
+- **First-use costs, found in the profiles of 2026-12-07 (AMD EPYC, hop 2.2 ms)**: a fresh worker's first turn
+  imported the openai SDK (0.9 s; 5.3% of the 1,000-run profile, and most of the 1 s by which one run alone
+  exceeded its 5 s stream), built a TLS context per SDK client (26 ms each, CA bundle loaded) and redis-py 8 looked
+  its own version up per new connection (0.5 ms). A worker now warms its models up in `worker_init`; clients share
+  one TLS context and connections one `DriverInfo`. One run alone: 6.0 s -> 5.2 s, so the 1,000-run ratio rose
+  (3.67x -> 4.07x) while its wall fell (22.1 s -> 21.2-21.3 s, worker CPU 18.5 s -> 17.2-17.6 s). What is left of
+  that CPU is about half the HTTP client reading the model streams (httpx2, httpcore2, h11, gevent's socket: a
+  recv that would block raises, waits on the hub, and reads again, per chunk), the rest the step (15%), the event
+  flusher (10%) and Celery's consumer (13%).
+- **The API per streamed run against LangGraph's** (100 runs at once over HTTP, 2026-12-07): API + worker + Redis
+  6.2 s against LangGraph's 5.0 s (1.24x) at the start of the day. A stream's connection now goes back to its pool
+  open (the reaper closes idle ones), a creation reads the manifest once and its SSE response is given the run's
+  ids: 2.7 connects per run -> 2.1-2.4 (a burst still grows both pools), API CPU 2.5-2.8 s -> 2.4-2.5 s (three
+  interleaved pairs), 1.11x in the full bench. The rest is one XREAD per token and one SSE write per token; the
+  system call of each send was a third of the API's CPU.
 - **hiredis** is not a dependency: it made the step ~3% faster but the readers slower, and an SSE subscriber
   cost about twice the memory (its parser keeps a 64 KiB buffer per connection).
 - With a real model (hundreds of ms per turn) the per-step overhead measured here is noise; it matters for
