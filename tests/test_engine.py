@@ -533,8 +533,9 @@ def test_a_step_waiting_on_a_call_writes_what_it_kept(r: redis.Redis, fast_setti
         other.start()
         other.join(10)
         writer.resume()
-        assert written() == 51
-        assert [json.loads(e.json)["delta"] for e in writer.take()] == [f"{i} " for i in range(50, 80)]
+        direct = written() - 51  # the first may go at once, when the thread came to it BURST after starting()
+        assert direct in (0, 1)
+        assert [json.loads(e.json)["delta"] for e in writer.take()] == [f"{i} " for i in range(50 + direct, 80)]
     for key in vars(store.keys.run(run_id)).values():
         r.delete(key)
 
