@@ -44,14 +44,14 @@ from ..errors import (
 )
 from ..events import Event
 from ..output import check_schema
-from ..runs import RunView, SessionInfo, SessionView, ToolCall
+from ..runs import SessionInfo, SessionView
 from ..runtime import Runtime
 from ..schedule import Schedule
 from ..storage.eventlog import LogInfo
 from ..workflows.workflow import is_workflow
 from .a2a.endpoint import A2AEndpoint
 from .access import Access
-from .agentos.render import AGNO_STATUS, tool_object
+from .agentos.render import AGNO_STATUS, run_output
 from .agentos.workflows import WorkflowsEndpoint
 from .agui.endpoint import AguiEndpoint
 from .aisdk.endpoint import ChatEndpoint
@@ -567,41 +567,3 @@ def _safe_name(name: str) -> str:
 def _check_session(info: LogInfo, session_id: str | None) -> None:
     if session_id and session_id != info.session_id:
         raise RunNotFoundError(f"run {info.run_id!r} is not in session {session_id!r}")
-
-
-def _confirmed(call: ToolCall) -> bool | None:
-    return None if call.decision in (None, "pending") else call.decision == "approved"
-
-
-def _tool(call: ToolCall) -> dict[str, Any]:
-    return tool_object(
-        call.id,
-        call.name,
-        call.args,
-        result=call.result,
-        error=call.error,
-        requires_confirmation=call.requires_confirmation,
-        confirmed=_confirmed(call),
-        note=call.note,
-    )
-
-
-def run_output(view: RunView) -> dict[str, Any]:
-    """A run as AgentOS's ``RunOutput`` JSON (``tools``: the pending calls while paused)."""
-    paused = view.status.value == "paused"
-    calls = view.pending if paused else view.tool_calls
-    return {
-        "run_id": view.run_id,
-        "agent_id": view.agent_id,
-        "agent_name": view.agent_id,
-        "session_id": view.session_id,
-        "status": AGNO_STATUS[view.status.value],
-        "content": view.output,
-        "content_type": "str" if view.output is None or isinstance(view.output, str) else "json",
-        "is_paused": paused,
-        "tools": [_tool(c) for c in calls],
-        "messages": view.messages,
-        "error": view.error,
-        "created_at": view.created_at // 1000,
-        "event_index": view.last_offset,
-    }

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...events import Event, EventType, ToolCalls
+from ...runs import RunView, ToolCall
 
 #: Our run statuses in Agno's ``RunStatus`` spelling.
 AGNO_STATUS = {
@@ -182,3 +183,41 @@ def paused_tool(interrupt: dict[str, Any]) -> dict[str, Any]:
     meta = interrupt.get("metadata") or {}
     ident = interrupt.get("tool_call_id") or interrupt.get("id", "")
     return tool_object(ident, meta.get("tool_name"), meta.get("tool_args"), requires_confirmation=True)
+
+
+def _confirmed(call: ToolCall) -> bool | None:
+    return None if call.decision in (None, "pending") else call.decision == "approved"
+
+
+def _call_object(call: ToolCall) -> dict[str, Any]:
+    return tool_object(
+        call.id,
+        call.name,
+        call.args,
+        result=call.result,
+        error=call.error,
+        requires_confirmation=call.requires_confirmation,
+        confirmed=_confirmed(call),
+        note=call.note,
+    )
+
+
+def run_output(view: RunView) -> dict[str, Any]:
+    """A run as AgentOS's ``RunOutput`` JSON (``tools``: the pending calls while paused)."""
+    paused = view.status.value == "paused"
+    calls = view.pending if paused else view.tool_calls
+    return {
+        "run_id": view.run_id,
+        "agent_id": view.agent_id,
+        "agent_name": view.agent_id,
+        "session_id": view.session_id,
+        "status": AGNO_STATUS[view.status.value],
+        "content": view.output,
+        "content_type": "str" if view.output is None or isinstance(view.output, str) else "json",
+        "is_paused": paused,
+        "tools": [_call_object(c) for c in calls],
+        "messages": view.messages,
+        "error": view.error,
+        "created_at": view.created_at // 1000,
+        "event_index": view.last_offset,
+    }
