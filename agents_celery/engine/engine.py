@@ -352,7 +352,8 @@ class Engine:
         agent = self.agents.get(state.active_agent or state.agent_id)
         attempt.lease = self.keeper.hold(attempt.run_id, attempt.token, taken=attempt.claimed)
         try:
-            with EventWriter(self.store.log, attempt.run_id, attempt.token) as writer:
+            window = self.settings.green_batch_ms / 1000
+            with EventWriter(self.store.log, attempt.run_id, attempt.token, window) as writer:
                 ctx = attempt.ctx = self._context(attempt, agent, writer)
                 if attempt.number > 1:
                     self._reopen(ctx, attempt.claim)
