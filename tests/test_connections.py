@@ -300,22 +300,26 @@ def test_our_connections_carry_one_driver_info_built_once(settings: Any, monkeyp
 
     import redis.utils
 
-    client = connect(settings.redis_url, max_connections=10)
-    try:
-        kwargs = client.connection_pool.connection_kwargs
-        if "driver_info" not in inspect.signature(redis.connection.AbstractConnection.__init__).parameters:
-            assert not {"driver_info", "lib_name", "lib_version"} & kwargs.keys()
-            return
-        assert kwargs["driver_info"].formatted_name == f"redis-py(agents-celery_v{metadata.version('agents-celery')})"
-        assert kwargs["driver_info"].lib_version == redis.__version__
-        looked_up: list[int] = []
-        monkeypatch.setattr(redis.utils, "get_lib_version", lambda: looked_up.append(1) or "0")
-        held = [client.connection_pool.get_connection() for _ in range(5)]  # five new connections
-        for conn in held:
-            client.connection_pool.release(conn)
-        assert client.ping() and looked_up == []
-    finally:
-        client.close()
+    from agents_celery.storage.connections import from_url
+
+    # Ours, and the one the direct publisher LPUSHes steps through (a plain URL, as kombu takes).
+    for client in (connect(settings.redis_url, max_connections=10), from_url(settings.redis_url)):
+        try:
+            kwargs = client.connection_pool.connection_kwargs
+            if "driver_info" not in inspect.signature(redis.connection.AbstractConnection.__init__).parameters:
+                assert not {"driver_info", "lib_name", "lib_version"} & kwargs.keys()
+                continue
+            name = f"redis-py(agents-celery_v{metadata.version('agents-celery')})"
+            assert kwargs["driver_info"].formatted_name == name
+            assert kwargs["driver_info"].lib_version == redis.__version__
+            looked_up: list[int] = []
+            monkeypatch.setattr(redis.utils, "get_lib_version", lambda: looked_up.append(1) or "0")
+            held = [client.connection_pool.get_connection() for _ in range(5)]  # five new connections
+            for conn in held:
+                client.connection_pool.release(conn)
+            assert client.ping() and looked_up == []
+        finally:
+            client.close()
 
 
 _GEVENT_POLL = """

@@ -17,6 +17,7 @@ from agents_celery.broker.celery_app import create_celery_app
 from agents_celery.broker.fastpaths import DirectPublisher, FastPaths
 from agents_celery.broker.publisher import STEP_TASK, StepPublisher
 from agents_celery.settings import Settings, load_settings
+from agents_celery.storage.connections import _driver_info
 
 from .conftest import TEST_BROKER_URL, TEST_REDIS_URL
 
@@ -57,6 +58,8 @@ def test_the_message_is_the_one_send_task_sends(app_and_queue: tuple[Celery, str
         expected = _pop(broker, queue)
         publisher.send("run-1", 3, "assistant")
         got = _pop(broker, queue)
+        kwargs = next(iter(publisher.direct._clients.values())).connection_pool.connection_kwargs
+        assert kwargs.get("driver_info") is _driver_info()  # the process's one, none looked up per connection
     finally:
         publisher.close()
     assert _without_ids(got) == _without_ids(expected)

@@ -114,6 +114,12 @@ def _with_driver_info(options: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
+def from_url(url: str) -> redis.Redis:
+    """``redis.Redis.from_url(url)`` (a plain Redis URL, as kombu's Redis transport takes) with our connections'
+    one ``DriverInfo`` (:func:`_driver_info`)."""
+    return redis.Redis.from_url(url, **_with_driver_info({}))
+
+
 def _socket(url: str) -> tuple[str, int]:
     parsed = urlparse(url)
     db = parse_qs(parsed.query).get("db", ["0"])[0]

@@ -21,6 +21,7 @@ from kombu.transport import virtual
 from packaging.version import Version
 
 from ...ids import pid, random_uuid
+from ...storage.connections import from_url
 
 #: Transport options that do not change where or how a priority-0 message is stored.
 _HARMLESS_OPTIONS = frozenset(
@@ -173,7 +174,7 @@ class DirectPublisher:
         with self._lock:
             client = self._clients.get(url)
             if client is None:
-                client = self._clients[url] = redis.Redis.from_url(url)
+                client = self._clients[url] = from_url(url)
             return client
 
     def close(self) -> None:
