@@ -203,6 +203,17 @@ history (`git log -p docs/benchmarks.md`), not repeated here.
   interleaved pairs), 1.11x in the full bench. The fast path's check of the kept connection before each read
   used gevent's `select.poll` (20 us; the OS's takes 1 us): 2.4-2.8 s -> 2.1-2.2 s. The rest is one XREAD and one
   SSE write per token; the system call of each send was a third of the API's CPU.
+- **Event round trips on a gevent worker** (2026-12-08, Intel Xeon, bare hop 2.3-2.5 ms): with 100 runs streaming
+  a token every 0.1 s each, the flusher made 4,200 round trips for their 5,000 tokens (a pass of one or two runs;
+  22-24% of the worker's CPU, and the hub's switches around each). While runs stream side by side the flusher now
+  makes at most one pass per `green_batch_ms` (5 ms): 1,000 round trips, worker CPU 2.2-2.5 s -> 1.9-2.1 s (four
+  interleaved pairs), Redis 0.7 s -> 0.5 s, and the 100 streamed runs over HTTP went from 1.09x LangGraph's server
+  CPU to 0.89-0.99x. A run streaming alone is not held (a window after each pass locked onto a 5 ms token pace and
+  delayed every token by 4-5 ms): token p50 on a gevent worker 0.7-0.8 ms. The 1,000-run bench barely moved (worker
+  CPU 15.2 s -> 14.9 s, 3.63x): its passes already carried 12 runs each. Its wall is the time to take the 1,000
+  runs in (70-100 step starts a second, the last at 14 s, the CPU at 100% meanwhile) plus one run's 5 s stream:
+  2/3 of that CPU goes to the runs already streaming, about 90 us per token in the HTTP client (httpcore's chunk
+  reading, a gevent timeout and hub switch per `recv`); reading the lines raw instead saves 2-3 us of those.
 - **hiredis** is not a dependency: it made the step ~3% faster but the readers slower, and an SSE subscriber
   cost about twice the memory (its parser keeps a 64 KiB buffer per connection).
 - With a real model (hundreds of ms per turn) the per-step overhead measured here is noise; it matters for

@@ -302,6 +302,8 @@ def test_our_connections_carry_one_driver_info_built_once(settings: Any, monkeyp
 
     from agents_celery.storage.connections import from_url
 
+    looked_up: list[int] = []
+
     # Ours, and the one the direct publisher LPUSHes steps through (a plain URL, as kombu takes).
     for client in (connect(settings.redis_url, max_connections=10), from_url(settings.redis_url)):
         try:
@@ -312,8 +314,8 @@ def test_our_connections_carry_one_driver_info_built_once(settings: Any, monkeyp
             name = f"redis-py(agents-celery_v{metadata.version('agents-celery')})"
             assert kwargs["driver_info"].formatted_name == name
             assert kwargs["driver_info"].lib_version == redis.__version__
-            looked_up: list[int] = []
             monkeypatch.setattr(redis.utils, "get_lib_version", lambda: looked_up.append(1) or "0")
+            looked_up.clear()
             held = [client.connection_pool.get_connection() for _ in range(5)]  # five new connections
             for conn in held:
                 client.connection_pool.release(conn)
