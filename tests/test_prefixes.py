@@ -39,6 +39,17 @@ def test_the_default_queue_follows_the_key_prefix(monkeypatch: pytest.MonkeyPatc
     assert load_settings().queue == "env-queue"
 
 
+def test_a_run_s_keys_are_built_once_per_prefix() -> None:
+    """The hot paths ask for a run's keys per command (the keeper for a thousand runs per beat): the names are
+    built once and the same frozen object comes back, under each prefix its own."""
+    from agents_celery.storage.keys import Keys
+
+    run_id = uuid.uuid4().hex
+    first, again, other = Keys("shop-a").run(run_id), Keys("shop-a").run(run_id), Keys("shop-b").run(run_id)
+    assert first is again and first.stop == f"shop-a:run:{{{run_id}}}:stop"
+    assert other is not first and other.stop == f"shop-b:run:{{{run_id}}}:stop"
+
+
 def log_of(worker: Worker) -> str:
     return worker.log.read_text(errors="replace")
 

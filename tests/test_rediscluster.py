@@ -482,6 +482,38 @@ def test_session_ids_with_braces_keep_their_keys_in_one_slot(on_cluster: Deploym
         fake_openai.responder = ScriptResponder(["first", "second"])
 
 
+def test_the_lease_keeper_checks_stops_of_runs_in_many_slots(redis_cluster: LocalCluster) -> None:
+    """On a single Redis the keeper reads every stop key with one MGET; a cluster refuses keys of several slots in
+    one command, so there each is its own EXISTS, and a stop is still seen (and only that run's)."""
+    from agents_celery.storage.leases import LeaseKeeper, Leases
+
+    settings = load_settings(
+        redis_url=redis_cluster.url, broker_url=TEST_REDIS_URL, key_prefix=f"lk-{uuid.uuid4().hex[:6]}"
+    )
+    client = connect(settings.redis_url)
+    store = RunStore(client, settings)
+    leases = Leases(client, store.keys)
+    runs = [uuid.uuid4().hex for _ in range(6)]
+    assert len({client.keyslot(store.keys.run(run_id).stop) for run_id in runs}) > 1
+    keeper = LeaseKeeper(leases, ttl_ms=5000, renew=0.05, poll=0.02)
+    holdings = [keeper.hold(run_id, leases.acquire(run_id, 5000) or "") for run_id in runs]
+    try:
+        t0 = time.monotonic()
+        wait_for(lambda: all(h.renewed > t0 for h in holdings), timeout=10, what="every lease renewed")
+        store.request_stop(runs[2])
+        wait_for(holdings[2].stop.is_set, timeout=10, what="the stop request to be seen")
+        assert [h.stop.is_set() for h in holdings] == [i == 2 for i in range(6)]
+        assert not any(h.lost.is_set() for h in holdings)
+    finally:
+        for h in holdings:
+            keeper.drop(h)
+        keeper.close()
+        for run_id in runs:
+            client.delete(store.keys.run(run_id).lease)
+            client.delete(store.keys.run(run_id).stop)
+        client.close()
+
+
 def test_an_async_tail_reads_a_watched_child_in_another_slot(redis_cluster: LocalCluster) -> None:
     """The asyncio tail of a parent's log with a child watched (Django's async AG-UI stream): the child's events,
     in another slot, come out as ChildPages while the parent's log is quiet, then the parent's end ends it."""

@@ -188,21 +188,9 @@ class Keys:
         return [f"{name}:{{{bucket_tag(i, self.buckets)}}}" for i in range(self.buckets)]
 
     def run(self, run_id: str) -> RunKeys:
-        base = f"{self.prefix}:run:{{{run_id}}}"
-        return RunKeys(
-            run=base,
-            events=f"{base}:events",
-            lease=f"{base}:lease",
-            effects=f"{base}:effects",
-            stop=f"{base}:stop",
-            gone=f"{base}:gone",
-            messages=f"{base}:messages",
-            inbox=f"{base}:inbox",
-            sent=f"{base}:sent",
-            fence=f"{base}:fence",
-            a2apush=f"{base}:a2apush",
-            renders=f"{base}:renders",
-        )
+        """The keys of one run (the same frozen object for a run while it is among the latest few thousand asked for:
+        the hot paths ask for them per command, and building the names took 3 us)."""
+        return _run_keys(self.prefix, run_id)
 
     def session(self, session_id: str) -> SessionKeys:
         base = f"{self.prefix}:session:{{{session_tag(session_id)}}}"
@@ -276,3 +264,22 @@ def bucket_tag(i: int, buckets: int) -> str:
     while not low <= key_slot(f"b{i}.{j}".encode()) < high:
         j += 1
     return f"b{i}.{j}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _run_keys(prefix: str, run_id: str) -> RunKeys:
+    base = f"{prefix}:run:{{{run_id}}}"
+    return RunKeys(
+        run=base,
+        events=f"{base}:events",
+        lease=f"{base}:lease",
+        effects=f"{base}:effects",
+        stop=f"{base}:stop",
+        gone=f"{base}:gone",
+        messages=f"{base}:messages",
+        inbox=f"{base}:inbox",
+        sent=f"{base}:sent",
+        fence=f"{base}:fence",
+        a2apush=f"{base}:a2apush",
+        renders=f"{base}:renders",
+    )
